@@ -1,0 +1,162 @@
+"""build_app(settings) -> Starlette: creates every object once and wires the routes.
+
+Nothing is global: a test builds as many apps as it likes, each with its own database, engine
+and bus. Start-up (migrations, crash recovery, the engine loop) runs in the app's lifespan.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from agent.auth import AuthError, authenticate
+from agent.engine.bus import EventBus
+from agent.engine.engine import Engine
+from agent.errors import PERMISSION_DENIED
+from agent.rpc.jsonrpc import CallContext, Handler, dispatch
+from agent.rpc.tasks import task_methods
+from agent.service import TaskService
+from agent.settings import Settings
+from agent.system import SystemService
+from executors.registry import ExecutorRegistry
+from storage.db import create_engine, migrate
+from storage.repository import TaskRepository
+
+log = logging.getLogger(__name__)
+
+# Methods anyone may call while JWT is on (SPEC.md, Authentication).
+PUBLIC_METHODS = frozenset({"system.health", "system.executors"})
+
+
+@dataclass
+class Services:
+    """The objects one running service is made of, handed to every surface."""
+
+    settings: Settings
+    repo: TaskRepository
+    bus: EventBus
+    registry: ExecutorRegistry
+    engine: Engine
+    tasks: TaskService
+    system: SystemService
+    task_methods: dict[str, Handler] = field(default_factory=dict)
+    system_methods: dict[str, Handler] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, settings: Settings, registry: ExecutorRegistry | None = None) -> "Services":
+        db = create_engine(settings.database_url)
+        repo = TaskRepository(db)
+        bus = EventBus()
+        registry = registry or ExecutorRegistry.discover(settings.extensions)
+        engine = Engine(repo, registry, settings, bus)
+        tasks = TaskService(repo, engine, registry, bus, settings)
+        system = SystemService(repo, engine, registry, tasks)
+        engine.services["tasks"] = tasks
+        services = cls(settings, repo, bus, registry, engine, tasks, system)
+        services.task_methods = task_methods(tasks)
+        services.system_methods = {
+            "system.health": system.health,
+            "system.executors": system.executors,
+            "examples.init": system.examples_init,
+            "examples.status": system.examples_status,
+        }
+        return services
+
+    async def start(self) -> None:
+        await migrate(self.repo.engine)
+        await self.engine.start()
+
+    async def stop(self) -> None:
+        await self.engine.stop()
+        await self.repo.engine.dispose()
+
+
+def call_context(request: Request, services: Services, surface: str) -> CallContext | AuthError:
+    """Who is calling and with which LLM key; an AuthError is returned, not raised, so public
+    methods can still be answered."""
+    try:
+        caller = authenticate(request.headers, request.cookies, services.settings)
+    except AuthError as exc:
+        return exc
+    provider, key = _llm_key(request.headers)
+    return CallContext(caller=caller, surface=surface, llm_api_key=key, llm_provider=provider, request=request)
+
+
+def _llm_key(headers: Mapping[str, str]) -> tuple[str | None, str | None]:
+    raw = headers.get("x-llm-api-key")
+    if not raw:
+        return None, None
+    try:
+        from llm.keys import parse_key_header
+    except ImportError:  # pragma: no cover - llm package always ships
+        return None, raw
+    return parse_key_header(raw)
+
+
+def unauthorized(exc: AuthError) -> JSONResponse:
+    body = {"jsonrpc": "2.0", "id": None, "error": {"code": PERMISSION_DENIED, "message": str(exc),
+                                                   "data": str(exc)}}
+    return JSONResponse(body, status_code=401, headers={"WWW-Authenticate": "Bearer"})
+
+
+def _only_public(body: bytes, methods: Mapping[str, Handler]) -> bool:
+    import json
+
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return False
+    calls = payload if isinstance(payload, list) else [payload]
+    return all(isinstance(c, dict) and c.get("method") in PUBLIC_METHODS for c in calls)
+
+
+def rpc_endpoint(services: Services, methods: Mapping[str, Handler], surface: str):  # type: ignore[no-untyped-def]
+    async def endpoint(request: Request) -> Response:
+        body = await request.body()
+        ctx = call_context(request, services, surface)
+        if isinstance(ctx, AuthError):
+            if not _only_public(body, methods):
+                return unauthorized(ctx)
+            ctx = CallContext(surface=surface, request=request)
+        return await dispatch(body, methods, ctx)
+
+    return endpoint
+
+
+def build_app(settings: Settings, *, registry: ExecutorRegistry | None = None) -> Starlette:
+    services = Services.build(settings, registry)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        await services.start()
+        try:
+            yield
+        finally:
+            await services.stop()
+
+    routes: list[Any] = [
+        Route("/tasks", rpc_endpoint(services, services.task_methods, "jsonrpc"), methods=["POST"]),
+    ]
+    if settings.enable_system_routes:
+        routes.append(Route("/system", rpc_endpoint(services, services.system_methods, "jsonrpc"), methods=["POST"]))
+    routes.extend(_agent_routes(services))
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.services = services
+    return app
+
+
+def _agent_routes(services: Services) -> list[Any]:
+    """POST / : every tasks.* method (the A2A surface mounts here too, see agent/a2a)."""
+    try:
+        from agent.a2a.routes import a2a_routes
+    except ImportError:
+        return [Route("/", rpc_endpoint(services, services.task_methods, "a2a"), methods=["POST"])]
+    return a2a_routes(services)

@@ -1,0 +1,124 @@
+"""`taskgrove serve | run FILE | token USER`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from agent.settings import Settings, SettingsError
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="taskgrove", description="Task orchestration service")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the service (host/port from SERVICE_API_HOST/PORT)")
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    run = sub.add_parser("run", help="create and execute a task tree from a JSON file, with live progress")
+    run.add_argument("file", type=Path)
+    run.add_argument("--timeout", type=float, default=None, help="give up waiting after this many seconds")
+    token = sub.add_parser("token", help="mint a JWT for a user with SERVICE_JWT_SECRET")
+    token.add_argument("user_id")
+    token.add_argument("--role", action="append", dest="roles", default=[], help="repeatable, e.g. --role admin")
+    token.add_argument("--expires-in", type=float, default=3600.0, help="seconds; 0 for no expiry")
+    args = parser.parse_args(argv)
+
+    try:
+        settings = Settings.from_env()
+    except SettingsError as exc:
+        sys.exit(f"taskgrove: configuration error: {exc}")
+    if args.command == "serve":
+        _serve(settings, args.host, args.port)
+    elif args.command == "run":
+        sys.exit(asyncio.run(_run(settings, args.file, args.timeout)))
+    elif args.command == "token":
+        from agent.auth import mint_token
+
+        try:
+            print(mint_token(settings, args.user_id, args.roles, args.expires_in or None))
+        except ValueError as exc:
+            sys.exit(f"taskgrove: {exc}")
+
+
+def _serve(settings: Settings, host: str | None, port: int | None) -> None:
+    import uvicorn
+
+    from agent.app import build_app
+
+    settings = settings.with_(api_host=host or settings.api_host, api_port=port or settings.api_port)
+    uvicorn.run(build_app(settings), host=settings.api_host, port=settings.api_port, log_level="info")
+
+
+async def _run(settings: Settings, path: Path, timeout: float | None) -> int:
+    """Create the tree in the embedded database, execute it, draw progress; 1 if anything failed."""
+    from rich.console import Console
+    from rich.live import Live
+    from rich.table import Table
+
+    from agent.app import Services
+    from agent.errors import RpcError
+    from agent.rpc.jsonrpc import CallContext
+
+    try:
+        payload: Any = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        print(f"taskgrove: cannot read {path}: {exc}", file=sys.stderr)
+        return 2
+    console = Console()
+    services = Services.build(settings)
+    await services.start()
+    try:
+        try:
+            rows = await services.tasks.create_tree(payload, CallContext().caller)
+        except RpcError as exc:
+            console.print(f"[red]Invalid tree:[/red] {exc.message}")
+            return 2
+        root_id = rows[0]["id"]
+        run = await services.engine.execute(root_id, {})
+        names = {row["id"]: row["name"] for row in rows}
+        status: dict[str, tuple[str, float]] = {row["id"]: ("pending", 0.0) for row in rows}
+        sub = services.bus.subscribe(lambda e: e["root_task_id"] == root_id)
+
+        def table() -> Table:
+            grid = Table(title=f"Tree {root_id}")
+            grid.add_column("task")
+            grid.add_column("status")
+            grid.add_column("progress", justify="right")
+            colours = {"completed": "green", "failed": "red", "cancelled": "yellow", "in_progress": "cyan"}
+            for tid, (state, progress) in status.items():
+                bar = "#" * int(progress * 20)
+                grid.add_row(names[tid], f"[{colours.get(state, 'white')}]{state}[/]", f"{bar:<20} {progress:>4.0%}")
+            return grid
+
+        with Live(table(), console=console, refresh_per_second=10) as live:
+            waiter = asyncio.create_task(services.engine.wait(run, timeout))
+            while not waiter.done():
+                getter = asyncio.create_task(sub.get())
+                done, _ = await asyncio.wait({getter, waiter}, return_when=asyncio.FIRST_COMPLETED)
+                if getter in done:
+                    event = getter.result()
+                    if event["task_id"] in status:
+                        status[event["task_id"]] = (event["status"], event.get("progress") or 0.0)
+                else:
+                    getter.cancel()
+                live.update(table())
+            final = {row["id"]: row for row in await services.repo.tree(root_id)}
+            for tid in status:
+                status[tid] = (final[tid]["status"], final[tid]["progress"])
+            live.update(table())
+        sub.close()
+        failed = [row for row in final.values() if row["status"] != "completed"]
+        for row in failed:
+            if row["error"]:
+                console.print(f"[red]{row['name']}:[/red] {row['error']}")
+        return 1 if failed else 0
+    finally:
+        await services.stop()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

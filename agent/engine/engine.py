@@ -1,0 +1,485 @@
+"""The scheduler: claims runnable tasks, runs their executors, writes outcomes, publishes events.
+
+One loop (`_loop`) owns every write of the execution path. Each pass ("tick") writes all
+outcomes and progress gathered since the last pass and claims the next runnable tasks, in one
+transaction, then publishes the events and starts the claimed executors. Batching this way keeps
+a 1000-task tree to a few dozen transactions. Claims and outcomes are compare-and-set
+statements, so a task never runs twice and a cancel is never undone by a late result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import json
+import logging
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import jsonschema
+
+from agent.engine import bus as ev
+from agent.engine.bus import EventBus
+from agent.engine.run import TreeRun, select_for_execution
+from agent.settings import Settings
+from executors.base import ExecutionContext, Executor, ExecutorError
+from executors.registry import ExecutorRegistry
+from storage.repository import TaskRepository
+from storage.trees import now_iso, public
+
+log = logging.getLogger(__name__)
+
+LEASE_SECONDS = 60.0
+HEARTBEAT_SECONDS = 15.0
+CANCEL_HOOK_TIMEOUT = 5.0
+RESTART_ERROR = "The service restarted while this task was running; execute it again to retry"
+OUTCOME_KEYS = ("status", "progress", "result", "error", "completed_at", "updated_at",
+                "token_success", "token_failed", "lease_owner", "lease_expires_at")
+
+
+class AlreadyRunning(Exception):
+    pass
+
+
+class NotExecutable(Exception):
+    pass
+
+
+@dataclass
+class Running:
+    """A task whose executor coroutine runs in this process."""
+
+    task_id: str
+    run: TreeRun
+    row: dict[str, Any]
+    executor: Executor | None = None
+    job: asyncio.Task[None] | None = None
+    cancelled: bool = False
+    started_at: str = field(default_factory=now_iso)
+
+
+def _lease_until() -> str:
+    return (datetime.now(timezone.utc) + timedelta(seconds=LEASE_SECONDS)).isoformat(timespec="microseconds")
+
+
+def _json_safe(value: Any) -> Any:
+    """Executors may return anything; the result column stores JSON."""
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        return json.loads(json.dumps(value, default=str))
+
+
+def _tokens(executor: Executor | None) -> int:
+    usage = getattr(executor, "token_usage", None) or {}
+    return int(usage.get("total_tokens") or 0)
+
+
+class Engine:
+    def __init__(
+        self,
+        repo: TaskRepository,
+        registry: ExecutorRegistry,
+        settings: Settings,
+        bus: EventBus,
+        services: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.repo = repo
+        self.registry = registry
+        self.settings = settings
+        self.bus = bus
+        self.services: dict[str, Any] = dict(services or {})
+        self.instance_id = uuid.uuid4().hex
+        self.runs: dict[str, TreeRun] = {}
+        self.running: dict[str, Running] = {}
+        self._ready: list[tuple[int, str, str, str]] = []  # (priority, created_at, id, tree_id)
+        self._outcomes: list[dict[str, Any]] = []
+        self._progress: dict[str, float] = {}
+        self._wake = asyncio.Event()
+        self._lock = asyncio.Lock()  # serialises the loop's writes with cancels
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.recover()
+        self._tasks = [
+            asyncio.create_task(self._loop(), name="taskgrove-engine"),
+            asyncio.create_task(self._heartbeat(), name="taskgrove-leases"),
+        ]
+
+    async def stop(self) -> None:
+        for job in self._tasks:
+            job.cancel()
+        for running in list(self.running.values()):
+            if running.job is not None:
+                running.cancelled = True
+                running.job.cancel()
+        ids = list(self.running)
+        self.running.clear()
+        if ids:
+            await self.repo.update_many(
+                ids,
+                {"status": "failed", "error": RESTART_ERROR, "completed_at": now_iso(),
+                 "updated_at": now_iso(), "lease_owner": None, "lease_expires_at": None},
+                only_status=("in_progress",),
+            )
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def recover(self) -> int:
+        """Fail tasks left `in_progress` by a dead instance so they can be executed again.
+
+        On SQLite there is one instance by design, so everything in progress is stale at start-up.
+        On PostgreSQL only tasks whose lease has expired are, since other instances may be alive.
+        """
+        stale = await self.repo.stale_in_progress(
+            None if self.repo.engine.dialect.name == "sqlite" else now_iso()
+        )
+        if stale:
+            stamp = now_iso()
+            await self.repo.update_many(
+                stale,
+                {"status": "failed", "error": RESTART_ERROR, "completed_at": stamp, "updated_at": stamp,
+                 "lease_owner": None, "lease_expires_at": None},
+                only_status=("in_progress",),
+            )
+            log.warning("marked %d task(s) left in progress as failed", len(stale))
+        return len(stale)
+
+    # --- starting executions --------------------------------------------------------------
+
+    async def execute(self, task_id: str, call: Mapping[str, Any] | None = None) -> TreeRun:
+        """Start (or join) the execution of `task_id`; returns the tree's run right away."""
+        target = await self.repo.get(task_id)
+        if target is None:
+            raise KeyError(task_id)
+        if target["origin_type"] == "archive":
+            raise NotExecutable(f"Task '{task_id}' is an archive (read-only) and cannot be executed")
+        if target["status"] == "in_progress" or task_id in self.running:
+            raise AlreadyRunning(task_id)
+        tree_id = target["task_tree_id"]
+        run = self.runs.get(tree_id)
+        if run is not None and task_id in (run.waiting | run.queued | run.active):
+            raise AlreadyRunning(task_id)
+        rows = {row["id"]: row for row in await self.repo.tree(tree_id)}
+        outside = {d["id"] for row in rows.values() for d in row["dependencies"]} - set(rows)
+        if outside:
+            rows.update(await self.repo.get_many(outside))
+        if run is not None:  # join the live execution: its members keep their live rows
+            live = run.waiting | run.queued | run.active
+            for tid, row in rows.items():
+                if tid in live:
+                    rows[tid] = run.rows[tid]
+                else:
+                    run.rows[tid] = row
+        chosen = select_for_execution(rows, task_id)
+        if run is not None:
+            chosen -= run.active | run.queued
+        if chosen:
+            stamp = now_iso()
+            await self.repo.update_many(
+                sorted(chosen),
+                {"status": "pending", "progress": 0.0, "result": None, "error": None,
+                 "started_at": None, "completed_at": None, "updated_at": stamp},
+                only_status=("pending", "failed", "completed", "cancelled"),
+            )
+        if run is None:
+            run = TreeRun(tree_id=tree_id, rows=rows, call=dict(call or {}))
+            self.runs[tree_id] = run
+        else:
+            run.call.update(call or {})
+        run.add(chosen)
+        self._schedule(run)
+        if run.is_over():
+            self._finish_run(run)
+        self._wake.set()
+        return run
+
+    async def wait(self, run: TreeRun, timeout: float | None) -> bool:
+        try:
+            await asyncio.wait_for(asyncio.shield(run.done.wait()), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+    def _schedule(self, run: TreeRun) -> None:
+        for tid in run.runnable():
+            row = run.rows[tid]
+            heapq.heappush(self._ready, (row["priority"], row["created_at"], tid, run.tree_id))
+
+    # --- the loop -------------------------------------------------------------------------
+
+    async def _loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            try:
+                await self._tick()
+            except Exception:  # never let one bad pass stop the engine
+                log.exception("engine pass failed")
+                await asyncio.sleep(0.1)
+                self._wake.set()
+
+    def _take_ready(self) -> list[tuple[str, TreeRun]]:
+        free = self.settings.max_concurrency - len(self.running)
+        taken: list[tuple[str, TreeRun]] = []
+        while self._ready and len(taken) < free:
+            _, _, tid, tree_id = heapq.heappop(self._ready)
+            run = self.runs.get(tree_id)
+            if run is not None and tid in run.queued:
+                taken.append((tid, run))
+        return taken
+
+    async def _tick(self) -> None:
+        async with self._lock:
+            outcomes, self._outcomes = self._outcomes, []
+            progress, self._progress = self._progress, {}
+            taken = self._take_ready()
+            claimed: set[str] = set()
+            stamp = now_iso()
+            async with self.repo.transaction() as conn:
+                if outcomes:
+                    await self.repo.finish_many(outcomes, conn=conn)
+                if progress:
+                    await self.repo.finish_many(
+                        [{"id": tid, "progress": p, "updated_at": stamp} for tid, p in progress.items()],
+                        conn=conn,
+                    )
+                if taken:
+                    claimed = set(await self.repo.update_many(
+                        [tid for tid, _ in taken],
+                        {"status": "in_progress", "progress": 0.0, "started_at": stamp,
+                         "completed_at": None, "result": None, "error": None, "updated_at": stamp,
+                         "lease_owner": self.instance_id, "lease_expires_at": _lease_until()},
+                        only_status=("pending",),
+                        conn=conn,
+                    ))
+        for outcome in outcomes:
+            self._after_outcome(outcome)
+        for tid, run in taken:
+            if tid in claimed:
+                self._start_task(tid, run, stamp)
+            else:  # someone else moved it (a cancel, another instance): read what it became
+                row = await self.repo.get(tid)
+                run.finished(tid, row["status"] if row else "cancelled")
+                self._settle(run)
+        if self._outcomes or self._progress or (self._ready and len(self.running) < self.settings.max_concurrency):
+            self._wake.set()
+
+    def _start_task(self, tid: str, run: TreeRun, stamp: str) -> None:
+        run.started(tid)
+        row = run.rows[tid]
+        row.update(started_at=stamp, progress=0.0, result=None, error=None)
+        running = Running(task_id=tid, run=run, row=row, started_at=stamp)
+        self.running[tid] = running
+        self._publish(run, ev.TASK_START, tid, status="in_progress", progress=0.0,
+                      message=f"Task '{row['name']}' started")
+        running.job = asyncio.create_task(self._execute(running), name=f"task-{tid}")
+
+    def _after_outcome(self, outcome: dict[str, Any]) -> None:
+        tid = outcome["id"]
+        running = self.running.pop(tid, None)
+        run = running.run if running else None
+        if run is None or (running is not None and running.cancelled):
+            return
+        run.rows[tid].update({k: outcome[k] for k in ("status", "progress", "result", "error", "completed_at")})
+        run.finished(tid, outcome["status"])
+        if outcome["status"] == "completed":
+            self._publish(run, ev.TASK_COMPLETED, tid, status="completed", progress=1.0,
+                          result=outcome["result"], message=f"Task '{run.rows[tid]['name']}' completed")
+        else:
+            self._publish(run, ev.TASK_FAILED, tid, status="failed", progress=outcome["progress"],
+                          error=outcome["error"], message=outcome["error"])
+        self._settle(run)
+
+    def _settle(self, run: TreeRun) -> None:
+        """After a task ended: queue what became runnable, end the run when nothing is left."""
+        self._schedule(run)
+        if run.is_over() and not run.done.is_set():
+            self._finish_run(run)
+
+    def _finish_run(self, run: TreeRun) -> None:
+        status = run.finish()
+        if self.runs.get(run.tree_id) is run:
+            del self.runs[run.tree_id]
+        self._publish(run, ev.FINAL, run.tree_id, status=status, progress=1.0 if status == "completed" else run.progress,
+                      final=True, message=f"Execution {status}")
+
+    def _publish(self, run: TreeRun, kind: str, tid: str, **data: Any) -> None:
+        row = run.rows.get(tid, {})
+        event = {
+            "type": kind,
+            "task_id": tid,
+            "root_task_id": run.tree_id,
+            "name": row.get("name"),
+            "user_id": row.get("user_id"),
+            "tree_progress": run.progress,
+            "task_count": run.task_count,
+            "timestamp": now_iso(),
+            **data,
+        }
+        self.bus.publish(event)
+
+    # --- running one task -----------------------------------------------------------------
+
+    async def _execute(self, running: Running) -> None:
+        row, run = running.row, running.run
+        try:
+            result = await self._call_executor(running)
+            outcome = {"status": "completed", "progress": 1.0, "result": _json_safe(result), "error": None}
+        except asyncio.CancelledError:
+            if running.cancelled:
+                return
+            raise
+        except ExecutorError as exc:
+            outcome = {"status": "failed", "progress": row.get("progress") or 0.0, "result": None, "error": str(exc)}
+        except Exception as exc:
+            log.exception("executor of task %s raised", running.task_id)
+            outcome = {"status": "failed", "progress": row.get("progress") or 0.0, "result": None,
+                       "error": f"{type(exc).__name__}: {exc}"}
+        if running.cancelled:
+            return
+        tokens = _tokens(running.executor)
+        ok = outcome["status"] == "completed"
+        stamp = now_iso()
+        self._outcomes.append({
+            "id": running.task_id, **outcome, "completed_at": stamp, "updated_at": stamp,
+            "token_success": (row.get("token_success") or 0) + (tokens if ok else 0),
+            "token_failed": (row.get("token_failed") or 0) + (0 if ok else tokens),
+            "lease_owner": None, "lease_expires_at": None,
+        })
+        self._wake.set()
+
+    async def _call_executor(self, running: Running) -> Any:
+        row, run = running.row, running.run
+        cls = self.registry.resolve(row)
+        if cls is None:
+            if not row.get("schemas") and not (row.get("params") or {}).get("executor_id"):
+                return None  # a grouping task: nothing to do, it completes at once
+            wanted = (row.get("params") or {}).get("executor_id") or (row.get("schemas") or {}).get("method") \
+                or (row.get("schemas") or {}).get("type")
+            raise ExecutorError(
+                f"No executor '{wanted}' is available (available: {', '.join(self.registry.ids()) or 'none'})"
+            )
+        inputs = dict(row.get("inputs") or {})
+        schema = (row.get("schemas") or {}).get("input_schema") or cls.input_schema
+        if schema:
+            try:
+                jsonschema.validate(inputs, schema)
+            except jsonschema.ValidationError as exc:
+                where = "/".join(str(p) for p in exc.absolute_path) or "inputs"
+                raise ExecutorError(f"Input validation failed at '{where}': {exc.message}") from None
+            except jsonschema.SchemaError as exc:
+                raise ExecutorError(f"schemas.input_schema is not a valid JSON Schema: {exc.message}") from None
+        executor = cls(params=row.get("params") or {})
+        running.executor = executor
+        dep_results = {
+            dep["id"]: run.rows[dep["id"]].get("result")
+            for dep in row.get("dependencies") or ()
+            if dep["id"] in run.rows and run.rows[dep["id"]]["status"] == "completed"
+        }
+
+        async def report(progress: float, message: str | None) -> None:
+            if running.cancelled:
+                return
+            row["progress"] = progress
+            self._progress[running.task_id] = progress
+            self._publish(run, ev.PROGRESS, running.task_id, status="in_progress", progress=progress,
+                          message=message or f"Task '{row['name']}' at {progress:.0%}")
+            self._wake.set()
+
+        context = ExecutionContext(
+            task_id=running.task_id,
+            task=public(row),
+            settings=self.settings,
+            dependency_results=dep_results,
+            user_id=row.get("user_id"),
+            llm_api_key=run.call.get("llm_api_key"),
+            llm_provider=run.call.get("llm_provider"),
+            services=self.services,
+            _progress=report,
+        )
+        return await executor.execute(inputs, context)
+
+    # --- cancel ---------------------------------------------------------------------------
+
+    async def cancel(self, task_id: str, error_message: str | None = None) -> dict[str, Any]:
+        """Cancel a pending or running task. Returns `{status, previous, token_usage, result}`.
+
+        `status` is `cancelled`, or the status that made cancelling impossible.
+        """
+        running = self.running.get(task_id)
+        hook: dict[str, Any] | None = None
+        if running is not None and running.executor is not None:
+            try:
+                hook = await asyncio.wait_for(running.executor.cancel(), CANCEL_HOOK_TIMEOUT)
+            except Exception as exc:  # a broken cancel hook must not stop the cancel
+                log.warning("cancel hook of task %s failed: %s", task_id, exc)
+        token_usage = (hook or {}).get("token_usage") or (
+            getattr(running.executor, "token_usage", None) if running and running.executor else None
+        )
+        partial = (hook or {}).get("result")
+        stamp = now_iso()
+        async with self._lock:
+            changed = await self.repo.update(
+                task_id,
+                {"status": "cancelled", "error": error_message or "Cancelled by user",
+                 "completed_at": stamp, "updated_at": stamp, "lease_owner": None,
+                 "lease_expires_at": None, **({"result": _json_safe(partial)} if partial is not None else {}),
+                 **({"token_failed": int(token_usage.get("total_tokens") or 0)} if token_usage else {})},
+                only_status=("pending", "in_progress"),
+            )
+            if changed and running is not None:
+                running.cancelled = True
+                self.running.pop(task_id, None)
+                if running.job is not None:
+                    running.job.cancel()
+        row = await self.repo.get(task_id)
+        if not changed:
+            return {"status": row["status"] if row else "not_found", "token_usage": None, "result": None}
+        for run in list(self.runs.values()):
+            if task_id in run.rows:
+                run.rows[task_id].update(status="cancelled", error=row["error"])
+                if task_id in run.members:
+                    run.finished(task_id, "cancelled")
+                    self._publish(run, ev.TASK_CANCELLED, task_id, status="cancelled",
+                                  progress=row["progress"], error=row["error"], message=row["error"])
+                self._settle(run)
+        self._wake.set()
+        return {"status": "cancelled", "token_usage": token_usage, "result": partial}
+
+    def status_changed(self, row: Mapping[str, Any]) -> None:
+        """A status set through tasks.update: live executions re-evaluate what may run now."""
+        for run in list(self.runs.values()):
+            if row["id"] in run.rows and row["id"] not in run.active:
+                run.rows[row["id"]].update(status=row["status"], result=row.get("result"))
+                if row["status"] == "completed":
+                    run.waiting |= run.blocked
+                    run.blocked.clear()
+                self._settle(run)
+        self._wake.set()
+
+    # --- leases ---------------------------------------------------------------------------
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(HEARTBEAT_SECONDS)
+            try:
+                if self.running:
+                    await self.repo.update_many(
+                        list(self.running), {"lease_expires_at": _lease_until()}, only_status=("in_progress",)
+                    )
+                if self.repo.engine.dialect.name != "sqlite":
+                    await self.recover()
+            except Exception:
+                log.exception("lease heartbeat failed")
+
+    # --- monitoring -----------------------------------------------------------------------
+
+    def running_rows(self) -> list[dict[str, Any]]:
+        rows = [r.row for r in self.running.values()]
+        return sorted(rows, key=lambda r: (r.get("started_at") or "", r["id"]), reverse=True)

@@ -1,0 +1,56 @@
+"""Engine events in the wire shapes of SPEC.md (SSE of tasks.execute, webhook payloads)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from agent.engine import bus as ev
+from agent.engine.bus import Subscription
+from storage.trees import now_iso
+
+# Cancellation has no event type of its own in SPEC.md: it is reported as task_failed with
+# status "cancelled".
+_WIRE_TYPE = {ev.TASK_CANCELLED: ev.TASK_FAILED}
+
+
+def wire_event(event: Mapping[str, Any]) -> dict[str, Any]:
+    """One engine event as the SSE stream sends it."""
+    kind = event["type"]
+    out: dict[str, Any] = {
+        "type": _WIRE_TYPE.get(kind, kind),
+        "task_id": event["task_id"],
+        "root_task_id": event["root_task_id"],
+        "status": event["status"],
+        "progress": event.get("progress", 0.0),
+        "timestamp": event["timestamp"],
+    }
+    if event.get("message") is not None:
+        out["message"] = event["message"]
+    if kind == ev.TASK_COMPLETED:
+        out["result"] = event.get("result")
+    elif kind in (ev.TASK_FAILED, ev.TASK_CANCELLED):
+        out["error"] = event.get("error")
+    elif kind == ev.FINAL:
+        out["final"] = True
+        out["result"] = run_summary(event)
+    return out
+
+
+def run_summary(event: Mapping[str, Any]) -> dict[str, Any]:
+    status = event["status"] if event["type"] == ev.FINAL else "in_progress"
+    progress = event["progress"] if event["type"] == ev.FINAL else event.get("tree_progress", 0.0)
+    return {"status": status, "progress": progress, "root_task_id": event["root_task_id"],
+            "task_count": event.get("task_count")}
+
+
+async def sse_events(subscription: Subscription, tree_id: str) -> AsyncIterator[dict[str, Any]]:
+    """Events of one execution until `final`, then `stream_end`; closes its subscription."""
+    try:
+        async for event in subscription:
+            yield wire_event(event)
+            if event["type"] == ev.FINAL:
+                break
+        yield {"type": "stream_end", "task_id": tree_id, "root_task_id": tree_id, "timestamp": now_iso()}
+    finally:
+        subscription.close()

@@ -1,0 +1,87 @@
+"""Reading JSON-RPC params with clear -32602 errors instead of KeyError/TypeError tracebacks."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from agent.errors import invalid_params
+
+_MISSING = object()
+
+
+def _lookup(params: Mapping[str, Any], name: str, aliases: Sequence[str]) -> Any:
+    for key in (name, *aliases):
+        if key in params and params[key] is not None:
+            return params[key]
+    return _MISSING
+
+
+def string(params: Mapping[str, Any], name: str, *, aliases: Sequence[str] = (), required: bool = False,
+           max_length: int = 10_000) -> str | None:
+    value = _lookup(params, name, aliases)
+    if value is _MISSING:
+        if required:
+            also = f" (or {', '.join(aliases)})" if aliases else ""
+            raise invalid_params(f"{name}{also} is required")
+        return None
+    if not isinstance(value, str) or not value:
+        raise invalid_params(f"{name} must be a non-empty string, got {value!r}"[:300])
+    if len(value) > max_length:
+        raise invalid_params(f"{name} is longer than {max_length} characters")
+    return value
+
+
+def boolean(params: Mapping[str, Any], name: str, default: bool, *, aliases: Sequence[str] = ()) -> bool:
+    value = _lookup(params, name, aliases)
+    if value is _MISSING:
+        return default
+    if not isinstance(value, bool):
+        raise invalid_params(f"{name} must be true or false, got {value!r}"[:300])
+    return value
+
+
+def integer(params: Mapping[str, Any], name: str, default: int, *, low: int, high: int) -> int:
+    value = _lookup(params, name, ())
+    if value is _MISSING:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise invalid_params(f"{name} must be an integer, got {value!r}"[:300])
+    if not low <= value <= high:
+        raise invalid_params(f"{name} must be between {low} and {high}, got {value}")
+    return value
+
+
+def number(params: Mapping[str, Any], name: str, default: float, *, low: float, high: float) -> float:
+    value = _lookup(params, name, ())
+    if value is _MISSING:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise invalid_params(f"{name} must be a number, got {value!r}"[:300])
+    if not low <= float(value) <= high:
+        raise invalid_params(f"{name} must be between {low} and {high}, got {value}")
+    return float(value)
+
+
+def string_list(params: Mapping[str, Any], name: str, *, aliases: Sequence[str] = (),
+                required: bool = False) -> list[str] | None:
+    value = _lookup(params, name, aliases)
+    if value is _MISSING:
+        if required:
+            also = f" (or {', '.join(aliases)})" if aliases else ""
+            raise invalid_params(f"{name}{also} is required: an array of task ids")
+        return None
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise invalid_params(f"{name} must be an array of non-empty strings")
+    return value
+
+
+def obj(params: Mapping[str, Any], name: str) -> dict[str, Any] | None:
+    value = _lookup(params, name, ())
+    if value is _MISSING:
+        return None
+    if not isinstance(value, Mapping):
+        raise invalid_params(f"{name} must be an object, got {type(value).__name__}")
+    return dict(value)

@@ -1,0 +1,472 @@
+"""The task operations every surface calls: `/tasks`, `/`, GraphQL, the CLI.
+
+A surface parses its wire format and hands the params and the caller here; the rules (validation,
+permissions, messages) live only in this module and in storage.trees.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from agent.auth import Caller
+from agent.engine.bus import EventBus
+from agent.engine.engine import AlreadyRunning, Engine, NotExecutable
+from agent.engine.stream import sse_events
+from agent.engine.webhooks import WebhookConfig, deliver_webhooks
+from agent.errors import INVALID_PARAMS, RpcError, invalid_params, permission_denied, task_not_found
+from agent.rpc import params as p
+from agent.rpc.jsonrpc import CallContext, StreamReply
+from agent.settings import Settings
+from executors.registry import ExecutorRegistry
+from storage import trees
+from storage.models import TASK_STATUSES
+from storage.repository import TaskRepository
+from storage.trees import TreeError, now_iso, public
+
+UPDATABLE = {
+    "status", "inputs", "name", "priority", "params", "schemas", "dependencies", "result", "error",
+    "progress", "started_at", "completed_at", "description",
+}
+CLONE_MODES = ("copy", "link", "archive", "mixed")
+
+
+class TaskService:
+    def __init__(
+        self,
+        repo: TaskRepository,
+        engine: Engine,
+        registry: ExecutorRegistry,
+        bus: EventBus,
+        settings: Settings,
+    ) -> None:
+        self.repo = repo
+        self.engine = engine
+        self.registry = registry
+        self.bus = bus
+        self.settings = settings
+        self._background: set[asyncio.Task[Any]] = set()
+
+    # --- helpers --------------------------------------------------------------------------
+
+    async def _task_for(self, task_id: str, caller: Caller) -> dict[str, Any]:
+        row = await self.repo.get(task_id)
+        if row is None:
+            raise task_not_found(task_id)
+        if not caller.can_access(row["user_id"]):
+            raise permission_denied(f"You may not access task '{task_id}'")
+        return row
+
+    def _spawn(self, coro: Any) -> None:
+        job = asyncio.create_task(coro)
+        self._background.add(job)
+        job.add_done_callback(self._background.discard)
+
+    # --- create and read ------------------------------------------------------------------
+
+    def prepare(self, params: Any, caller: Caller) -> list[dict[str, Any]]:
+        """Validated rows for a new tree (no I/O), permission rules applied."""
+        try:
+            rows = trees.prepare_new_tree(trees.tasks_from_params(params), default_user=caller.user_id)
+        except TreeError as exc:
+            raise invalid_params(str(exc)) from None
+        owner = rows[0]["user_id"]
+        if caller.authenticated and caller.user_id is not None and not caller.is_admin and owner != caller.user_id:
+            raise permission_denied(f"You may not create tasks for user '{owner}'")
+        for index, row in enumerate(rows):
+            if (row["schemas"] or (row["params"] or {}).get("executor_id")) and self.registry.resolve(row) is None:
+                wanted = (row["params"] or {}).get("executor_id") or row["schemas"].get("method") or row["schemas"].get("type")
+                raise invalid_params(
+                    f"{trees.label(row, index)}: executor '{wanted}' is not available "
+                    f"(available: {', '.join(self.registry.ids()) or 'none'})"
+                )
+        return rows
+
+    async def create_tree(self, params: Any, caller: Caller) -> list[dict[str, Any]]:
+        rows = self.prepare(params, caller)
+        await self.repo.insert(rows)
+        return rows
+
+    async def create(self, params: Any, ctx: CallContext) -> dict[str, Any]:
+        """tasks.create: store the tree, execute it, answer the tree once it finished (or timed out)."""
+        rows = await self.create_tree(params, ctx.caller)
+        root_id = rows[0]["id"]
+        run = await self.engine.execute(root_id, _call(ctx))
+        await self.engine.wait(run, self.settings.create_wait_timeout)
+        return trees.nest(await self.repo.tree(root_id), root_id)
+
+    async def get(self, params: Any, ctx: CallContext) -> dict[str, Any] | None:
+        task_id = p.string(_obj(params), "task_id", aliases=("id",), required=True)
+        row = await self.repo.get(task_id)
+        if row is None:
+            return None
+        if not ctx.caller.can_access(row["user_id"]):
+            raise permission_denied(f"You may not access task '{task_id}'")
+        return public(row)
+
+    async def list(self, params: Any, ctx: CallContext) -> list[dict[str, Any]]:
+        params = _obj(params)
+        user_id = p.string(params, "user_id")
+        status = p.string(params, "status")
+        if status is not None and status not in (*TASK_STATUSES, "deleted"):
+            raise invalid_params(f"status must be one of {', '.join((*TASK_STATUSES, 'deleted'))}, got '{status}'")
+        limit = p.integer(params, "limit", 100, low=1, high=1000)
+        offset = p.integer(params, "offset", 0, low=0, high=10**9)
+        if user_id is None and ctx.caller.authenticated and not ctx.caller.unrestricted:
+            user_id = ctx.caller.user_id
+        if status == "deleted":
+            return []  # deletion is physical: deleted tasks never appear in lists
+        rows = await self.repo.list(user_id=user_id, status=status, limit=limit, offset=offset)
+        return [public(r) for r in rows if ctx.caller.can_access(r["user_id"])]
+
+    async def children(self, params: Any, ctx: CallContext) -> list[dict[str, Any]]:
+        parent_id = p.string(_obj(params), "parent_id", aliases=("task_id",), required=True)
+        await self._task_for(parent_id, ctx.caller)
+        rows = await self.repo.children(parent_id)
+        return [public(r) for r in rows if ctx.caller.can_access(r["user_id"])]
+
+    async def tree(self, params: Any, ctx: CallContext) -> dict[str, Any]:
+        task_id = p.string(_obj(params), "task_id", aliases=("root_id", "id"), required=True)
+        row = await self._task_for(task_id, ctx.caller)
+        rows = await self.repo.tree(row["task_tree_id"])
+        return trees.nest(rows, row["task_tree_id"])
+
+    # --- update and delete ----------------------------------------------------------------
+
+    async def update(self, params: Any, ctx: CallContext) -> dict[str, Any]:
+        params = _obj(params)
+        task_id = p.string(params, "task_id", aliases=("id",), required=True)
+        async with self.repo.transaction() as conn:
+            row = await self.repo.get(task_id, conn)
+            if row is None:
+                raise task_not_found(task_id)
+            if not ctx.caller.can_access(row["user_id"]):
+                raise permission_denied(f"Only the owner or an admin may update task '{task_id}'")
+            problems, values = await self._update_values(row, params, conn)
+            if problems:
+                raise RpcError(INVALID_PARAMS, "Invalid params", "Update failed:\n" + "\n".join(problems))
+            values["updated_at"] = now_iso()
+            await self.repo.update(task_id, values, conn=conn)
+            updated = await self.repo.get(task_id, conn)
+        assert updated is not None
+        if "status" in values:
+            self.engine.status_changed(updated)
+        return public(updated)
+
+    async def _update_values(self, row: dict[str, Any], params: Mapping[str, Any], conn: Any) -> tuple[list[str], dict[str, Any]]:
+        problems: list[str] = []
+        values: dict[str, Any] = {}
+        if row["origin_type"] == "archive":
+            problems.append(f"Cannot update task '{row['id']}': task is an archive (read-only)")
+        for key, value in params.items():
+            if key in ("task_id", "id"):
+                continue
+            if key == "parent_id":
+                problems.append("Cannot update 'parent_id': field cannot be modified (task hierarchy is fixed)")
+            elif key == "user_id":
+                problems.append("Cannot update 'user_id': field cannot be modified (task ownership is fixed)")
+            elif key not in UPDATABLE:
+                problems.append(f"Cannot update '{key}': unknown field")
+            elif (problem := _field_problem(key, value)) is not None:
+                problems.append(f"Cannot update '{key}': {problem}")
+            elif key != "dependencies":
+                values[key] = float(value) if key == "progress" else value
+        if "dependencies" in params:
+            deps_problems, deps = await self._dependency_problems(row, params["dependencies"], conn)
+            problems.extend(deps_problems)
+            if not deps_problems:
+                values["dependencies"] = deps
+        return problems, values
+
+    async def _dependency_problems(self, row: dict[str, Any], raw: Any, conn: Any) -> tuple[list[str], list[dict[str, Any]]]:
+        problems: list[str] = []
+        if row["status"] != "pending":
+            problems.append(f"Cannot update 'dependencies': task status is '{row['status']}' (must be 'pending')")
+        try:
+            deps = trees.normalize_dependencies(raw, "dependencies")
+        except TreeError as exc:
+            return problems + [f"Cannot update 'dependencies': {exc}"], []
+        rows = {r["id"]: r for r in await self.repo.tree(row["task_tree_id"], conn)}
+        for dep in deps:
+            if dep["id"] not in rows:
+                problems.append(f"Dependency reference '{dep['id']}' not found in task tree")
+        graph = {tid: [d["id"] for d in r["dependencies"]] for tid, r in rows.items()}
+        graph[row["id"]] = [d["id"] for d in deps if d["id"] in rows]
+        cycle = trees.find_cycle(graph)
+        if cycle:
+            problems.append(trees.format_cycle(cycle))
+        dependents = trees.transitive([row["id"]], trees.dependents_index(rows.values())) - {row["id"]}
+        busy = sorted(tid for tid in dependents if rows[tid]["status"] == "in_progress")
+        if busy:
+            problems.append(
+                f"Cannot update dependencies: task '{row['id']}' has dependent tasks that are executing: [{', '.join(busy)}]"
+            )
+        return problems, deps
+
+    async def delete(self, params: Any, ctx: CallContext) -> dict[str, Any]:
+        task_id = p.string(_obj(params), "task_id", aliases=("id",), required=True)
+        async with self.repo.transaction() as conn:
+            row = await self.repo.get(task_id, conn)
+            if row is None:
+                raise task_not_found(task_id)
+            if not ctx.caller.can_access(row["user_id"]):
+                raise permission_denied(f"Only the owner or an admin may delete task '{task_id}'")
+            rows = await self.repo.tree(row["task_tree_id"], conn)
+            by_id = {r["id"]: r for r in rows}
+            doomed = trees.subtree_ids(rows, task_id)
+            blockers: list[str] = []
+            if row["status"] != "pending":
+                blockers.append(f"Cannot delete task: task status is '{row['status']}' (must be 'pending')")
+            busy = [f"{tid}: {by_id[tid]['status']}" for tid in doomed[1:] if by_id[tid]["status"] != "pending"]
+            if busy:
+                blockers.append(f"Cannot delete task: task has {len(busy)} non-pending children: [{', '.join(busy)}]")
+            dependents: list[str] = []
+            for tid in doomed:
+                for dep in await self.repo.dependents(tid, conn):
+                    if dep["id"] not in doomed and dep["id"] not in dependents:
+                        dependents.append(dep["id"])
+            if dependents:
+                blockers.append(
+                    f"Cannot delete task: {len(dependents)} tasks depend on this task: [{', '.join(dependents)}]"
+                )
+            if blockers:
+                detail = "; ".join(blockers)
+                raise RpcError(INVALID_PARAMS, detail, detail)
+            deleted = await self.repo.delete(doomed, conn)
+        return {"success": True, "task_id": task_id, "deleted_count": deleted, "children_deleted": deleted - 1}
+
+    # --- copy and clone -------------------------------------------------------------------
+
+    async def copy(self, params: Any, ctx: CallContext) -> dict[str, Any]:
+        params = _obj(params)
+        task_id = p.string(params, "task_id", aliases=("id",), required=True)
+        with_children = p.boolean(params, "children", False)
+        copies = await self.copy_tree(task_id, with_children, ctx.caller)
+        return trees.nest(copies, copies[0]["id"])
+
+    async def copy_tree(self, task_id: str, with_children: bool, caller: Caller) -> list[dict[str, Any]]:
+        """Copy `task_id` (see storage.trees.copy_selection); returns the new rows, root first."""
+        async with self.repo.transaction() as conn:
+            row = await self.repo.get(task_id, conn)
+            if row is None:
+                raise task_not_found(task_id)
+            if not caller.can_access(row["user_id"]):
+                raise permission_denied(f"You may not copy task '{task_id}'")
+            rows = await self.repo.tree(row["task_tree_id"], conn)
+            selected, root = trees.connect(rows, trees.copy_selection(rows, task_id, with_children))
+            copies = trees.plan_copies(
+                rows, selected, root, origin_for=dict.fromkeys(selected, "clone"), reset=trees.RESETTABLE
+            )
+            await self.repo.insert(copies, conn)
+            await self.repo.update_many(sorted(selected), {"has_copy": True}, conn=conn)
+        return copies
+
+    async def clone(self, params: Any, ctx: CallContext) -> dict[str, Any]:
+        params = _obj(params)
+        task_id = p.string(params, "task_id", aliases=("id",), required=True)
+        mode = p.string(params, "origin_type") or "copy"
+        if mode not in CLONE_MODES:
+            raise invalid_params(f"origin_type must be one of {', '.join(CLONE_MODES)}, got '{mode}'")
+        recursive = p.boolean(params, "recursive", True)
+        with_children = p.boolean(params, "_recursive", False, aliases=("children",))
+        link_ids = p.string_list(params, "link_task_ids") or []
+        save = p.boolean(params, "save", True)
+        if mode == "mixed" and not link_ids:
+            raise invalid_params("origin_type 'mixed' needs link_task_ids: the ids to link instead of copy")
+        try:
+            reset = trees.reset_values(params.get("reset_fields"))
+        except TreeError as exc:
+            raise invalid_params(str(exc)) from None
+
+        async with self.repo.transaction() as conn:
+            row = await self.repo.get(task_id, conn)
+            if row is None:
+                raise task_not_found(task_id)
+            if not ctx.caller.can_access(row["user_id"]):
+                raise permission_denied(f"You may not clone task '{task_id}'")
+            rows = await self.repo.tree(row["task_tree_id"], conn)
+            by_id = {r["id"]: r for r in rows}
+            selected = set(trees.subtree_ids(rows, task_id)) if recursive else {task_id}
+            if with_children:
+                deps = {r["id"]: [d["id"] for d in r["dependencies"] if d["id"] in by_id] for r in rows}
+                for child in trees.children_index(rows).get(task_id, ()):
+                    selected |= trees.transitive([child["id"]], deps)
+            selected, root = trees.connect(rows, selected)
+            origin_for = self._clone_origins(mode, rows, selected, link_ids)
+            copies = trees.plan_copies(rows, selected, root, origin_for=origin_for, reset=None)
+            for copy in copies:
+                if copy["origin_type"] == "clone":
+                    copy.update(reset)
+                elif isinstance(params.get("reset_fields"), Mapping):
+                    copy.update({k: v for k, v in params["reset_fields"].items() if k not in trees.RESETTABLE})
+            if not save:
+                return {"tasks": [_preview(c) for c in copies], "saved": False}
+            await self.repo.insert(copies, conn)
+            await self.repo.update_many(sorted(selected), {"has_references": True}, conn=conn)
+        return trees.nest(copies, copies[0]["id"])
+
+    @staticmethod
+    def _clone_origins(mode: str, rows: list[dict[str, Any]], selected: set[str], link_ids: list[str]) -> dict[str, str]:
+        by_id = {r["id"]: r for r in rows}
+        if mode == "link":
+            unfinished = [f"{r['id']}: {r['status']}" for r in rows if r["status"] != "completed"]
+            if unfinished:
+                raise invalid_params(
+                    "origin_type 'link' needs a fully completed tree; not completed: [" + ", ".join(unfinished) + "]"
+                )
+            return dict.fromkeys(selected, "link")
+        if mode == "archive":
+            return dict.fromkeys(selected, "archive")
+        if mode == "mixed":
+            unknown = [tid for tid in link_ids if tid not in selected]
+            if unknown:
+                raise invalid_params(f"link_task_ids not in the cloned tasks: [{', '.join(unknown)}]")
+            unfinished = [f"{tid}: {by_id[tid]['status']}" for tid in link_ids if by_id[tid]["status"] != "completed"]
+            if unfinished:
+                raise invalid_params("linked tasks must be completed; not completed: [" + ", ".join(unfinished) + "]")
+            return {tid: "link" if tid in link_ids else "clone" for tid in selected}
+        return dict.fromkeys(selected, "clone")
+
+    # --- execution ------------------------------------------------------------------------
+
+    async def execute(self, params: Any, ctx: CallContext) -> Any:
+        params = _obj(params)
+        task_id = p.string(params, "task_id", aliases=("id",), required=True)
+        streaming = p.boolean(params, "use_streaming", False)
+        copy_execution = p.boolean(params, "copy_execution", False)
+        copy_children = p.boolean(params, "copy_children", False)
+        webhook = await WebhookConfig.parse(params.get("webhook_config"), self.settings) \
+            if params.get("webhook_config") is not None else None
+        await self._task_for(task_id, ctx.caller)
+        answer: dict[str, Any] = {"protocol": ctx.surface}
+        if copy_execution:
+            copies = await self.copy_tree(task_id, copy_children, ctx.caller)
+            copy_of = {c["original_task_id"]: c["id"] for c in copies}
+            answer["original_task_id"] = task_id
+            task_id = copy_of[task_id]
+        row = await self.repo.get(task_id)
+        assert row is not None
+        tree_id = row["task_tree_id"]
+        # Subscribe before starting, so not even an instant `final` is missed.
+        subs = [self.bus.subscribe(lambda e: e["root_task_id"] == tree_id, maxsize=10_000)
+                for wanted in (streaming, webhook is not None) if wanted]
+        try:
+            await self.engine.execute(task_id, _call(ctx))
+        except (AlreadyRunning, NotExecutable) as exc:
+            for sub in subs:
+                sub.close()
+            if isinstance(exc, NotExecutable):
+                raise invalid_params(str(exc)) from None
+            return {"success": False, **answer, "root_task_id": tree_id, "task_id": task_id,
+                    "status": "already_running", "message": f"Task '{task_id}' is already running"}
+        answer = {"success": True, **answer, "root_task_id": tree_id, "task_id": task_id, "status": "started",
+                  "message": f"Execution of task '{task_id}' started"}
+        if streaming or webhook:
+            answer["streaming"] = True
+        if webhook:
+            answer["webhook_url"] = webhook.url
+            self._spawn(deliver_webhooks(subs[-1], webhook))
+        if streaming:
+            return StreamReply(first=answer, events=sse_events(subs[0], tree_id))
+        return answer
+
+    async def running_list(self, params: Any, ctx: CallContext) -> list[dict[str, Any]]:
+        params = _obj(params)
+        user_id = p.string(params, "user_id")
+        limit = p.integer(params, "limit", 100, low=1, high=1000)
+        rows = [public(r) for r in self.engine.running_rows()
+                if (user_id is None or r["user_id"] == user_id) and ctx.caller.can_access(r["user_id"])]
+        return rows[:limit]
+
+    async def running_status(self, params: Any, ctx: CallContext) -> list[dict[str, Any]]:
+        ids = p.string_list(_obj(params), "task_ids", aliases=("context_ids",), required=True)
+        found = await self.repo.get_many(ids)
+        answer = []
+        for tid in ids:
+            row = found.get(tid)
+            if row is None:
+                answer.append({"task_id": tid, "context_id": tid, "status": "not_found"})
+            elif not ctx.caller.can_access(row["user_id"]):
+                answer.append({"task_id": tid, "context_id": tid, "status": "permission_denied"})
+            else:
+                answer.append({
+                    "task_id": tid, "context_id": tid, "status": row["status"], "progress": row["progress"],
+                    "name": row["name"], "error": row["error"], "is_running": tid in self.engine.running,
+                    "started_at": row["started_at"], "updated_at": row["updated_at"],
+                })
+        return answer
+
+    async def running_count(self, params: Any, ctx: CallContext) -> dict[str, Any]:
+        user_id = p.string(_obj(params), "user_id")
+        if user_id is not None and ctx.caller.authenticated and not ctx.caller.unrestricted \
+                and user_id != ctx.caller.user_id:
+            raise permission_denied("Counting another user's running tasks needs the admin role")
+        target = user_id
+        if target is None and ctx.caller.authenticated and not ctx.caller.unrestricted:
+            target = ctx.caller.user_id
+        count = sum(1 for r in self.engine.running_rows() if target is None or r["user_id"] == target)
+        answer: dict[str, Any] = {"count": count}
+        if user_id is not None:
+            answer["user_id"] = user_id
+        return answer
+
+    async def cancel(self, params: Any, ctx: CallContext) -> list[dict[str, Any]]:
+        params = _obj(params)
+        ids = p.string_list(params, "task_ids", aliases=("context_ids", "task_id"), required=True)
+        force = p.boolean(params, "force", False)
+        error_message = p.string(params, "error_message")
+        return [await self.cancel_one(tid, ctx.caller, force=force, error_message=error_message) for tid in ids]
+
+    async def cancel_one(self, task_id: str, caller: Caller, *, force: bool = False,
+                         error_message: str | None = None) -> dict[str, Any]:
+        answer: dict[str, Any] = {"task_id": task_id, "force": force, "token_usage": None, "result": None}
+        row = await self.repo.get(task_id)
+        if row is None:
+            return {**answer, "status": "error", "message": f"Task {task_id} not found", "error": "not_found"}
+        if not caller.can_access(row["user_id"]):
+            return {**answer, "status": "failed", "message": f"Permission denied for task {task_id}",
+                    "error": "permission_denied"}
+        if row["status"] not in ("pending", "in_progress"):
+            return {**answer, "status": "failed",
+                    "message": f"Task {task_id} is already {row['status']}, cannot cancel"}
+        outcome = await self.engine.cancel(task_id, error_message)
+        if outcome["status"] != "cancelled":
+            return {**answer, "status": "failed",
+                    "message": f"Task {task_id} is already {outcome['status']}, cannot cancel"}
+        return {**answer, "status": "cancelled", "message": f"Task {task_id} cancelled",
+                "token_usage": outcome["token_usage"], "result": outcome["result"]}
+
+
+def _obj(params: Any) -> dict[str, Any]:
+    if not isinstance(params, Mapping):
+        raise invalid_params("params must be an object")
+    return dict(params)
+
+
+def _field_problem(key: str, value: Any) -> str | None:
+    if key == "status":
+        return trees.check_status(value)
+    if key == "priority":
+        return trees.check_priority(value)
+    if key == "progress":
+        return trees.check_progress(value)
+    if key == "name" and (not isinstance(value, str) or not value.strip() or len(value) > trees.MAX_NAME):
+        return f"name must be a non-empty string of at most {trees.MAX_NAME} characters"
+    if key in ("inputs", "params", "schemas") and not isinstance(value, Mapping):
+        return f"{key} must be an object"
+    if key in ("error", "started_at", "completed_at", "description") and value is not None and not isinstance(value, str):
+        return f"{key} must be a string or null"
+    return None
+
+
+def _preview(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A clone preview task: what tasks.create accepts to make the clone later."""
+    task = public(row)
+    for key in ("created_at", "updated_at", "task_tree_id"):
+        task.pop(key, None)
+    return task
+
+
+def _call(ctx: CallContext) -> dict[str, Any]:
+    return {"user_id": ctx.caller.user_id, "llm_api_key": ctx.llm_api_key, "llm_provider": ctx.llm_provider}

@@ -1,0 +1,208 @@
+"""Every SERVICE_* variable, parsed once into one frozen object.
+
+The process environment is read in exactly one place (`Settings.from_env`); everything else receives
+a `Settings` instance, so tests can build as many differently configured apps as they like.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+
+class SettingsError(ValueError):
+    """A configuration value is unusable; the message names the variable."""
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise SettingsError(f"{name} must be true or false, got {raw!r}")
+
+
+def _int(env: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise SettingsError(f"{name} must be an integer, got {raw!r}") from None
+    if not low <= value <= high:
+        raise SettingsError(f"{name} must be between {low} and {high}, got {value}")
+    return value
+
+
+def _float(env: Mapping[str, str], name: str, default: float, low: float, high: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise SettingsError(f"{name} must be a number, got {raw!r}") from None
+    if not low <= value <= high:
+        raise SettingsError(f"{name} must be between {low} and {high}, got {value}")
+    return value
+
+
+def _list(env: Mapping[str, str], name: str) -> tuple[str, ...] | None:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return None
+    return tuple(item.strip() for item in raw.split(",") if item.strip())
+
+
+def _optional(env: Mapping[str, str], name: str) -> str | None:
+    raw = env.get(name)
+    return raw if raw not in (None, "") else None
+
+
+def _db_connections(env: Mapping[str, str], name: str) -> dict[str, dict[str, Any]]:
+    """`{"name": {"url": "...", "allow_write": false}}` for database_executor; {} when unset."""
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return {}
+    try:
+        parsed = json.loads(raw)
+    except ValueError as exc:
+        raise SettingsError(f"{name} must be a JSON object, could not parse it: {exc}") from None
+    if not isinstance(parsed, dict):
+        raise SettingsError(f"{name} must be a JSON object of named connections")
+    connections: dict[str, dict[str, Any]] = {}
+    for key, spec in parsed.items():
+        if not isinstance(spec, dict) or not isinstance(spec.get("url"), str) or not spec["url"]:
+            raise SettingsError(f'{name}: connection {key!r} must be an object with a "url" string')
+        if not isinstance(spec.get("allow_write", False), bool):
+            raise SettingsError(f"{name}: connection {key!r} allow_write must be true or false")
+        connections[key] = {"url": spec["url"], "allow_write": spec.get("allow_write", False)}
+    return connections
+
+
+def normalize_database_url(raw: str, name: str = "SERVICE_DATABASE_URL") -> str:
+    """Turn any accepted spelling into the async SQLAlchemy URL we connect with."""
+    url = raw.strip()
+    if url.startswith("sqlite+aiosqlite://"):
+        return url
+    if url.startswith("sqlite://"):
+        return "sqlite+aiosqlite://" + url[len("sqlite://"):]
+    if url.startswith("postgresql+asyncpg://"):
+        return url
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+asyncpg://" + url[len(prefix):]
+    raise SettingsError(
+        f"{name} must start with sqlite:///, sqlite+aiosqlite:///, postgresql:// or "
+        f"postgresql+asyncpg://, got {raw!r}"
+    )
+
+
+PROTOCOLS = ("a2a", "graphql")
+
+
+@dataclass(frozen=True)
+class Settings:
+    api_protocol: str = "a2a"
+    enable_docs: bool = True
+    enable_system_routes: bool = True
+    api_host: str = "0.0.0.0"
+    api_port: int = 8000
+    jwt_secret: str | None = None
+    jwt_algorithms: tuple[str, ...] = ("HS256",)
+    extensions: tuple[str, ...] | None = None
+    llm_provider: str | None = None
+    llm_base_url: str | None = None
+    # Seconds one LLM call may take, and how often a failed call is retried (llm/client.py).
+    llm_timeout: float = 120.0
+    llm_max_retries: int = 2
+    database_url: str = field(
+        default_factory=lambda: "sqlite+aiosqlite:///" + str(Path.cwd() / "taskgrove.db")
+    )
+    # Public address put in the agent card; derived from host and port when unset.
+    public_url: str | None = None
+    # Engine: how many tasks one instance runs at the same time.
+    max_concurrency: int = 16
+    # How long tasks.create waits for the tree to finish before answering its current state.
+    create_wait_timeout: float = 30.0
+    # Program names command_executor may run; empty means the executor refuses every command.
+    command_allowlist: tuple[str, ...] = ()
+    # Webhooks, push notifications and rest_executor may reach private/loopback addresses.
+    allow_private_urls: bool = False
+    # database_executor: named connections from SERVICE_DB_CONNECTIONS (URLs hold passwords: no repr).
+    database_connections: Mapping[str, Mapping[str, Any]] = field(
+        default_factory=dict, repr=False, hash=False
+    )
+    # database_executor may connect to a URL given in task inputs (SERVICE_DB_ALLOW_INPUT_URL).
+    database_allow_input_url: bool = False
+    # Server secret from which the key that encrypts stored LLM keys is derived.
+    secret_key: str | None = None
+    # Every variable as read, for vendor-specific LLM variables (<VENDOR>_API_KEY, <VENDOR>_MODEL).
+    environ: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> "Settings":
+        env = dict(os.environ if env is None else env)
+        protocol = env.get("SERVICE_API_PROTOCOL", "a2a").strip().lower() or "a2a"
+        if protocol not in PROTOCOLS:
+            raise SettingsError(f"SERVICE_API_PROTOCOL must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
+        db_raw = env.get("SERVICE_DATABASE_URL")
+        values: dict[str, Any] = dict(
+            api_protocol=protocol,
+            enable_docs=_bool(env, "SERVICE_ENABLE_DOCS", True),
+            enable_system_routes=_bool(env, "SERVICE_ENABLE_SYSTEM_ROUTES", True),
+            api_host=env.get("SERVICE_API_HOST", "0.0.0.0").strip() or "0.0.0.0",
+            api_port=_int(env, "SERVICE_API_PORT", 8000, 1, 65535),
+            jwt_secret=_optional(env, "SERVICE_JWT_SECRET"),
+            jwt_algorithms=_list(env, "SERVICE_JWT_ALGORITHMS") or ("HS256",),
+            extensions=_list(env, "SERVICE_EXTENSIONS"),
+            llm_provider=_optional(env, "SERVICE_LLM_PROVIDER"),
+            llm_base_url=_optional(env, "SERVICE_LLM_BASE_URL"),
+            llm_timeout=_float(env, "SERVICE_LLM_TIMEOUT", 120.0, 0.1, 3600.0),
+            llm_max_retries=_int(env, "SERVICE_LLM_MAX_RETRIES", 2, 0, 10),
+            public_url=_optional(env, "SERVICE_PUBLIC_URL"),
+            max_concurrency=_int(env, "SERVICE_MAX_CONCURRENCY", 16, 1, 10_000),
+            create_wait_timeout=_float(env, "SERVICE_CREATE_WAIT_TIMEOUT", 30.0, 0.0, 86_400.0),
+            command_allowlist=_list(env, "SERVICE_COMMAND_ALLOWLIST") or (),
+            allow_private_urls=_bool(env, "SERVICE_ALLOW_PRIVATE_URLS", False),
+            database_connections=_db_connections(env, "SERVICE_DB_CONNECTIONS"),
+            database_allow_input_url=_bool(env, "SERVICE_DB_ALLOW_INPUT_URL", False),
+            secret_key=_optional(env, "SERVICE_SECRET_KEY"),
+            environ=env,
+        )
+        if db_raw is not None and db_raw.strip():
+            values["database_url"] = normalize_database_url(db_raw)
+        values.update(overrides)
+        if "database_url" in overrides:
+            values["database_url"] = normalize_database_url(values["database_url"])
+        return cls(**values)
+
+    def with_(self, **changes: Any) -> "Settings":
+        """A copy with some values changed (tests and the CLI use this)."""
+        if "database_url" in changes:
+            changes["database_url"] = normalize_database_url(changes["database_url"])
+        return replace(self, **changes)
+
+    @property
+    def jwt_enabled(self) -> bool:
+        return bool(self.jwt_secret)
+
+    @property
+    def base_url(self) -> str:
+        if self.public_url:
+            return self.public_url.rstrip("/")
+        host = "localhost" if self.api_host in ("0.0.0.0", "::", "") else self.api_host
+        return f"http://{host}:{self.api_port}"

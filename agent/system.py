@@ -1,0 +1,75 @@
+"""The `/system` operations: health, executor catalogue and the example trees."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import text
+
+from agent import __version__
+from agent.auth import Caller
+from agent.engine.engine import Engine
+from agent.examples import EXAMPLE_PRODUCT, example_trees
+from agent.rpc import params as p
+from agent.rpc.jsonrpc import CallContext
+from agent.service import TaskService, _obj
+from executors.registry import ExecutorRegistry
+from storage.repository import TaskRepository
+from storage.trees import now_iso
+
+
+class SystemService:
+    def __init__(self, repo: TaskRepository, engine: Engine, registry: ExecutorRegistry, tasks: TaskService) -> None:
+        self.repo = repo
+        self.engine = engine
+        self.registry = registry
+        self.tasks = tasks
+
+    async def health(self, _params: Any, _ctx: CallContext) -> dict[str, Any]:
+        try:
+            async with self.repo.engine.connect() as conn:
+                await conn.execute(text("SELECT 1"))
+            status, message = "healthy", "Service is running"
+        except Exception as exc:  # report, don't fail: health must always answer
+            status, message = "unhealthy", f"Database unreachable: {type(exc).__name__}"
+        return {
+            "status": status,
+            "message": message,
+            "version": __version__,
+            "timestamp": now_iso(),
+            "running_tasks_count": len(self.engine.running),
+        }
+
+    async def executors(self, _params: Any, _ctx: CallContext) -> dict[str, Any]:
+        descriptors = self.registry.descriptors()
+        answer: dict[str, Any] = {
+            "executors": descriptors,
+            "count": len(descriptors),
+            "restricted": self.registry.restricted,
+        }
+        if self.registry.restricted:
+            answer["allowed_ids"] = self.registry.ids()
+        return answer
+
+    async def examples_status(self, _params: Any, _ctx: CallContext) -> dict[str, Any]:
+        count = await self._example_count()
+        return {
+            "initialized": count > 0,
+            "available": True,
+            "message": f"{count} example tasks stored" if count else "Examples not initialized; call examples.init",
+        }
+
+    async def examples_init(self, params: Any, ctx: CallContext) -> dict[str, Any]:
+        force = p.boolean(_obj(params), "force", False)
+        if await self._example_count() and not force:
+            return {"success": True, "created_count": 0, "message": "Examples already initialized (use force to add again)"}
+        created = 0
+        for tree in example_trees(self.registry.ids()):
+            rows = await self.tasks.create_tree(tree, ctx.caller)
+            created += len(rows)
+        return {"success": True, "created_count": created, "message": f"Created {created} example tasks"}
+
+    async def _example_count(self) -> int:
+        return len([r for r in await self.repo.list(limit=1000) if r["product_id"] == EXAMPLE_PRODUCT])
+
+

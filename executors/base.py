@@ -1,0 +1,87 @@
+"""The executor contract: what the engine hands an executor and what it expects back.
+
+An executor is a class with a few descriptive class attributes and one coroutine, `execute`.
+The engine creates one instance per task run, so instance attributes are a safe place for
+state that `cancel()` needs (a process handle, token usage so far).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:  # pragma: no cover
+    from agent.settings import Settings
+
+ProgressCallback = Callable[[float, "str | None"], Awaitable[None]]
+
+
+class ExecutorError(Exception):
+    """A failure the executor wants reported as the task's error, without a traceback."""
+
+
+@dataclass
+class ExecutionContext:
+    """Everything an executor may look at besides its inputs.
+
+    `dependency_results` maps each dependency's task id to that task's result; the task's own
+    `inputs` are never modified with them (see README, "Dependency results").
+    """
+
+    task_id: str
+    task: Mapping[str, Any]
+    settings: "Settings"
+    dependency_results: dict[str, Any] = field(default_factory=dict)
+    user_id: str | None = None
+    # LLM key from the X-LLM-API-KEY header of the request that started the run, if any.
+    llm_api_key: str | None = None
+    llm_provider: str | None = None
+    # Services an executor may need (e.g. "tasks" for generate_executor); set by the app.
+    services: Mapping[str, Any] = field(default_factory=dict)
+    _progress: ProgressCallback | None = None
+
+    async def report_progress(self, progress: float, message: str | None = None) -> None:
+        """Publish progress (0..1) for this task; cheap, safe to call often."""
+        if self._progress is not None:
+            await self._progress(max(0.0, min(1.0, float(progress))), message)
+
+
+class Executor:
+    """Base class for every executor.
+
+    Subclasses set `id`, `name`, `extension`, `description` and optionally `input_schema`
+    (a JSON Schema the engine validates `inputs` against before calling `execute`).
+    `execute` returns the task result (any JSON value; a dict is usual). It may raise
+    `ExecutorError` for an expected failure. `cancel` is called when the task is cancelled
+    while running, before the running coroutine is cancelled; it may return a dict with
+    `token_usage` and/or `result` (partial result) for the cancellation answer.
+    """
+
+    id: ClassVar[str] = ""
+    name: ClassVar[str] = ""
+    extension: ClassVar[str] = "core"
+    description: ClassVar[str] = ""
+    type: ClassVar[str | None] = None
+    input_schema: ClassVar[dict[str, Any] | None] = None
+
+    def __init__(self, params: Mapping[str, Any] | None = None) -> None:
+        self.params: dict[str, Any] = dict(params or {})
+        # Executors that call LLMs keep running totals here; the engine stores them as
+        # token_success / token_failed and returns them from cancel.
+        self.token_usage: dict[str, int] | None = None
+
+    async def execute(self, inputs: dict[str, Any], context: ExecutionContext) -> Any:
+        raise NotImplementedError
+
+    async def cancel(self) -> dict[str, Any] | None:
+        return None
+
+    @classmethod
+    def descriptor(cls) -> dict[str, Any]:
+        return {
+            "id": cls.id,
+            "name": cls.name or cls.id,
+            "extension": cls.extension,
+            "description": cls.description,
+        }

@@ -1,0 +1,83 @@
+"""Executors with no outside effects: collecting dependency results, no-ops and sleeps.
+
+They are always safe to enable, so demos, benchmarks and concurrency tests can build trees
+from them without configuring anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from executors.base import ExecutionContext, Executor
+
+
+class AggregateResultsExecutor(Executor):
+    """Gathers the results of the task's dependencies into one result.
+
+    The usual root of a fan-in tree: its dependencies do the work, it presents the answers
+    together, keyed by dependency task id.
+    """
+
+    id = "aggregate_results_executor"
+    name = "Aggregate results"
+    extension = "core"
+    description = "Collects the results of this task's dependencies: {results: {task_id: result}, count}."
+    input_schema = {"type": "object"}
+
+    async def execute(self, inputs: dict[str, Any], context: ExecutionContext) -> Any:
+        results = dict(context.dependency_results)
+        return {"results": results, "count": len(results)}
+
+
+class NoopExecutor(Executor):
+    """Does nothing and answers at once: measures the engine's own overhead in benchmarks."""
+
+    id = "noop_executor"
+    name = "No-op"
+    extension = "core"
+    description = "Does nothing; returns {ok: true, inputs} at once. For benchmarks and tests."
+    input_schema = {"type": "object"}
+
+    async def execute(self, inputs: dict[str, Any], context: ExecutionContext) -> Any:
+        return {"ok": True, "inputs": inputs}
+
+
+class SleepExecutor(Executor):
+    """Waits a given time, reporting progress: a stand-in for slow work in demos and tests."""
+
+    id = "sleep_executor"
+    name = "Sleep"
+    extension = "core"
+    description = "Sleeps inputs.seconds (0..3600, default 0.1), reporting progress; cancellable."
+    input_schema = {
+        "type": "object",
+        "properties": {
+            "seconds": {"type": "number", "minimum": 0, "maximum": 3600, "default": 0.1},
+        },
+    }
+
+    # Progress is published at most this many times per run, and at least every second.
+    PROGRESS_STEPS = 10
+
+    def __init__(self, params: Any = None) -> None:
+        super().__init__(params)
+        self._started: float | None = None
+
+    async def execute(self, inputs: dict[str, Any], context: ExecutionContext) -> Any:
+        seconds = float(inputs.get("seconds", 0.1))
+        self._started = time.monotonic()
+        deadline = self._started + seconds
+        step = min(1.0, seconds / self.PROGRESS_STEPS) if seconds > 0 else 0.0
+        while (remaining := deadline - time.monotonic()) > 0:
+            # asyncio.sleep is a cancellation point: the engine's cancel stops us here.
+            await asyncio.sleep(min(step, remaining))
+            done = min(1.0, (time.monotonic() - self._started) / seconds)
+            await context.report_progress(done, f"slept {done * seconds:.2f}s of {seconds:g}s")
+        return {"slept": seconds}
+
+    async def cancel(self) -> dict[str, Any] | None:
+        if self._started is None:
+            return None
+        return {"result": {"slept": round(time.monotonic() - self._started, 3), "cancelled": True}}

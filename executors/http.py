@@ -1,0 +1,235 @@
+"""rest_executor: one HTTP request per task, with retries, size caps and the SSRF guard.
+
+Outcome rules (so a tree can rely on them):
+- 1xx/2xx/3xx: the task completes with `{status_code, headers, body, truncated, elapsed, attempts}`.
+- 5xx and network errors (connection refused, timeouts, ...) are retried `retries` times with
+  exponential backoff (0.5 s, 1 s, 2 s, ...); if the last attempt still fails the task fails.
+- 4xx is the caller's mistake and is never retried: the task fails at once.
+A failing status raises ExecutorError("HTTP 404 from <url>: <head of body>") rather than completing
+with an error status, because dependants of a task should not run on a failed call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+
+from executors.base import ExecutionContext, Executor, ExecutorError
+from executors.netguard import UnsafeURLError, ensure_public_url, request_guard
+
+METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
+DEFAULT_MAX_BYTES = 1024 * 1024
+_BODY_HEAD = 300
+
+
+def _redact(url: str) -> str:
+    """The URL without user:password, for error messages."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    if parts.username is None and parts.password is None:
+        return url
+    netloc = parts.hostname or ""
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _is_json(content_type: str) -> bool:
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or media.endswith("+json")
+
+
+def _auth(spec: Any) -> tuple[dict[str, str], httpx.Auth | None]:
+    """Extra headers and httpx auth for inputs.auth. Never logged, never put in errors."""
+    if spec is None:
+        return {}, None
+    if not isinstance(spec, dict):
+        raise ExecutorError("auth must be an object")
+    kind = str(spec.get("type", "")).lower()
+    if kind == "bearer" and isinstance(spec.get("token"), str):
+        return {"Authorization": f"Bearer {spec['token']}"}, None
+    if kind == "basic" and isinstance(spec.get("username"), str):
+        return {}, httpx.BasicAuth(spec["username"], str(spec.get("password", "")))
+    raise ExecutorError(
+        'auth must be {"type": "bearer", "token": ...} or '
+        '{"type": "basic", "username": ..., "password": ...}'
+    )
+
+
+class _Retryable(Exception):
+    """An attempt failed in a way worth trying again; carries the final error message."""
+
+
+class RestExecutor(Executor):
+    """Sends one HTTP request and returns the response (see the module docstring for outcomes)."""
+
+    id = "rest_executor"
+    name = "REST call"
+    extension = "http"
+    description = (
+        "HTTP request: inputs.method, url, headers, query, json|data, auth, timeout, retries, "
+        "max_response_bytes. 4xx/5xx fail the task; 5xx and network errors are retried."
+    )
+    input_schema = {
+        "type": "object",
+        "required": ["url"],
+        "properties": {
+            "method": {"type": "string", "default": "GET"},
+            "url": {"type": "string", "minLength": 1},
+            "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+            "query": {"type": "object"},
+            "json": {},
+            "data": {"type": "object"},
+            "timeout": {"type": "number", "exclusiveMinimum": 0, "default": 30},
+            "retries": {"type": "integer", "minimum": 0, "maximum": 10, "default": 2},
+            "follow_redirects": {"type": "boolean", "default": True},
+            "max_response_bytes": {"type": "integer", "minimum": 0, "default": DEFAULT_MAX_BYTES},
+            "auth": {
+                "oneOf": [
+                    {
+                        "type": "object",
+                        "required": ["type", "token"],
+                        "properties": {"type": {"const": "bearer"}, "token": {"type": "string"}},
+                    },
+                    {
+                        "type": "object",
+                        "required": ["type", "username"],
+                        "properties": {
+                            "type": {"const": "basic"},
+                            "username": {"type": "string"},
+                            "password": {"type": "string"},
+                        },
+                    },
+                ]
+            },
+        },
+        "not": {"required": ["json", "data"]},
+    }
+
+    # First retry delay in seconds; doubled for each further retry. Tests shrink it.
+    backoff_base = 0.5
+
+    def __init__(self, params: Any = None) -> None:
+        super().__init__(params)
+        self._client: httpx.AsyncClient | None = None
+
+    async def execute(self, inputs: dict[str, Any], context: ExecutionContext) -> Any:
+        url = inputs.get("url")
+        if not isinstance(url, str) or not url:
+            raise ExecutorError("url is required")
+        method = str(inputs.get("method", "GET")).upper()
+        if method not in METHODS:
+            raise ExecutorError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+        if "json" in inputs and "data" in inputs:
+            raise ExecutorError("give either json or data as the request body, not both")
+        timeout = float(inputs.get("timeout", 30))
+        retries = int(inputs.get("retries", 2))
+        cap = int(inputs.get("max_response_bytes", DEFAULT_MAX_BYTES))
+        allow_private = bool(context.settings.allow_private_urls)
+        try:
+            await ensure_public_url(url, allow_private)
+        except UnsafeURLError as exc:
+            raise ExecutorError(str(exc)) from None
+
+        auth_headers, auth = _auth(inputs.get("auth"))
+        headers = {**(inputs.get("headers") or {}), **auth_headers}
+        request_kwargs: dict[str, Any] = {"headers": headers, "params": inputs.get("query")}
+        if "json" in inputs:
+            request_kwargs["json"] = inputs["json"]
+        elif "data" in inputs:
+            request_kwargs["data"] = inputs["data"]
+
+        started = time.monotonic()
+        # trust_env=False: no proxy or .netrc credentials picked up from the service environment.
+        self._client = httpx.AsyncClient(
+            timeout=timeout,
+            auth=auth,
+            follow_redirects=bool(inputs.get("follow_redirects", True)),
+            event_hooks={"request": [request_guard(allow_private)]},
+            trust_env=False,
+        )
+        try:
+            for attempt in range(retries + 1):
+                try:
+                    result = await self._attempt(method, url, request_kwargs, timeout, cap)
+                except _Retryable as exc:
+                    if attempt == retries:
+                        raise ExecutorError(str(exc)) from None
+                    await asyncio.sleep(self.backoff_base * 2**attempt)
+                    continue
+                result["elapsed"] = round(time.monotonic() - started, 6)
+                result["attempts"] = attempt + 1
+                return result
+            raise AssertionError("unreachable")  # pragma: no cover
+        finally:
+            await self._client.aclose()
+
+    async def _attempt(
+        self, method: str, url: str, kwargs: dict[str, Any], timeout: float, cap: int
+    ) -> dict[str, Any]:
+        """One request. Returns the result, raises _Retryable or ExecutorError."""
+        assert self._client is not None
+        shown = _redact(url)
+        try:
+            # asyncio.timeout bounds the whole attempt; httpx's timeout only bounds each phase.
+            async with asyncio.timeout(timeout):
+                async with self._client.stream(method, url, **kwargs) as response:
+                    body, truncated = await self._read(response, cap)
+        except UnsafeURLError as exc:  # a redirect pointed somewhere private
+            raise ExecutorError(str(exc)) from None
+        except TimeoutError:
+            raise _Retryable(f"request to {shown} timed out after {timeout:g}s") from None
+        except httpx.TimeoutException:
+            raise _Retryable(f"request to {shown} timed out after {timeout:g}s") from None
+        except httpx.TooManyRedirects:
+            raise ExecutorError(f"too many redirects from {shown}") from None
+        except httpx.TransportError as exc:
+            raise _Retryable(f"request to {shown} failed: {type(exc).__name__}: {exc}") from None
+        except httpx.HTTPError as exc:
+            raise ExecutorError(f"request to {shown} failed: {exc}") from None
+
+        try:
+            text = body.decode(response.encoding or "utf-8", errors="replace")
+        except LookupError:  # a charset Python does not know
+            text = body.decode("utf-8", errors="replace")
+        if response.status_code >= 400:
+            message = f"HTTP {response.status_code} from {shown}: {text[:_BODY_HEAD].strip()}"
+            if response.status_code >= 500:
+                raise _Retryable(message)
+            raise ExecutorError(message)
+        parsed: Any = text
+        if not truncated and _is_json(response.headers.get("content-type", "")) and text:
+            try:
+                parsed = json.loads(text)
+            except ValueError:
+                parsed = text
+        return {
+            "status_code": response.status_code,
+            "headers": dict(response.headers),
+            "body": parsed,
+            "truncated": truncated,
+        }
+
+    @staticmethod
+    async def _read(response: httpx.Response, cap: int) -> tuple[bytes, bool]:
+        """Read at most `cap` bytes of the (decoded) body; stop reading past it."""
+        kept = bytearray()
+        async for chunk in response.aiter_bytes():
+            room = cap - len(kept)
+            kept += chunk[: max(room, 0)]
+            if len(chunk) > room:
+                return bytes(kept), True
+        return bytes(kept), False
+
+    async def cancel(self) -> dict[str, Any] | None:
+        """Close the client so the in-flight request is aborted at once."""
+        if self._client is not None:
+            await self._client.aclose()
+        return None

@@ -1,0 +1,91 @@
+"""Table definitions. The migrations in storage/migrations create exactly these tables.
+
+Timestamps are ISO 8601 strings in UTC with a fixed width (`2026-11-21T06:32:13.123456+00:00`):
+they sort correctly as text on every backend and go to the wire unchanged.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, LargeBinary, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+TASK_STATUSES = ("pending", "in_progress", "completed", "failed", "cancelled")
+TERMINAL_STATUSES = ("completed", "failed", "cancelled")
+ORIGIN_TYPES = ("own", "clone", "reference", "link", "archive")
+
+
+class Task(Base):
+    __tablename__ = "tasks"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(1024))
+    description: Mapped[str | None] = mapped_column(Text, nullable=True)
+    user_id: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    parent_id: Mapped[str | None] = mapped_column(
+        String(64),
+        ForeignKey("tasks.id", deferrable=True, initially="DEFERRED"),
+        nullable=True,
+    )
+    task_tree_id: Mapped[str] = mapped_column(String(64))
+    priority: Mapped[int] = mapped_column(Integer, default=1)
+    dependencies: Mapped[list] = mapped_column(JSON, default=list)
+    inputs: Mapped[dict] = mapped_column(JSON, default=dict)
+    params: Mapped[dict] = mapped_column(JSON, default=dict)
+    schemas: Mapped[dict] = mapped_column(JSON, default=dict)
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    progress: Mapped[float] = mapped_column(Float, default=0.0)
+    result: Mapped[object | None] = mapped_column(JSON, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[str] = mapped_column(String(40))
+    updated_at: Mapped[str] = mapped_column(String(40))
+    started_at: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    completed_at: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    product_id: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    token_success: Mapped[int] = mapped_column(Integer, default=0)
+    token_failed: Mapped[int] = mapped_column(Integer, default=0)
+    original_task_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    has_copy: Mapped[bool] = mapped_column(Boolean, default=False)
+    has_references: Mapped[bool] = mapped_column(Boolean, default=False)
+    origin_type: Mapped[str] = mapped_column(String(16), default="own")
+    # Custom fields a deployment supplies at creation that have no column of their own.
+    extra: Mapped[dict] = mapped_column(JSON, default=dict)
+    # Which instance runs the task and until when (scale-out: an expired lease means a dead owner).
+    lease_owner: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    lease_expires_at: Mapped[str | None] = mapped_column(String(40), nullable=True)
+
+    __table_args__ = (
+        Index("ix_tasks_parent_id", "parent_id"),
+        Index("ix_tasks_user_id", "user_id"),
+        Index("ix_tasks_status", "status"),
+        Index("ix_tasks_created_at", "created_at"),
+        Index("ix_tasks_task_tree_id", "task_tree_id"),
+    )
+
+
+class LLMKey(Base):
+    """Per-user, per-provider LLM keys, encrypted at rest (see agent/auth keys)."""
+
+    __tablename__ = "llm_keys"
+
+    user_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    provider: Mapped[str] = mapped_column(String(64), primary_key=True)
+    ciphertext: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[str] = mapped_column(String(40))
+    updated_at: Mapped[str] = mapped_column(String(40))
+
+
+tasks_table = Task.__table__
+llm_keys_table = LLMKey.__table__
+
+# Columns the wire shows for a task, in the order SPEC.md lists them.
+TASK_FIELDS = (
+    "id", "name", "description", "user_id", "parent_id", "priority", "dependencies", "inputs",
+    "params", "schemas", "status", "progress", "result", "error", "created_at", "updated_at",
+    "started_at", "completed_at", "product_id", "token_success", "token_failed",
+    "original_task_id", "has_copy", "has_references", "origin_type", "task_tree_id",
+)

@@ -1,0 +1,200 @@
+"""Every statement the service runs against the tasks table.
+
+Reads return plain dicts (one per row, every column). Writes that change a task's status are
+compare-and-set statements (`UPDATE ... WHERE status IN (...)`), so two instances, or a late
+result racing a cancel, can never overwrite each other: the database decides who wins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+from sqlalchemy import String, and_, bindparam, cast, delete, func, insert, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from storage.models import tasks_table as T
+
+Row = dict[str, Any]
+_CHUNK = 500  # ids per IN (...) list: well below every backend's bound-parameter limit
+
+
+def _chunks(ids: Sequence[str]) -> Iterable[Sequence[str]]:
+    for start in range(0, len(ids), _CHUNK):
+        yield ids[start:start + _CHUNK]
+
+
+class TaskRepository:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    @asynccontextmanager
+    async def transaction(self, conn: AsyncConnection | None = None) -> AsyncIterator[AsyncConnection]:
+        """A transaction, or the caller's one when `conn` is given (so operations compose)."""
+        if conn is not None:
+            yield conn
+            return
+        async with self.engine.begin() as new_conn:
+            yield new_conn
+
+    # --- reads ----------------------------------------------------------------------------
+
+    async def get(self, task_id: str, conn: AsyncConnection | None = None) -> Row | None:
+        async with self.transaction(conn) as c:
+            row = (await c.execute(select(T).where(T.c.id == task_id))).first()
+        return dict(row._mapping) if row else None
+
+    async def get_many(self, ids: Iterable[str], conn: AsyncConnection | None = None) -> dict[str, Row]:
+        wanted = list(dict.fromkeys(ids))
+        found: dict[str, Row] = {}
+        async with self.transaction(conn) as c:
+            for chunk in _chunks(wanted):
+                for row in await c.execute(select(T).where(T.c.id.in_(chunk))):
+                    found[row.id] = dict(row._mapping)
+        return found
+
+    async def tree(self, tree_id: str, conn: AsyncConnection | None = None) -> list[Row]:
+        async with self.transaction(conn) as c:
+            result = await c.execute(
+                select(T).where(T.c.task_tree_id == tree_id).order_by(T.c.created_at, T.c.id)
+            )
+            return [dict(row._mapping) for row in result]
+
+    async def list(
+        self,
+        *,
+        user_id: str | None = None,
+        status: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[Row]:
+        query = select(T)
+        if user_id is not None:
+            query = query.where(T.c.user_id == user_id)
+        if status is not None:
+            query = query.where(T.c.status == status)
+        query = query.order_by(T.c.created_at.desc(), T.c.id.desc()).limit(limit).offset(offset)
+        async with self.engine.connect() as c:
+            return [dict(row._mapping) for row in await c.execute(query)]
+
+    async def count(self, *, user_id: str | None = None, status: str | None = None) -> int:
+        query = select(func.count()).select_from(T)
+        if user_id is not None:
+            query = query.where(T.c.user_id == user_id)
+        if status is not None:
+            query = query.where(T.c.status == status)
+        async with self.engine.connect() as c:
+            return int((await c.execute(query)).scalar_one())
+
+    async def children(self, parent_id: str) -> list[Row]:
+        async with self.engine.connect() as c:
+            result = await c.execute(
+                select(T).where(T.c.parent_id == parent_id).order_by(T.c.created_at, T.c.id)
+            )
+            return [dict(row._mapping) for row in result]
+
+    async def dependents(self, task_id: str, conn: AsyncConnection | None = None) -> list[Row]:
+        """Tasks (in any tree) that list `task_id` among their dependencies."""
+        needle = f'%"{task_id}"%'
+        async with self.transaction(conn) as c:
+            result = await c.execute(select(T).where(cast(T.c.dependencies, String).like(needle)))
+            rows = [dict(row._mapping) for row in result]
+        return [r for r in rows if any(d.get("id") == task_id for d in r["dependencies"] or ())]
+
+    async def stale_in_progress(self, now: str | None) -> list[str]:
+        """In-progress task ids; with `now`, only those whose lease expired before it."""
+        query = select(T.c.id).where(T.c.status == "in_progress")
+        if now is not None:
+            query = query.where(or_(T.c.lease_expires_at.is_(None), T.c.lease_expires_at < now))
+        async with self.engine.connect() as c:
+            return list((await c.execute(query)).scalars())
+
+    # --- writes ---------------------------------------------------------------------------
+
+    async def insert(self, rows: Sequence[Mapping[str, Any]], conn: AsyncConnection | None = None) -> None:
+        if not rows:
+            return
+        full = [_with_defaults(row) for row in rows]
+        async with self.transaction(conn) as c:
+            await c.execute(insert(T), full)
+
+    async def update(
+        self,
+        task_id: str,
+        values: Mapping[str, Any],
+        *,
+        only_status: Sequence[str] | None = None,
+        conn: AsyncConnection | None = None,
+    ) -> bool:
+        """Set `values` on one task; with `only_status`, only if its status is one of those."""
+        query = update(T).where(T.c.id == task_id).values(**values)
+        if only_status is not None:
+            query = query.where(T.c.status.in_(list(only_status)))
+        async with self.transaction(conn) as c:
+            return (await c.execute(query)).rowcount > 0
+
+    async def update_many(
+        self,
+        ids: Sequence[str],
+        values: Mapping[str, Any],
+        *,
+        only_status: Sequence[str] | None = None,
+        conn: AsyncConnection | None = None,
+    ) -> list[str]:
+        """Compare-and-set on many tasks at once; returns the ids that actually changed."""
+        changed: list[str] = []
+        async with self.transaction(conn) as c:
+            for chunk in _chunks(list(ids)):
+                query = update(T).where(T.c.id.in_(chunk)).values(**values)
+                if only_status is not None:
+                    query = query.where(T.c.status.in_(list(only_status)))
+                result = await c.execute(query.returning(T.c.id))
+                changed.extend(result.scalars())
+        return changed
+
+    async def finish_many(
+        self,
+        outcomes: Sequence[Mapping[str, Any]],
+        *,
+        only_status: Sequence[str] = ("in_progress",),
+        conn: AsyncConnection | None = None,
+    ) -> None:
+        """Write many per-task outcomes in one executemany (each row its own values).
+
+        Each outcome has `id` plus the same set of column keys. Guarded by `only_status`, so a
+        task cancelled meanwhile keeps its `cancelled`.
+        """
+        if not outcomes:
+            return
+        keys = [key for key in outcomes[0] if key != "id"]
+        query = (
+            update(T)
+            .where(and_(T.c.id == bindparam("_id"), T.c.status.in_(list(only_status))))
+            .values({key: bindparam(f"_v_{key}") for key in keys})
+        )
+        params = [{"_id": o["id"], **{f"_v_{key}": o[key] for key in keys}} for o in outcomes]
+        async with self.transaction(conn) as c:
+            await c.execute(query, params)
+
+    async def delete(self, ids: Sequence[str], conn: AsyncConnection | None = None) -> int:
+        deleted = 0
+        async with self.transaction(conn) as c:
+            for chunk in _chunks(list(ids)):
+                deleted += (await c.execute(delete(T).where(T.c.id.in_(chunk)))).rowcount
+        return deleted
+
+
+_DEFAULTS: dict[str, Any] = {
+    "description": None, "user_id": None, "parent_id": None, "priority": 1, "dependencies": [],
+    "inputs": {}, "params": {}, "schemas": {}, "status": "pending", "progress": 0.0,
+    "result": None, "error": None, "started_at": None, "completed_at": None,
+    "product_id": None, "token_success": 0, "token_failed": 0, "original_task_id": None,
+    "has_copy": False, "has_references": False, "origin_type": "own", "extra": {},
+    "lease_owner": None, "lease_expires_at": None,
+}
+
+
+def _with_defaults(row: Mapping[str, Any]) -> dict[str, Any]:
+    """executemany needs every row to carry the same keys."""
+    return {**_DEFAULTS, **{k: v for k, v in row.items() if k in T.c}}

@@ -1,0 +1,498 @@
+"""Pure tree logic on plain dicts: validating new trees, nesting, copy and clone planning.
+
+Nothing here touches the database, so every rule can be read (and tested) on its own; the
+repository writes what these functions return in one transaction.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from storage.models import TASK_FIELDS, TASK_STATUSES
+
+MAX_NAME = 1024
+MAX_ID = 64
+MAX_USER = 255
+
+
+class TreeError(ValueError):
+    """A tree or task definition breaks a rule; the message says which task and what is wrong."""
+
+
+def now_iso(offset_us: int = 0) -> str:
+    moment = datetime.now(timezone.utc)
+    if offset_us:
+        moment += timedelta(microseconds=offset_us)
+    return moment.isoformat(timespec="microseconds")
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
+
+
+# --- reading input --------------------------------------------------------------------------
+
+def tasks_from_params(params: Any) -> list[dict[str, Any]]:
+    """`params.tasks` (array or object) or `params` itself (array or object), nested children flattened."""
+    if isinstance(params, Mapping) and "tasks" in params:
+        params = params["tasks"]
+    if isinstance(params, Mapping):
+        params = [params]
+    if not isinstance(params, list) or not params:
+        raise TreeError("tasks must be a non-empty array of task objects or one task object")
+    flat: list[dict[str, Any]] = []
+    for index, item in enumerate(params):
+        _flatten(item, None, f"tasks[{index}]", flat)
+    return flat
+
+
+def _flatten(item: Any, parent_id: str | None, where: str, out: list[dict[str, Any]]) -> None:
+    if not isinstance(item, Mapping):
+        raise TreeError(f"{where}: each task must be an object, got {type(item).__name__}")
+    task = dict(item)
+    children = task.pop("children", None)
+    if parent_id is not None and task.get("parent_id") is None:
+        task["parent_id"] = parent_id
+    out.append(task)
+    if children:
+        if not isinstance(children, list):
+            raise TreeError(f"{where}: children must be an array")
+        if not task.get("id"):
+            task["id"] = new_id()
+        for index, child in enumerate(children):
+            _flatten(child, task["id"], f"{where}.children[{index}]", out)
+
+
+def label(task: Mapping[str, Any], index: int) -> str:
+    name = task.get("name")
+    shown = f"'{name}'" if isinstance(name, str) and name else f"#{index}"
+    tid = task.get("id")
+    return f"task {shown} (id '{tid}')" if isinstance(tid, str) and tid else f"task {shown}"
+
+
+def _check_str(value: Any, field: str, limit: int, who: str, *, required: bool = False) -> str | None:
+    if value is None:
+        if required:
+            raise TreeError(f"{who}: {field} is required")
+        return None
+    if not isinstance(value, str):
+        raise TreeError(f"{who}: {field} must be a string, got {type(value).__name__}")
+    if required and not value.strip():
+        raise TreeError(f"{who}: {field} must not be empty")
+    if len(value) > limit:
+        raise TreeError(f"{who}: {field} is longer than {limit} characters")
+    return value
+
+
+def check_priority(value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 3:
+        return f"priority must be an integer from 0 (urgent) to 3 (low), got {value!r}"
+    return None
+
+
+def check_progress(value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
+        return f"progress must be a number from 0.0 to 1.0, got {value!r}"
+    return None
+
+
+def check_status(value: Any) -> str | None:
+    if value not in TASK_STATUSES:
+        return f"status must be one of {', '.join(TASK_STATUSES)}, got {value!r}"
+    return None
+
+
+def normalize_dependencies(value: Any, who: str) -> list[dict[str, Any]]:
+    """Accept `[{"id": ..., "required": bool}]` or plain id strings; `required` defaults to true."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise TreeError(f"{who}: dependencies must be an array")
+    deps: list[dict[str, Any]] = []
+    for dep in value:
+        if isinstance(dep, str):
+            dep = {"id": dep}
+        if not isinstance(dep, Mapping) or not isinstance(dep.get("id"), str) or not dep["id"]:
+            raise TreeError(f"{who}: each dependency must be an object with a string 'id', got {dep!r}")
+        required = dep.get("required", True)
+        if not isinstance(required, bool):
+            raise TreeError(f"{who}: dependency '{dep['id']}' required must be true or false")
+        deps.append({"id": dep["id"], "required": required})
+    return deps
+
+
+def _object(value: Any, field: str, who: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise TreeError(f"{who}: {field} must be an object, got {type(value).__name__}")
+    return dict(value)
+
+
+# --- cycles and reachability ----------------------------------------------------------------
+
+def find_cycle(graph: Mapping[str, Iterable[str]]) -> list[str] | None:
+    """A dependency chain that returns to its start (`[a, b, a]`), or None. Iterative DFS."""
+    WHITE, GREY, BLACK = 0, 1, 2
+    color = {node: WHITE for node in graph}
+    for start in graph:
+        if color[start] != WHITE:
+            continue
+        stack: list[tuple[str, Iterable[str]]] = [(start, iter(graph[start]))]
+        path = [start]
+        color[start] = GREY
+        while stack:
+            node, edges = stack[-1]
+            advanced = False
+            for nxt in edges:
+                if nxt not in color:
+                    continue
+                if color[nxt] == GREY:
+                    return path[path.index(nxt):] + [nxt]
+                if color[nxt] == WHITE:
+                    color[nxt] = GREY
+                    stack.append((nxt, iter(graph[nxt])))
+                    path.append(nxt)
+                    advanced = True
+                    break
+            if not advanced:
+                color[node] = BLACK
+                stack.pop()
+                path.pop()
+    return None
+
+
+def format_cycle(chain: Sequence[str]) -> str:
+    return "Circular dependency detected: " + " -> ".join(chain)
+
+
+# --- creating -------------------------------------------------------------------------------
+
+INPUT_FIELDS = {
+    "id", "name", "description", "user_id", "parent_id", "priority", "dependencies", "inputs",
+    "params", "schemas", "status", "progress", "result", "error", "started_at", "completed_at",
+    "product_id", "token_success", "token_failed", "original_task_id", "origin_type",
+    "has_copy", "has_references", "created_at", "updated_at", "task_tree_id",
+}
+
+
+def prepare_new_tree(raw_tasks: list[dict[str, Any]], default_user: str | None = None) -> list[dict[str, Any]]:
+    """Validate a tree given to `tasks.create` and return the rows to insert, root first."""
+    rows: list[dict[str, Any]] = []
+    seen: dict[str, int] = {}
+    for index, raw in enumerate(raw_tasks):
+        who = label(raw, index)
+        _check_str(raw.get("name"), "name", MAX_NAME, who, required=True)
+        task_id = _check_str(raw.get("id"), "id", MAX_ID, who)
+        if task_id is not None and not task_id.strip():
+            raise TreeError(f"{who}: id must not be empty")
+        task_id = task_id or new_id()
+        if task_id in seen:
+            raise TreeError(f"{who}: id '{task_id}' is used by more than one task")
+        seen[task_id] = index
+        rows.append(_row_from_input(raw, task_id, who))
+
+    ids = set(seen)
+    roots = [row for row in rows if row["parent_id"] is None]
+    for index, row in enumerate(rows):
+        who = label(row, index)
+        if row["parent_id"] is not None and row["parent_id"] not in ids:
+            raise TreeError(f"{who}: parent_id '{row['parent_id']}' is not one of the submitted tasks")
+        for dep in row["dependencies"]:
+            if dep["id"] not in ids:
+                raise TreeError(f"{who}: dependency '{dep['id']}' is not one of the submitted tasks")
+    if not roots:
+        raise TreeError("No root task: exactly one task must have no parent_id")
+    if len(roots) > 1:
+        names = ", ".join(f"'{r['name']}' ({r['id']})" for r in roots)
+        raise TreeError(f"Multiple root tasks found: {names}; exactly one task must have no parent_id")
+    root = roots[0]
+    _check_reachable(rows, root)
+    cycle = find_cycle({row["id"]: [d["id"] for d in row["dependencies"]] for row in rows})
+    if cycle:
+        raise TreeError(format_cycle(cycle))
+
+    users = {row["user_id"] for row in rows if row["user_id"] is not None}
+    if len(users) > 1:
+        raise TreeError(
+            "All tasks in a tree must have the same user_id, got: " + ", ".join(sorted(users))
+        )
+    user = users.pop() if users else default_user
+    for offset, row in enumerate(_root_first(rows, root)):
+        row["user_id"] = user
+        row["task_tree_id"] = root["id"]
+        stamp = now_iso(offset)
+        row["created_at"] = stamp
+        row["updated_at"] = stamp
+    return _root_first(rows, root)
+
+
+def _row_from_input(raw: Mapping[str, Any], task_id: str, who: str) -> dict[str, Any]:
+    priority = raw.get("priority", 1)
+    if (problem := check_priority(priority)) is not None:
+        raise TreeError(f"{who}: {problem}")
+    progress = raw.get("progress", 0.0)
+    if (problem := check_progress(progress)) is not None:
+        raise TreeError(f"{who}: {problem}")
+    status = raw.get("status", "pending")
+    if (problem := check_status(status)) is not None:
+        raise TreeError(f"{who}: {problem}")
+    schemas = _object(raw.get("schemas"), "schemas", who)
+    if schemas and not isinstance(schemas.get("method"), str) and not isinstance(schemas.get("type"), str):
+        raise TreeError(f"{who}: schemas.method (the executor id) is required when schemas is given")
+    origin = raw.get("origin_type", "own")
+    if origin not in ("own", "clone", "reference", "link", "archive"):
+        raise TreeError(f"{who}: origin_type must be one of own, clone, reference, link, archive")
+    error = raw.get("error")
+    if error is not None and not isinstance(error, str):
+        raise TreeError(f"{who}: error must be a string or null")
+    counters = {}
+    for field in ("token_success", "token_failed"):
+        value = raw.get(field, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise TreeError(f"{who}: {field} must be a non-negative integer")
+        counters[field] = value
+    for field in ("started_at", "completed_at", "original_task_id", "product_id", "description"):
+        _check_str(raw.get(field), field, MAX_NAME if field != "description" else 1_000_000, who)
+    return {
+        "id": task_id,
+        "name": raw["name"],
+        "description": raw.get("description"),
+        "user_id": _check_str(raw.get("user_id"), "user_id", MAX_USER, who),
+        "parent_id": _check_str(raw.get("parent_id"), "parent_id", MAX_ID, who),
+        "priority": priority,
+        "dependencies": normalize_dependencies(raw.get("dependencies"), who),
+        "inputs": _object(raw.get("inputs"), "inputs", who),
+        "params": _object(raw.get("params"), "params", who),
+        "schemas": schemas,
+        "status": status,
+        "progress": float(progress),
+        "result": raw.get("result"),
+        "error": error,
+        "started_at": raw.get("started_at"),
+        "completed_at": raw.get("completed_at"),
+        "product_id": raw.get("product_id"),
+        "original_task_id": raw.get("original_task_id"),
+        "origin_type": origin,
+        "has_copy": bool(raw.get("has_copy", False)),
+        "has_references": bool(raw.get("has_references", False)),
+        "extra": {k: v for k, v in raw.items() if k not in INPUT_FIELDS},
+        **counters,
+    }
+
+
+def _check_reachable(rows: list[dict[str, Any]], root: Mapping[str, Any]) -> None:
+    children = children_index(rows)
+    reached = {root["id"]}
+    stack = [root["id"]]
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            if child["id"] not in reached:
+                reached.add(child["id"])
+                stack.append(child["id"])
+    for index, row in enumerate(rows):
+        if row["id"] not in reached:
+            raise TreeError(
+                f"{label(row, index)} is not reachable from the root task '{root['id']}' via parent_id"
+            )
+
+
+def children_index(rows: Iterable[Mapping[str, Any]]) -> dict[str | None, list[Mapping[str, Any]]]:
+    index: dict[str | None, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        index.setdefault(row["parent_id"], []).append(row)
+    return index
+
+
+def _root_first(rows: list[dict[str, Any]], root: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Breadth-first from the root, keeping input order among siblings (defines creation order)."""
+    children = children_index(rows)
+    ordered: list[dict[str, Any]] = []
+    queue = [root]
+    while queue:
+        node = queue.pop(0)
+        ordered.append(node)  # type: ignore[arg-type]
+        queue.extend(children.get(node["id"], ()))
+    return ordered
+
+
+# --- reading trees --------------------------------------------------------------------------
+
+def public(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored row as the wire shows it: every SPEC field, custom fields merged in."""
+    task = {field: row.get(field) for field in TASK_FIELDS}
+    extra = row.get("extra") or {}
+    for key, value in extra.items():
+        task.setdefault(key, value)
+    return task
+
+
+def nest(rows: Sequence[Mapping[str, Any]], root_id: str) -> dict[str, Any]:
+    """The tree under `root_id` as nested nodes with `children`, siblings in creation order."""
+    by_parent: dict[str | None, list[Mapping[str, Any]]] = {}
+    by_id: dict[str, Mapping[str, Any]] = {}
+    for row in sorted(rows, key=lambda r: (r["created_at"], r["id"])):
+        by_id[row["id"]] = row
+        by_parent.setdefault(row["parent_id"], []).append(row)
+
+    def build(row: Mapping[str, Any]) -> dict[str, Any]:
+        node = public(row)
+        node["children"] = [build(child) for child in by_parent.get(row["id"], ())]
+        return node
+
+    return build(by_id[root_id])
+
+
+def subtree_ids(rows: Sequence[Mapping[str, Any]], task_id: str) -> list[str]:
+    children = children_index(rows)
+    ordered = [task_id]
+    for current in ordered:
+        ordered.extend(child["id"] for child in children.get(current, ()))
+    return ordered
+
+
+def dependents_index(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
+    """Task id -> ids of tasks that list it as a dependency."""
+    index: dict[str, list[str]] = {}
+    for row in rows:
+        for dep in row.get("dependencies") or ():
+            index.setdefault(dep["id"], []).append(row["id"])
+    return index
+
+
+def transitive(start: Iterable[str], edges: Mapping[str, Iterable[str]]) -> set[str]:
+    found = set(start)
+    stack = list(found)
+    while stack:
+        for nxt in edges.get(stack.pop(), ()):
+            if nxt not in found:
+                found.add(nxt)
+                stack.append(nxt)
+    return found
+
+
+# --- copy and clone -------------------------------------------------------------------------
+
+RESETTABLE = {
+    "status": "pending",
+    "progress": 0.0,
+    "result": None,
+    "error": None,
+    "started_at": None,
+    "completed_at": None,
+    "token_success": 0,
+    "token_failed": 0,
+}
+
+
+def copy_selection(rows: Sequence[Mapping[str, Any]], task_id: str, with_children: bool) -> set[str]:
+    """What `tasks.copy` copies: the task's subtree and everything that depends on it, transitively.
+
+    With `children`, each direct child's own dependencies come along too (each task once).
+    The ancestors that join the selection into one tree are added by `connect`.
+    """
+    by_id = {row["id"]: row for row in rows}
+    deps = {row["id"]: [d["id"] for d in row["dependencies"] if d["id"] in by_id] for row in rows}
+    selected = set(subtree_ids(rows, task_id))
+    if with_children:
+        for child in children_index(rows).get(task_id, ()):
+            selected |= transitive([child["id"]], deps)
+    dependents = dependents_index(rows)
+    while True:
+        grown = transitive(selected, dependents)
+        for tid in list(grown - selected):
+            grown |= set(subtree_ids(rows, tid))
+        if grown == selected:
+            return selected
+        selected = grown
+
+
+def connect(rows: Sequence[Mapping[str, Any]], selected: set[str]) -> tuple[set[str], str]:
+    """Add the ancestors needed to make `selected` one tree; return it and its root id."""
+    by_id = {row["id"]: row for row in rows}
+
+    def ancestors(tid: str) -> list[str]:
+        chain = [tid]
+        while by_id[chain[-1]]["parent_id"] in by_id:
+            chain.append(by_id[chain[-1]]["parent_id"])
+        return chain
+
+    chains = [ancestors(tid) for tid in selected]
+    common = set(chains[0])
+    for chain in chains[1:]:
+        common &= set(chain)
+    top = next(tid for tid in chains[0] if tid in common)  # lowest common ancestor
+    connected = set(selected)
+    for chain in chains:
+        for tid in chain:
+            connected.add(tid)
+            if tid == top:
+                break
+    return connected, top
+
+
+def plan_copies(
+    rows: Sequence[Mapping[str, Any]],
+    selected: set[str],
+    root_id: str,
+    *,
+    origin_for: Mapping[str, str],
+    reset: Mapping[str, Any] | None,
+    overrides: Mapping[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """New rows for the selected tasks: new ids, parent and dependency ids re-pointed.
+
+    `origin_for` maps each selected id to its origin_type; `reset` is the set of field values to
+    apply (None keeps the original values, as archive and link do); `overrides` applies to all.
+    Dependencies on tasks outside the selection keep pointing at the original task, whose
+    result the copy then reuses.
+    """
+    mapping = {tid: new_id() for tid in selected}
+    ordered = [row for row in sorted(rows, key=lambda r: (r["created_at"], r["id"])) if row["id"] in selected]
+    ordered.sort(key=lambda r: r["id"] != root_id)
+    copies: list[dict[str, Any]] = []
+    for offset, row in enumerate(ordered):
+        copy = {key: value for key, value in row.items() if key not in ("lease_owner", "lease_expires_at")}
+        copy["id"] = mapping[row["id"]]
+        copy["parent_id"] = None if row["id"] == root_id else mapping.get(row["parent_id"])
+        copy["task_tree_id"] = mapping[root_id]
+        copy["dependencies"] = [
+            {"id": mapping.get(dep["id"], dep["id"]), "required": dep["required"]}
+            for dep in row["dependencies"]
+        ]
+        copy["original_task_id"] = row["id"]
+        copy["origin_type"] = origin_for[row["id"]]
+        copy["has_copy"] = False
+        copy["has_references"] = False
+        if reset is not None:
+            copy.update(reset)
+        if overrides:
+            copy.update(overrides)
+        stamp = now_iso(offset)
+        copy["created_at"] = stamp
+        copy["updated_at"] = stamp
+        copies.append(copy)
+    return copies
+
+
+def reset_values(reset_fields: Any) -> dict[str, Any]:
+    """`reset_fields` as a list of names (reset to defaults) or an object of values (override)."""
+    if reset_fields is None:
+        return dict(RESETTABLE)
+    if isinstance(reset_fields, list):
+        unknown = [f for f in reset_fields if f not in RESETTABLE]
+        if unknown:
+            raise TreeError(
+                f"reset_fields: cannot reset {unknown}; resettable fields are {sorted(RESETTABLE)}"
+            )
+        return {f: RESETTABLE[f] for f in reset_fields} if reset_fields else dict(RESETTABLE)
+    if isinstance(reset_fields, Mapping):
+        allowed = set(RESETTABLE) | {"priority", "inputs", "params", "schemas", "name", "description", "product_id"}
+        unknown = [f for f in reset_fields if f not in allowed]
+        if unknown:
+            raise TreeError(f"reset_fields: cannot set {unknown}; allowed fields are {sorted(allowed)}")
+        return {**RESETTABLE, **dict(reset_fields)}
+    raise TreeError("reset_fields must be an array of field names or an object of field values")

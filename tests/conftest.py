@@ -1,0 +1,139 @@
+"""Shared fixtures: an app per test on a fresh database, driven over HTTP through httpx.
+
+Storage-backed tests run on SQLite, and again on PostgreSQL when TASKGROVE_TEST_POSTGRES_URL is
+set (`.ci/run` sets it). Each PostgreSQL test gets a database of its own, dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+
+from agent.app import build_app
+from agent.settings import Settings
+
+POSTGRES_URL = os.environ.get("TASKGROVE_TEST_POSTGRES_URL")
+BACKENDS = ["sqlite"] + (["postgres"] if POSTGRES_URL else [])
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture
+async def db_url(backend: str, tmp_path: Any) -> AsyncIterator[str]:
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp_path / 'test.db'}"
+        return
+    async with postgres_database() as url:
+        yield url
+
+
+@asynccontextmanager
+async def postgres_database() -> AsyncIterator[str]:
+    """A fresh PostgreSQL database for one test, dropped afterwards."""
+    import asyncpg
+
+    assert POSTGRES_URL is not None
+    admin_url = POSTGRES_URL.replace("postgresql+asyncpg://", "postgresql://")
+    name = f"tg_test_{uuid.uuid4().hex[:12]}"
+    conn = await asyncpg.connect(admin_url)
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    base, _, _ = admin_url.rpartition("/")
+    try:
+        yield f"{base}/{name}"
+    finally:
+        conn = await asyncpg.connect(admin_url)
+        try:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await conn.close()
+
+
+@pytest.fixture
+def make_settings(db_url: str) -> Callable[..., Settings]:
+    def make(env: dict[str, str] | None = None, **overrides: Any) -> Settings:
+        base = {"SERVICE_DATABASE_URL": db_url, "SERVICE_ALLOW_PRIVATE_URLS": "true"}
+        return Settings.from_env({**base, **(env or {})}, **overrides)
+
+    return make
+
+
+class Client:
+    """httpx client against an app, with JSON-RPC helpers."""
+
+    def __init__(self, http: httpx.AsyncClient, app: Any) -> None:
+        self.http = http
+        self.app = app
+        self.services = app.state.services
+        self._ids = 0
+
+    async def call(self, method: str, params: Any = None, *, path: str = "/tasks",
+                   headers: dict[str, str] | None = None) -> dict[str, Any]:
+        """The whole JSON-RPC response object."""
+        self._ids += 1
+        body: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "id": self._ids}
+        if params is not None:
+            body["params"] = params
+        response = await self.http.post(path, json=body, headers=headers or {})
+        assert response.status_code == 200, response.text
+        answer = response.json()
+        assert answer["id"] == self._ids
+        return answer
+
+    async def result(self, method: str, params: Any = None, **kw: Any) -> Any:
+        answer = await self.call(method, params, **kw)
+        assert "error" not in answer, answer
+        return answer["result"]
+
+    async def error(self, method: str, params: Any = None, **kw: Any) -> dict[str, Any]:
+        answer = await self.call(method, params, **kw)
+        assert "error" in answer, answer
+        return answer["error"]
+
+    async def wait_status(self, task_id: str, statuses: tuple[str, ...], timeout: float = 10.0) -> dict[str, Any]:
+        """Poll tasks.get until the task reaches one of `statuses` (for asynchronous executions)."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            task = await self.result("tasks.get", {"task_id": task_id})
+            if task and task["status"] in statuses:
+                return task
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"task {task_id} stuck in {task and task['status']}")
+            await asyncio.sleep(0.02)
+
+
+@asynccontextmanager
+async def running_app(settings: Settings, **kw: Any) -> AsyncIterator[Client]:
+    app = build_app(settings, **kw)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver", timeout=30) as http:
+            yield Client(http, app)
+
+
+@pytest.fixture
+async def client(make_settings: Callable[..., Settings]) -> AsyncIterator[Client]:
+    async with running_app(make_settings()) as c:
+        yield c
+
+
+@pytest.fixture
+def app_factory(make_settings: Callable[..., Settings]) -> Callable[..., Any]:
+    """`async with app_factory(env={...}) as client:` for tests that need other settings."""
+
+    def factory(env: dict[str, str] | None = None, **overrides: Any) -> Any:
+        return running_app(make_settings(env, **overrides))
+
+    return factory
