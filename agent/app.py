@@ -20,13 +20,15 @@ from starlette.routing import Route
 from agent.auth import AuthError, authenticate
 from agent.engine.bus import EventBus
 from agent.engine.engine import Engine
-from agent.errors import PERMISSION_DENIED
+from agent.errors import INVALID_PARAMS, PERMISSION_DENIED, RpcError
+from agent.generate import GenerateService
 from agent.rpc.jsonrpc import CallContext, Handler, dispatch
 from agent.rpc.tasks import task_methods
 from agent.service import TaskService
 from agent.settings import Settings
 from agent.system import SystemService
 from executors.registry import ExecutorRegistry
+from llm.client import parse_key_header
 from storage.db import create_engine, migrate
 from storage.repository import TaskRepository
 
@@ -60,8 +62,10 @@ class Services:
         tasks = TaskService(repo, engine, registry, bus, settings)
         system = SystemService(repo, engine, registry, tasks)
         engine.services["tasks"] = tasks
+        engine.services["registry"] = registry  # generate_executor offers the app's executors
         services = cls(settings, repo, bus, registry, engine, tasks, system)
         services.task_methods = task_methods(tasks)
+        services.task_methods["tasks.generate"] = GenerateService(tasks, registry, settings, engine.services).generate
         services.system_methods = {
             "system.health": system.health,
             "system.executors": system.executors,
@@ -81,7 +85,7 @@ class Services:
 
 def call_context(request: Request, services: Services, surface: str) -> CallContext | AuthError:
     """Who is calling and with which LLM key; an AuthError is returned, not raised, so public
-    methods can still be answered."""
+    methods can still be answered. A malformed X-LLM-API-KEY header raises RpcError (-32602)."""
     try:
         caller = authenticate(request.headers, request.cookies, services.settings)
     except AuthError as exc:
@@ -92,13 +96,26 @@ def call_context(request: Request, services: Services, surface: str) -> CallCont
 
 def _llm_key(headers: Mapping[str, str]) -> tuple[str | None, str | None]:
     raw = headers.get("x-llm-api-key")
-    if not raw:
+    if raw is None:
         return None, None
     try:
-        from llm.keys import parse_key_header
-    except ImportError:  # pragma: no cover - llm package always ships
-        return None, raw
-    return parse_key_header(raw)
+        return parse_key_header(raw)
+    except ValueError as exc:  # the message describes the format, never the value
+        raise RpcError(INVALID_PARAMS, str(exc), str(exc)) from None
+
+
+def _error_reply(body: bytes, exc: RpcError) -> JSONResponse:
+    """`exc` as the JSON-RPC answer to every call in `body` (HTTP 200, ids echoed when readable)."""
+    import json
+
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        payload = None
+    calls = payload if isinstance(payload, list) and payload else [payload]
+    answers = [{"jsonrpc": "2.0", "id": c.get("id") if isinstance(c, dict) else None, "error": exc.to_dict()}
+               for c in calls]
+    return JSONResponse(answers if isinstance(payload, list) and payload else answers[0])
 
 
 def unauthorized(exc: AuthError) -> JSONResponse:
@@ -121,7 +138,10 @@ def _only_public(body: bytes, methods: Mapping[str, Handler]) -> bool:
 def rpc_endpoint(services: Services, methods: Mapping[str, Handler], surface: str):  # type: ignore[no-untyped-def]
     async def endpoint(request: Request) -> Response:
         body = await request.body()
-        ctx = call_context(request, services, surface)
+        try:
+            ctx = call_context(request, services, surface)
+        except RpcError as exc:
+            return _error_reply(body, exc)
         if isinstance(ctx, AuthError):
             if not _only_public(body, methods):
                 return unauthorized(ctx)

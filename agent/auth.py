@@ -1,21 +1,38 @@
 """Who is calling, and what they may touch. Every surface asks this module, nothing else.
 
-With JWT off every caller is `ANONYMOUS` and may do everything. With JWT on a valid token gives
-a `Caller` with the token's user and roles.
+With JWT off (no `SERVICE_JWT_SECRET`) every caller is `ANONYMOUS` and may do everything. With JWT
+on, a valid token gives a `Caller` with the token's user (`user_id`, else `sub`) and roles; `admin`
+grants access to every task. A token that names no user skips permission checks (SPEC.md,
+Authentication 4): it is a service token, signed with our own secret, so it is trusted as such.
+
+Tokens are shared-secret JWTs, so only the HMAC algorithms are accepted (HS256 by default; the list
+is `SERVICE_JWT_ALGORITHMS`). `exp` is enforced whenever the token carries it. Error messages say
+*why* a token was refused (missing, malformed, bad signature, expired, ...) and never contain the
+token: they go back to the client and into logs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import unquote
 
 if TYPE_CHECKING:  # pragma: no cover
     from agent.settings import Settings
 
+# A shared secret can only sign with HMAC; RS*/ES* would need key pairs, and `none` signs nothing.
+HMAC_ALGORITHMS = ("HS256", "HS384", "HS512")
+ADMIN_ROLE = "admin"
+# An `Authorization` cookie may hold the bare token or `Bearer <token>`.
+COOKIE_NAME = "Authorization"
+
 
 @dataclass(frozen=True)
 class Caller:
+    """The authenticated principal of one request (or connection)."""
+
     user_id: str | None = None
     roles: frozenset[str] = field(default_factory=frozenset)
     # True when a valid token was presented (JWT on); False with JWT off.
@@ -23,7 +40,7 @@ class Caller:
 
     @property
     def is_admin(self) -> bool:
-        return "admin" in self.roles
+        return ADMIN_ROLE in self.roles
 
     @property
     def unrestricted(self) -> bool:
@@ -31,6 +48,7 @@ class Caller:
         return not self.authenticated or self.is_admin or self.user_id is None
 
     def can_access(self, owner: str | None) -> bool:
+        """May this caller read or change data owned by `owner` (a task, a user's LLM keys)?"""
         return self.unrestricted or owner == self.user_id
 
 
@@ -41,17 +59,54 @@ class AuthError(Exception):
     """No usable token while JWT is on; the message says why (never the token itself)."""
 
 
+class AuthConfigError(ValueError):
+    """The JWT settings cannot work (raised at start-up, so no request ever meets it)."""
+
+
+class _HasHeaders(Protocol):
+    """A Starlette Request or WebSocket (anything with headers and cookies)."""
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...  # pragma: no cover
+
+    @property
+    def cookies(self) -> Mapping[str, str]: ...  # pragma: no cover
+
+
+def check_settings(settings: "Settings") -> None:
+    """Refuse JWT settings that would make every token fail, with the variable named."""
+    algorithms = list(settings.jwt_algorithms)
+    bad = [a for a in algorithms if a not in HMAC_ALGORITHMS]
+    if not algorithms or bad:
+        raise AuthConfigError(
+            f"SERVICE_JWT_ALGORITHMS must list only {', '.join(HMAC_ALGORITHMS)} "
+            f"(tokens are signed with the shared SERVICE_JWT_SECRET), got {', '.join(algorithms) or 'nothing'}"
+        )
+
+
+def _strip_bearer(value: str) -> str:
+    for prefix in ("bearer ", "bearer%20"):
+        if value[: len(prefix)].lower() == prefix:
+            return value[len(prefix):].strip()
+    return value.strip()
+
+
 def token_from(headers: Mapping[str, str], cookies: Mapping[str, str]) -> str | None:
-    """`Authorization: Bearer <token>`, else a cookie named `Authorization`."""
+    """`Authorization: Bearer <token>`, else a cookie named `Authorization`; None when neither."""
     header = headers.get("authorization")
-    if header:
-        scheme, _, value = header.partition(" ")
-        if scheme.lower() == "bearer" and value.strip():
-            return value.strip()
-        raise AuthError("Malformed Authorization header: expected 'Bearer <token>'")
-    cookie = cookies.get("Authorization")
+    if header is not None and header.strip():
+        scheme, _, value = header.strip().partition(" ")
+        value = value.strip()
+        if scheme.lower() != "bearer" or not value:
+            raise AuthError("Malformed Authorization header: expected 'Bearer <token>'")
+        if " " in value:
+            raise AuthError("Malformed Authorization header: the token must not contain spaces")
+        return value
+    cookie = cookies.get(COOKIE_NAME)
     if cookie:
-        return cookie[7:].strip() if cookie.lower().startswith("bearer ") else cookie.strip()
+        token = _strip_bearer(unquote(cookie))
+        if token:
+            return token
     return None
 
 
@@ -61,51 +116,86 @@ def authenticate(headers: Mapping[str, str], cookies: Mapping[str, str], setting
         return ANONYMOUS
     token = token_from(headers, cookies)
     if token is None:
-        raise AuthError("Missing token: send 'Authorization: Bearer <token>'")
+        raise AuthError(
+            "Missing token: send 'Authorization: Bearer <token>' (or an 'Authorization' cookie)"
+        )
     return caller_from_token(token, settings)
 
 
+def authenticate_connection(conn: _HasHeaders, settings: "Settings") -> Caller:
+    """`authenticate` for a Starlette Request or WebSocket handshake (same headers, same cookie)."""
+    return authenticate(conn.headers, conn.cookies, settings)
+
+
 def caller_from_token(token: str, settings: "Settings") -> Caller:
+    """Verify `token` with the configured secret and algorithms and read its claims."""
     import jwt
 
     try:
         claims = jwt.decode(
             token,
             settings.jwt_secret,
-            algorithms=list(settings.jwt_algorithms),
-            options={"require": []},
+            algorithms=[a for a in settings.jwt_algorithms if a in HMAC_ALGORITHMS],
+            # exp/nbf/iat are verified whenever present; none of them is required.
+            options={"require": [], "verify_exp": True, "verify_nbf": True, "verify_iat": True},
         )
     except jwt.ExpiredSignatureError:
         raise AuthError("Token expired") from None
     except jwt.InvalidSignatureError:
         raise AuthError("Invalid token signature") from None
+    except jwt.InvalidAlgorithmError:
+        allowed = ", ".join(settings.jwt_algorithms)
+        raise AuthError(f"Invalid token signature: signing algorithm not allowed (allowed: {allowed})") from None
+    except jwt.ImmatureSignatureError:
+        raise AuthError("Token not yet valid (nbf or iat is in the future)") from None
     except jwt.DecodeError:
-        raise AuthError("Malformed token") from None
+        raise AuthError("Malformed token: not a valid JWT") from None
     except jwt.InvalidTokenError as exc:
         raise AuthError(f"Invalid token: {type(exc).__name__}") from None
-    user = claims.get("user_id") or claims.get("sub")
-    roles = claims.get("roles") or []
-    if isinstance(roles, str):
-        roles = [roles]
-    return Caller(
-        user_id=str(user) if user is not None else None,
-        roles=frozenset(str(r) for r in roles if isinstance(r, (str, int))),
-        authenticated=True,
-    )
+    if not isinstance(claims, dict):  # pragma: no cover - PyJWT always returns a dict
+        raise AuthError("Malformed token: the payload is not a JSON object")
+    return Caller(user_id=_user_of(claims), roles=_roles_of(claims.get("roles")), authenticated=True)
 
 
-def mint_token(settings: "Settings", user_id: str, roles: "list[str] | None" = None,
+def _user_of(claims: Mapping[str, Any]) -> str | None:
+    """`user_id`, else `sub`; empty or non-scalar values count as absent."""
+    for name in ("user_id", "sub"):
+        value = claims.get(name)
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            continue
+        text = str(value).strip()
+        if text:
+            return text
+    return None
+
+
+def _roles_of(raw: Any) -> frozenset[str]:
+    """`roles` as a set of names: a list of strings, or one string; anything else means none."""
+    if isinstance(raw, str):
+        raw = [raw]
+    if not isinstance(raw, (list, tuple)):
+        return frozenset()
+    return frozenset(r.strip() for r in raw if isinstance(r, str) and r.strip())
+
+
+def mint_token(settings: "Settings", user_id: str, roles: Sequence[str] | Iterable[str] | None = None,
                expires_in: float | None = 3600.0) -> str:
-    """A token for `user_id` signed with the configured secret (the `taskgrove token` command)."""
-    import time
+    """A token for `user_id` signed with the configured secret (the `taskgrove token` command).
 
+    `expires_in=None` mints a token without `exp`, which never expires: for service accounts only.
+    """
     import jwt
 
     if not settings.jwt_secret:
         raise ValueError("SERVICE_JWT_SECRET is not set: there is no secret to sign tokens with")
-    claims: dict[str, object] = {"user_id": user_id, "sub": user_id, "iat": int(time.time())}
-    if roles:
-        claims["roles"] = list(roles)
+    check_settings(settings)
+    if not user_id or not user_id.strip():
+        raise ValueError("user_id must be a non-empty string")
+    now = int(time.time())
+    claims: dict[str, object] = {"user_id": user_id, "sub": user_id, "iat": now}
+    role_list = sorted({r for r in (roles or ()) if r})
+    if role_list:
+        claims["roles"] = role_list
     if expires_in is not None:
-        claims["exp"] = int(time.time() + expires_in)
+        claims["exp"] = now + int(expires_in)
     return jwt.encode(claims, settings.jwt_secret, algorithm=settings.jwt_algorithms[0])

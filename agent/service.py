@@ -88,6 +88,12 @@ class TaskService:
         await self.repo.insert(rows)
         return rows
 
+    async def create_tree_for(self, tasks: Any, user_id: str | None) -> list[dict[str, Any]]:
+        """create_tree on behalf of `user_id`, for executors (which know the owner of the task
+        they run, not a Caller): the tree may only belong to that user. Not executed."""
+        caller = Caller(user_id=user_id, authenticated=user_id is not None)
+        return await self.create_tree(tasks, caller)
+
     async def create(self, params: Any, ctx: CallContext) -> dict[str, Any]:
         """tasks.create: store the tree, execute it, answer the tree once it finished (or timed out)."""
         rows = await self.create_tree(params, ctx.caller)

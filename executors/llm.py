@@ -204,7 +204,8 @@ class GenerateExecutor(_LLMBase):
             service = context.services.get("tasks")
             if service is None:
                 raise ExecutorError("save=true needs the tasks service, which is not available here")
-            created = await service.create_tree(result.tasks, context.user_id)
+            # Plain data in (tasks, owner): the service applies tasks.create's rules as that user.
+            created = await service.create_tree_for(result.tasks, context.user_id)
             out["root_task_id"] = _root_id(created, result.tasks)
         return out
 

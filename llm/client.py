@@ -221,6 +221,14 @@ async def _load_litellm() -> Any:
     return _litellm
 
 
+class _CallbackFailed(Exception):
+    """Carries an exception raised by `on_chunk` past the provider-error mapping."""
+
+    def __init__(self, original: Exception) -> None:
+        super().__init__(str(original))
+        self.original = original
+
+
 @dataclass
 class _Call:
     """What is known about the call in flight, so cancel() can report usage so far."""
@@ -374,7 +382,11 @@ class LLMClient:
             raise
         except LLMError:
             raise
+        except _CallbackFailed as failed:  # the caller's on_chunk failed, not the provider
+            raise failed.original from None
         except Exception as exc:
+            if self._call.text:  # failed mid-stream: what was generated was likely billed
+                add_usage(self.usage, self.usage_so_far_in_flight())
             raise map_error(exc, provider_id, key) from None
         finally:
             self._call = None
@@ -397,9 +409,12 @@ class LLMClient:
             if piece:
                 self._call.text.append(piece)
                 if on_chunk is not None:
-                    maybe = on_chunk(piece)
-                    if inspect.isawaitable(maybe):
-                        await maybe
+                    try:
+                        maybe = on_chunk(piece)
+                        if inspect.isawaitable(maybe):
+                            await maybe
+                    except Exception as exc:
+                        raise _CallbackFailed(exc) from exc
         return "".join(self._call.text), usage
 
 

@@ -170,7 +170,7 @@ class TaskRepository:
         keys = [key for key in outcomes[0] if key != "id"]
         query = (
             update(T)
-            .where(and_(T.c.id == bindparam("_id"), T.c.status.in_(list(only_status))))
+            .where(and_(T.c.id == bindparam("_id"), or_(*(T.c.status == s for s in only_status))))
             .values({key: bindparam(f"_v_{key}") for key in keys})
         )
         params = [{"_id": o["id"], **{f"_v_{key}": o[key] for key in keys}} for o in outcomes]

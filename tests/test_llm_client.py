@@ -146,6 +146,14 @@ async def test_streaming_chunks_and_usage(fake_llm):
     assert fake_llm.requests[-1]["stream"] is True
 
 
+async def test_on_chunk_errors_propagate_unchanged(fake_llm):
+    def boom(piece: str) -> None:
+        raise RuntimeError("callback broke")
+
+    with pytest.raises(RuntimeError, match="callback broke"):
+        await LLMClient(fake_settings(fake_llm)).complete(USER, stream=True, on_chunk=boom)
+
+
 @pytest.mark.parametrize(
     "marker, error, words",
     [

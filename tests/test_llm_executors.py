@@ -165,7 +165,7 @@ class FakeTasksService:
     def __init__(self) -> None:
         self.created: list[tuple[list[dict[str, Any]], str | None]] = []
 
-    async def create_tree(self, tasks: list[dict[str, Any]], user_id: str | None) -> dict[str, Any]:
+    async def create_tree_for(self, tasks: list[dict[str, Any]], user_id: str | None) -> dict[str, Any]:
         self.created.append((tasks, user_id))
         return {"root_task_id": tasks[0]["id"]}
 

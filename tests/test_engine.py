@@ -1,0 +1,293 @@
+"""Execution engine through HTTP: order, priority, concurrency, failure, re-execution, cancel."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+import pytest
+
+from tests.conftest import Client
+
+
+def task(tid: str, parent: str | None = None, deps: list[Any] | None = None, method: str | None = "noop_executor",
+         **extra: Any) -> dict[str, Any]:
+    t: dict[str, Any] = {"id": tid, "name": tid, **extra}
+    if parent:
+        t["parent_id"] = parent
+    if deps:
+        t["dependencies"] = [d if isinstance(d, dict) else {"id": d} for d in deps]
+    if method and "schemas" not in extra:
+        t["schemas"] = {"method": method}
+    return t
+
+
+def flatten(node: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    out = {node["id"]: node}
+    for child in node["children"]:
+        out.update(flatten(child))
+    return out
+
+
+FAIL = {"schemas": {"method": "command_executor"}, "inputs": {"command": "false"}}  # refused: no allow-list
+
+
+async def test_chain_runs_in_dependency_order(client: Client) -> None:
+    tree = await client.result("tasks.create", [
+        task("c", deps=["b"]), task("a", "c"), task("b", "c", deps=["a"]),
+    ])
+    tasks = flatten(tree)
+    assert {t["status"] for t in tasks.values()} == {"completed"}
+    assert tasks["a"]["completed_at"] <= tasks["b"]["started_at"]
+    assert tasks["b"]["completed_at"] <= tasks["c"]["started_at"]
+    assert all(t["progress"] == 1.0 for t in tasks.values())
+
+
+async def test_diamond_and_fan_out(client: Client) -> None:
+    tree = await client.result("tasks.create", [
+        task("top", deps=["left", "right"], method="aggregate_results_executor"),
+        task("base", "top"), task("left", "top", deps=["base"]), task("right", "top", deps=["base"]),
+    ])
+    tasks = flatten(tree)
+    assert tasks["top"]["status"] == "completed"
+    for side in ("left", "right"):
+        assert tasks["base"]["completed_at"] <= tasks[side]["started_at"]
+        assert tasks[side]["completed_at"] <= tasks["top"]["started_at"]
+    # aggregate_results_executor sees dependency results keyed by id; its own inputs untouched
+    assert set(tasks["top"]["result"]["results"]) == {"left", "right"}
+    assert tasks["top"]["result"]["count"] == 2
+    assert tasks["top"]["inputs"] == {}
+
+
+async def test_priority_orders_runnable_tasks(app_factory: Any) -> None:
+    async with app_factory({"SERVICE_MAX_CONCURRENCY": "1"}) as client:
+        tree = await client.result("tasks.create", [
+            task("root", method=None),
+            task("low", "root", priority=3), task("urgent", "root", priority=0),
+            task("normal", "root", priority=2), task("high", "root", priority=1),
+        ])
+    tasks = flatten(tree)
+    order = sorted(("low", "urgent", "normal", "high"), key=lambda t: tasks[t]["started_at"])
+    assert order == ["urgent", "high", "normal", "low"]
+
+
+async def test_independent_tasks_run_concurrently(client: Client) -> None:
+    tree = await client.result("tasks.create", [
+        task("root", method=None),
+        task("s1", "root", method="sleep_executor", inputs={"seconds": 0.3}),
+        task("s2", "root", method="sleep_executor", inputs={"seconds": 0.3}),
+    ])
+    tasks = flatten(tree)
+    assert tasks["s1"]["started_at"] < tasks["s2"]["completed_at"]
+    assert tasks["s2"]["started_at"] < tasks["s1"]["completed_at"]
+
+
+async def test_failure_stops_dependents(client: Client) -> None:
+    tree = await client.result("tasks.create", [
+        task("root", method=None),
+        task("bad", "root", method=None, **FAIL),
+        task("after", "root", deps=["bad"]),
+        task("after2", "root", deps=["after"]),
+        task("free", "root"),
+    ])
+    tasks = flatten(tree)
+    assert tasks["bad"]["status"] == "failed"
+    assert "SERVICE_COMMAND_ALLOWLIST" in tasks["bad"]["error"]
+    assert tasks["after"]["status"] == "pending" and tasks["after2"]["status"] == "pending"
+    assert tasks["free"]["status"] == "completed"
+
+
+async def test_optional_dependency_does_not_block(client: Client) -> None:
+    tree = await client.result("tasks.create", [
+        task("root", deps=[{"id": "bad", "required": False}, "ok"], method="aggregate_results_executor"),
+        task("bad", "root", method=None, **FAIL),
+        task("ok", "root"),
+    ])
+    tasks = flatten(tree)
+    assert tasks["bad"]["status"] == "failed"
+    assert tasks["root"]["status"] == "completed"
+    assert list(tasks["root"]["result"]["results"]) == ["ok"]
+
+
+async def test_reexecuting_failed_task_reruns_its_dependencies(client: Client) -> None:
+    tree = await client.result("tasks.create", [
+        task("root", method=None),
+        task("dep", "root"),
+        task("bad", "root", deps=["dep"], method=None, **FAIL),
+        task("unrelated", "root"),
+    ])
+    before = flatten(tree)
+    assert before["bad"]["status"] == "failed"
+    # make it succeed this time
+    await client.result("tasks.update", {"task_id": "bad", "schemas": {"method": "noop_executor"}})
+    answer = await client.result("tasks.execute", {"task_id": "bad"})
+    assert answer["success"] is True and answer["status"] == "started" and answer["protocol"] == "jsonrpc"
+    bad = await client.wait_status("bad", ("completed",))
+    dep = await client.result("tasks.get", {"task_id": "dep"})
+    unrelated = await client.result("tasks.get", {"task_id": "unrelated"})
+    assert dep["started_at"] > before["dep"]["started_at"], "completed dependency of a failed task re-runs"
+    assert unrelated["started_at"] == before["unrelated"]["started_at"], "completed tasks not needed are skipped"
+    assert bad["error"] is None
+
+
+async def test_execute_child_runs_only_it_and_its_dependencies(app_factory: Any) -> None:
+    async with app_factory({"SERVICE_CREATE_WAIT_TIMEOUT": "0"}) as client:
+        # a pending tree: a failing gate keeps everything below from running
+        tree = [
+            task("r2", deps=["gate"]),
+            task("gate", "r2", method=None, **FAIL),
+            task("x", "r2", deps=["y"]),
+            task("y", "r2", deps=["gate"]),
+            task("z", "r2", deps=["gate"]),
+        ]
+        await client.result("tasks.create", tree)
+        await client.wait_status("gate", ("failed",))
+        for tid in ("y", "z"):
+            await client.result("tasks.update", {"task_id": tid, "dependencies": []})
+        await client.result("tasks.execute", {"task_id": "x"})
+        await client.wait_status("x", ("completed",))
+        y = await client.result("tasks.get", {"task_id": "y"})
+        z = await client.result("tasks.get", {"task_id": "z"})
+        assert y["status"] == "completed"
+        assert z["status"] == "pending"
+
+
+async def test_already_running_answer(app_factory: Any) -> None:
+    async with app_factory({"SERVICE_CREATE_WAIT_TIMEOUT": "0"}) as client:
+        tree = await client.result("tasks.create", [task("slow", method="sleep_executor", inputs={"seconds": 5})])
+        assert tree["status"] in ("pending", "in_progress")
+        await client.wait_status("slow", ("in_progress",))
+        answer = await client.result("tasks.execute", {"task_id": "slow"})
+        assert answer["success"] is False and answer["status"] == "already_running"
+        listed = await client.result("tasks.running.list", {})
+        assert [t["id"] for t in listed] == ["slow"]
+        assert (await client.result("tasks.running.count", {}))["count"] == 1
+        assert (await client.result("tasks.running.count", {"user_id": "nobody"})) == {"count": 0, "user_id": "nobody"}
+        statuses = await client.result("tasks.running.status", {"task_ids": ["slow", "ghost"]})
+        assert statuses[0]["status"] == "in_progress" and statuses[1]["status"] == "not_found"
+        cancelled = await client.result("tasks.cancel", {"task_ids": ["slow"]})
+        assert cancelled[0]["status"] == "cancelled"
+
+
+async def test_cancel_pending_and_finished(app_factory: Any) -> None:
+    async with app_factory({"SERVICE_CREATE_WAIT_TIMEOUT": "0"}) as client:
+        await client.result("tasks.create", [
+            task("root", method="sleep_executor", inputs={"seconds": 5}),
+            task("waiter", "root", deps=["root"]),
+        ])
+        await client.wait_status("root", ("in_progress",))
+        [pending] = await client.result("tasks.cancel", {"task_ids": ["waiter"], "error_message": "not needed"})
+        assert pending["status"] == "cancelled" and pending["force"] is False
+        waiter = await client.result("tasks.get", {"task_id": "waiter"})
+        assert waiter["status"] == "cancelled" and waiter["error"] == "not needed"
+        [again] = await client.result("tasks.cancel", {"task_ids": ["waiter"]})
+        assert again["status"] == "failed"
+        assert again["message"] == "Task waiter is already cancelled, cannot cancel"
+        [missing] = await client.result("tasks.running.cancel", {"task_ids": ["nope"]})
+        assert missing["status"] == "error" and "not found" in missing["message"]
+        await client.result("tasks.cancel", {"task_ids": ["root"], "force": True})
+        done = await client.result("tasks.create", [task("done")])
+        [finished] = await client.result("tasks.cancel", {"task_ids": [done["id"]]})
+        assert finished["message"] == f"Task {done['id']} is already completed, cannot cancel"
+
+
+async def test_cancel_running_command_kills_process(app_factory: Any, tmp_path: Any) -> None:
+    marker = tmp_path / "late"
+    script = f"sleep 30; touch {marker}"
+    async with app_factory({"SERVICE_CREATE_WAIT_TIMEOUT": "0", "SERVICE_COMMAND_ALLOWLIST": "sh"}) as client:
+        await client.result("tasks.create", [
+            task("cmd", method="command_executor", inputs={"command": ["sh", "-c", script]}),
+        ])
+        await client.wait_status("cmd", ("in_progress",))
+        await asyncio.sleep(0.2)  # let the process start
+        pids = _pids_running(script)
+        assert pids, "the command should be running"
+        [answer] = await client.result("tasks.cancel", {"task_ids": ["cmd"]})
+        assert answer["status"] == "cancelled"
+        for _ in range(50):
+            if not _pids_running(script):
+                break
+            await asyncio.sleep(0.05)
+        assert not _pids_running(script), "the child process is killed"
+        cmd = await client.result("tasks.get", {"task_id": "cmd"})
+        assert cmd["status"] == "cancelled" and cmd["result"] is None
+        assert not marker.exists()
+        assert await client.result("tasks.running.list", {}) == []
+
+
+def _pids_running(needle: str) -> list[int]:
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                cmdline = fh.read().replace(b"\0", b" ").decode(errors="replace")
+            with open(f"/proc/{pid}/stat") as fh:
+                state = fh.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if needle in cmdline and state != "Z":
+            found.append(int(pid))
+    return found
+
+
+async def test_input_schema_validation_fails_task(client: Client) -> None:
+    tree = await client.result("tasks.create", [
+        task("v", inputs={"n": "x"}, schemas={"method": "noop_executor", "input_schema": {
+            "type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}}),
+    ])
+    assert tree["status"] == "failed"
+    assert tree["error"].startswith("Input validation failed at 'n'")
+
+
+async def test_service_extensions_restrict_executors(app_factory: Any) -> None:
+    async with app_factory({"SERVICE_EXTENSIONS": "core"}) as client:
+        info = await client.result("system.executors", {}, path="/system")
+        assert info["restricted"] is True
+        assert {e["extension"] for e in info["executors"]} == {"core"}
+        assert "command_executor" not in info["allowed_ids"]
+        error = await client.error("tasks.create", [task("c", method="command_executor")])
+        assert error["code"] == -32602 and "command_executor" in error["message"]
+
+
+async def test_unknown_executor_rejected_at_create(client: Client) -> None:
+    error = await client.error("tasks.create", [task("x", method="no_such_executor")])
+    assert error["code"] == -32602
+    assert "no_such_executor" in error["message"]
+    assert await client.result("tasks.list", {}) == []
+
+
+async def test_system_health_and_examples(client: Client) -> None:
+    health = await client.result("system.health", None, path="/system")
+    assert health["status"] == "healthy" and health["running_tasks_count"] == 0 and health["version"]
+    status = await client.result("examples.status", {}, path="/system")
+    assert status["initialized"] is False and status["available"] is True
+    first = await client.result("examples.init", {}, path="/system")
+    assert first["created_count"] > 0
+    again = await client.result("examples.init", {}, path="/system")
+    assert again["created_count"] == 0
+    forced = await client.result("examples.init", {"force": True}, path="/system")
+    assert forced["created_count"] == first["created_count"]
+    assert (await client.result("examples.status", {}, path="/system"))["initialized"] is True
+
+
+async def test_restart_fails_tasks_left_in_progress(make_settings: Any) -> None:
+    from tests.conftest import running_app
+
+    settings = make_settings({"SERVICE_CREATE_WAIT_TIMEOUT": "0"})
+    async with running_app(settings) as client:
+        await client.result("tasks.create", [task("long", method="sleep_executor", inputs={"seconds": 30})])
+        await client.wait_status("long", ("in_progress",))
+        # simulate a crash: forget the engine without a clean stop
+        client.services.engine.running.clear()
+    # the clean stop above found nothing to fail; put the row back in progress as a crash leaves it
+    async with running_app(settings) as client:
+        await client.services.repo.update("long", {"status": "in_progress", "lease_expires_at": None})
+        assert await client.services.engine.recover() == 1
+        long = await client.result("tasks.get", {"task_id": "long"})
+        assert long["status"] == "failed" and "restarted" in long["error"]
+        answer = await client.result("tasks.execute", {"task_id": "long"})
+        assert answer["status"] == "started"
+        await client.result("tasks.cancel", {"task_ids": ["long"]})
