@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,19 +17,22 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from agent.auth import AuthError, authenticate
+from agent.auth import AuthError, authenticate, check_settings
 from agent.engine.bus import EventBus
 from agent.engine.engine import Engine
 from agent.errors import INVALID_PARAMS, PERMISSION_DENIED, RpcError
 from agent.generate import GenerateService
+from agent.keys import KeyConfigService
 from agent.rpc.jsonrpc import CallContext, Handler, dispatch
 from agent.rpc.tasks import task_methods
 from agent.service import TaskService
 from agent.settings import Settings
 from agent.system import SystemService
+from agent.ws import ws_route
 from executors.registry import ExecutorRegistry
 from llm.client import parse_key_header
-from storage.db import create_engine, migrate
+from storage.db import create_batch_engine, create_engine, migrate
+from storage.keys import KeyStore
 from storage.repository import TaskRepository
 
 log = logging.getLogger(__name__)
@@ -51,11 +54,14 @@ class Services:
     system: SystemService
     task_methods: dict[str, Handler] = field(default_factory=dict)
     system_methods: dict[str, Handler] = field(default_factory=dict)
+    keys: KeyConfigService | None = None
+    # Awaited first on shutdown, by surfaces that own background work (the A2A handler, push sender).
+    shutdown_hooks: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
     @classmethod
     def build(cls, settings: Settings, registry: ExecutorRegistry | None = None) -> "Services":
-        db = create_engine(settings.database_url)
-        repo = TaskRepository(db)
+        check_settings(settings)
+        repo = TaskRepository(create_engine(settings.database_url), create_batch_engine(settings.database_url))
         bus = EventBus()
         registry = registry or ExecutorRegistry.discover(settings.extensions)
         engine = Engine(repo, registry, settings, bus)
@@ -63,7 +69,9 @@ class Services:
         system = SystemService(repo, engine, registry, tasks)
         engine.services["tasks"] = tasks
         engine.services["registry"] = registry  # generate_executor offers the app's executors
-        services = cls(settings, repo, bus, registry, engine, tasks, system)
+        keys = KeyConfigService(KeyStore(repo.engine, settings.secret_key))
+        engine.services["llm_key_lookup"] = keys.lookup  # stored per-user keys for the LLM client
+        services = cls(settings, repo, bus, registry, engine, tasks, system, keys=keys)
         services.task_methods = task_methods(tasks)
         services.task_methods["tasks.generate"] = GenerateService(tasks, registry, settings, engine.services).generate
         services.system_methods = {
@@ -71,6 +79,7 @@ class Services:
             "system.executors": system.executors,
             "examples.init": system.examples_init,
             "examples.status": system.examples_status,
+            **keys.methods(),
         }
         return services
 
@@ -79,8 +88,10 @@ class Services:
         await self.engine.start()
 
     async def stop(self) -> None:
+        for hook in self.shutdown_hooks:
+            await hook()
         await self.engine.stop()
-        await self.repo.engine.dispose()
+        await self.repo.close()
 
 
 def call_context(request: Request, services: Services, surface: str) -> CallContext | AuthError:
@@ -167,6 +178,11 @@ def build_app(settings: Settings, *, registry: ExecutorRegistry | None = None) -
     ]
     if settings.enable_system_routes:
         routes.append(Route("/system", rpc_endpoint(services, services.system_methods, "jsonrpc"), methods=["POST"]))
+    routes.append(ws_route(services))
+    if settings.api_protocol == "graphql":
+        from agent.graphql import graphql_routes  # lazy: strawberry loads only when enabled
+
+        routes.extend(graphql_routes(services))
     routes.extend(_agent_routes(services))
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.services = services

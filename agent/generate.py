@@ -102,7 +102,8 @@ class GenerateService:
                 temperature=temperature, max_tokens=max_tokens, api_key=header_key, user_id=owner,
             )
         except GenerationValidationError as exc:
-            problems = [_safe(x, header_key) for x in exc.problems]
+            # The model never saw a key; still, never echo the header's (problems quote its answer).
+            problems = [x.replace(header_key, "[redacted]") if header_key else x for x in exc.problems]
             message = "Generated task tree is invalid (after one repair round): " + "; ".join(problems)
             raise RpcError(INVALID_PARAMS, message, "\n".join(problems)) from None
         except LLMKeyMissingError as exc:

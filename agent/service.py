@@ -20,6 +20,7 @@ from agent.rpc import params as p
 from agent.rpc.jsonrpc import CallContext, StreamReply
 from agent.settings import Settings
 from executors.registry import ExecutorRegistry
+from sqlalchemy.exc import IntegrityError
 from storage import trees
 from storage.models import TASK_STATUSES
 from storage.repository import TaskRepository
@@ -85,7 +86,14 @@ class TaskService:
 
     async def create_tree(self, params: Any, caller: Caller) -> list[dict[str, Any]]:
         rows = self.prepare(params, caller)
-        await self.repo.insert(rows)
+        taken = await self.repo.get_many(row["id"] for row in rows)
+        for index, row in enumerate(rows):
+            if row["id"] in taken:
+                raise invalid_params(f"{trees.label(row, index)}: id '{row['id']}' already exists")
+        try:
+            await self.repo.insert(rows)
+        except IntegrityError:  # a concurrent create took one of the ids in the meantime
+            raise invalid_params("One of the task ids already exists; nothing was created") from None
         return rows
 
     async def create_tree_for(self, tasks: Any, user_id: str | None) -> list[dict[str, Any]]:
@@ -98,7 +106,7 @@ class TaskService:
         """tasks.create: store the tree, execute it, answer the tree once it finished (or timed out)."""
         rows = await self.create_tree(params, ctx.caller)
         root_id = rows[0]["id"]
-        run = await self.engine.execute(root_id, _call(ctx))
+        run = await self.engine.execute(root_id, _call(ctx), fresh_rows=rows)
         await self.engine.wait(run, self.settings.create_wait_timeout)
         return trees.nest(await self.repo.tree(root_id), root_id)
 
@@ -128,7 +136,11 @@ class TaskService:
 
     async def children(self, params: Any, ctx: CallContext) -> list[dict[str, Any]]:
         parent_id = p.string(_obj(params), "parent_id", aliases=("task_id",), required=True)
-        await self._task_for(parent_id, ctx.caller)
+        parent = await self.repo.get(parent_id)
+        if parent is None:
+            raise task_not_found(parent_id)
+        if not ctx.caller.can_access(parent["user_id"]):
+            return []  # SPEC: children filters out what the caller may not see instead of failing
         rows = await self.repo.children(parent_id)
         return [public(r) for r in rows if ctx.caller.can_access(r["user_id"])]
 
@@ -463,6 +475,8 @@ def _field_problem(key: str, value: Any) -> str | None:
         return f"{key} must be an object"
     if key in ("error", "started_at", "completed_at", "description") and value is not None and not isinstance(value, str):
         return f"{key} must be a string or null"
+    if key in ("name", "error", "started_at", "completed_at", "description") and isinstance(value, str):
+        return trees.check_value(key, value)  # NUL characters, column widths
     return None
 
 

@@ -35,7 +35,7 @@ class ExecutionContext:
     dependency_results: dict[str, Any] = field(default_factory=dict)
     user_id: str | None = None
     # LLM key from the X-LLM-API-KEY header of the request that started the run, if any.
-    llm_api_key: str | None = None
+    llm_api_key: str | None = field(default=None, repr=False)  # never in a logged repr
     llm_provider: str | None = None
     # Services an executor may need (e.g. "tasks" for generate_executor); set by the app.
     services: Mapping[str, Any] = field(default_factory=dict)

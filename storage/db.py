@@ -11,8 +11,9 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from sqlalchemy import create_engine as sa_create_engine
 from sqlalchemy import event
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -29,6 +30,16 @@ def create_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
     return create_async_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+
+
+def create_batch_engine(url: str) -> Engine | None:
+    """SQLite: a synchronous engine on the same file for the engine's batched writes."""
+    if not is_sqlite(url):
+        return None
+    engine = sa_create_engine(url.replace("sqlite+aiosqlite://", "sqlite://", 1),
+                              connect_args={"timeout": 30, "check_same_thread": False})
+    event.listen(engine, "connect", _sqlite_pragmas)
+    return engine
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]

@@ -7,11 +7,15 @@ result racing a cancel, can never overwrite each other: the database decides who
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any
 
 from sqlalchemy import String, and_, bindparam, cast, delete, func, insert, or_, select, update
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from storage.models import tasks_table as T
@@ -26,8 +30,20 @@ def _chunks(ids: Sequence[str]) -> Iterable[Sequence[str]]:
 
 
 class TaskRepository:
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, batch_engine: Engine | None = None) -> None:
         self.engine = engine
+        # SQLite only: a synchronous engine driven from one worker thread, so a whole batch of
+        # engine writes costs one thread hop instead of one per statement (see write_batch).
+        self._batch_engine = batch_engine
+        self._batch_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="taskgrove-db") \
+            if batch_engine is not None else None
+
+    async def close(self) -> None:
+        if self._batch_thread is not None:
+            self._batch_thread.shutdown(wait=True)
+        if self._batch_engine is not None:
+            self._batch_engine.dispose()
+        await self.engine.dispose()
 
     @asynccontextmanager
     async def transaction(self, conn: AsyncConnection | None = None) -> AsyncIterator[AsyncConnection]:
@@ -143,13 +159,12 @@ class TaskRepository:
         conn: AsyncConnection | None = None,
     ) -> list[str]:
         """Compare-and-set on many tasks at once; returns the ids that actually changed."""
+        query = _update_many_statement(tuple(values), tuple(only_status) if only_status is not None else None)
+        params = {f"_v_{key}": value for key, value in values.items()}
         changed: list[str] = []
         async with self.transaction(conn) as c:
             for chunk in _chunks(list(ids)):
-                query = update(T).where(T.c.id.in_(chunk)).values(**values)
-                if only_status is not None:
-                    query = query.where(T.c.status.in_(list(only_status)))
-                result = await c.execute(query.returning(T.c.id))
+                result = await c.execute(query, {**params, "_ids": list(chunk)})
                 changed.extend(result.scalars())
         return changed
 
@@ -167,15 +182,30 @@ class TaskRepository:
         """
         if not outcomes:
             return
-        keys = [key for key in outcomes[0] if key != "id"]
-        query = (
-            update(T)
-            .where(and_(T.c.id == bindparam("_id"), or_(*(T.c.status == s for s in only_status))))
-            .values({key: bindparam(f"_v_{key}") for key in keys})
-        )
+        keys = tuple(key for key in outcomes[0] if key != "id")
+        query = _finish_many_statement(keys, tuple(only_status))
         params = [{"_id": o["id"], **{f"_v_{key}": o[key] for key in keys}} for o in outcomes]
         async with self.transaction(conn) as c:
             await c.execute(query, params)
+
+    async def write_batch(
+        self,
+        outcomes: Sequence[Mapping[str, Any]],
+        progress: Sequence[Mapping[str, Any]],
+        claims: Sequence[str],
+        claim_values: Mapping[str, Any],
+    ) -> set[str]:
+        """The engine's pass in one transaction: outcomes, progress, then claims (CAS pending ->
+        in_progress). Returns the claimed ids. The same statements run on every backend."""
+        if self._batch_engine is not None:
+            def in_thread() -> set[str]:
+                with self._batch_engine.begin() as conn:  # type: ignore[union-attr]
+                    return _write_batch(conn, outcomes, progress, claims, claim_values)
+
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._batch_thread, in_thread)
+        async with self.engine.begin() as conn:
+            return await conn.run_sync(_write_batch, outcomes, progress, claims, claim_values)
 
     async def delete(self, ids: Sequence[str], conn: AsyncConnection | None = None) -> int:
         deleted = 0
@@ -183,6 +213,48 @@ class TaskRepository:
             for chunk in _chunks(list(ids)):
                 deleted += (await c.execute(delete(T).where(T.c.id.in_(chunk)))).rowcount
         return deleted
+
+
+# The engine's hot statements are built once per shape: constructing a statement costs more
+# than running it on SQLite.
+@functools.lru_cache(maxsize=64)
+def _update_many_statement(keys: tuple[str, ...], only_status: tuple[str, ...] | None) -> Any:
+    query = update(T).where(T.c.id.in_(bindparam("_ids", expanding=True)))
+    if only_status is not None:
+        query = query.where(or_(*(T.c.status == s for s in only_status)))
+    return query.values({key: bindparam(f"_v_{key}") for key in keys}).returning(T.c.id)
+
+
+@functools.lru_cache(maxsize=64)
+def _finish_many_statement(keys: tuple[str, ...], only_status: tuple[str, ...]) -> Any:
+    return (
+        update(T)
+        .where(and_(T.c.id == bindparam("_id"), or_(*(T.c.status == s for s in only_status))))
+        .values({key: bindparam(f"_v_{key}") for key in keys})
+    )
+
+
+def _write_batch(
+    conn: Connection,
+    outcomes: Sequence[Mapping[str, Any]],
+    progress: Sequence[Mapping[str, Any]],
+    claims: Sequence[str],
+    claim_values: Mapping[str, Any],
+) -> set[str]:
+    for rows in (outcomes, progress):
+        if rows:
+            keys = tuple(key for key in rows[0] if key != "id")
+            conn.execute(
+                _finish_many_statement(keys, ("in_progress",)),
+                [{"_id": r["id"], **{f"_v_{key}": r[key] for key in keys}} for r in rows],
+            )
+    claimed: set[str] = set()
+    if claims:
+        query = _update_many_statement(tuple(claim_values), ("pending",))
+        params = {f"_v_{key}": value for key, value in claim_values.items()}
+        for chunk in _chunks(list(claims)):
+            claimed.update(conn.execute(query, {**params, "_ids": list(chunk)}).scalars())
+    return claimed
 
 
 _DEFAULTS: dict[str, Any] = {

@@ -16,6 +16,13 @@ from storage.models import TASK_FIELDS, TASK_STATUSES
 MAX_NAME = 1024
 MAX_ID = 64
 MAX_USER = 255
+MAX_TIMESTAMP = 40  # the width of the timestamp columns
+MAX_COUNTER = 2**31 - 1  # token counters are 32-bit integer columns
+# Per-field limits of the optional string fields, from the column widths in storage.models.
+FIELD_LIMITS = {
+    "started_at": MAX_TIMESTAMP, "completed_at": MAX_TIMESTAMP, "original_task_id": MAX_ID,
+    "product_id": MAX_USER, "description": 1_000_000, "error": 1_000_000,
+}
 
 
 class TreeError(ValueError):
@@ -68,9 +75,14 @@ def _flatten(item: Any, parent_id: str | None, where: str, out: list[dict[str, A
 
 def label(task: Mapping[str, Any], index: int) -> str:
     name = task.get("name")
-    shown = f"'{name}'" if isinstance(name, str) and name else f"#{index}"
+    shown = f"'{_short(name)}'" if isinstance(name, str) and name else f"#{index}"
     tid = task.get("id")
-    return f"task {shown} (id '{tid}')" if isinstance(tid, str) and tid else f"task {shown}"
+    return f"task {shown} (id '{_short(tid)}')" if isinstance(tid, str) and tid else f"task {shown}"
+
+
+def _short(text: str, limit: int = 80) -> str:
+    """Names and ids as error messages show them: a huge value is not echoed back whole."""
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _check_str(value: Any, field: str, limit: int, who: str, *, required: bool = False) -> str | None:
@@ -80,6 +92,8 @@ def _check_str(value: Any, field: str, limit: int, who: str, *, required: bool =
         return None
     if not isinstance(value, str):
         raise TreeError(f"{who}: {field} must be a string, got {type(value).__name__}")
+    if "\x00" in value:
+        raise TreeError(f"{who}: {field} must not contain NUL characters")
     if required and not value.strip():
         raise TreeError(f"{who}: {field} must not be empty")
     if len(value) > limit:
@@ -96,6 +110,30 @@ def check_priority(value: Any) -> str | None:
 def check_progress(value: Any) -> str | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
         return f"progress must be a number from 0.0 to 1.0, got {value!r}"
+    return None
+
+
+def check_value(field: str, value: Any) -> str | None:
+    """What is wrong with `value` for one settable task field (tasks.clone reset_fields), or None."""
+    if field == "status":
+        return check_status(value)
+    if field == "priority":
+        return check_priority(value)
+    if field == "progress":
+        return check_progress(value)
+    if field in ("token_success", "token_failed"):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNTER:
+            return f"{field} must be an integer from 0 to {MAX_COUNTER}, got {value!r}"[:300]
+        return None
+    if field in ("inputs", "params", "schemas"):
+        return None if isinstance(value, Mapping) else f"{field} must be an object, got {type(value).__name__}"
+    if field == "result":
+        return None
+    try:
+        _check_str(value, field, MAX_NAME if field == "name" else FIELD_LIMITS[field], field,
+                   required=field == "name")
+    except TreeError as exc:
+        return str(exc).removeprefix(f"{field}: ")
     return None
 
 
@@ -207,7 +245,7 @@ def prepare_new_tree(raw_tasks: list[dict[str, Any]], default_user: str | None =
     if not roots:
         raise TreeError("No root task: exactly one task must have no parent_id")
     if len(roots) > 1:
-        names = ", ".join(f"'{r['name']}' ({r['id']})" for r in roots)
+        names = ", ".join(f"'{_short(r['name'])}' ({r['id']})" for r in roots)
         raise TreeError(f"Multiple root tasks found: {names}; exactly one task must have no parent_id")
     root = roots[0]
     _check_reachable(rows, root)
@@ -252,11 +290,11 @@ def _row_from_input(raw: Mapping[str, Any], task_id: str, who: str) -> dict[str,
     counters = {}
     for field in ("token_success", "token_failed"):
         value = raw.get(field, 0)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise TreeError(f"{who}: {field} must be a non-negative integer")
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNTER:
+            raise TreeError(f"{who}: {field} must be an integer from 0 to {MAX_COUNTER}")
         counters[field] = value
-    for field in ("started_at", "completed_at", "original_task_id", "product_id", "description"):
-        _check_str(raw.get(field), field, MAX_NAME if field != "description" else 1_000_000, who)
+    for field in ("started_at", "completed_at", "original_task_id", "product_id", "description", "error"):
+        _check_str(raw.get(field), field, FIELD_LIMITS[field], who)
     return {
         "id": task_id,
         "name": raw["name"],
@@ -494,5 +532,8 @@ def reset_values(reset_fields: Any) -> dict[str, Any]:
         unknown = [f for f in reset_fields if f not in allowed]
         if unknown:
             raise TreeError(f"reset_fields: cannot set {unknown}; allowed fields are {sorted(allowed)}")
+        for field, value in reset_fields.items():
+            if (problem := check_value(field, value)) is not None:
+                raise TreeError(f"reset_fields: {problem}")
         return {**RESETTABLE, **dict(reset_fields)}
     raise TreeError("reset_fields must be an array of field names or an object of field values")

@@ -188,6 +188,7 @@ async def test_cancel_pending_and_finished(app_factory: Any) -> None:
         assert missing["status"] == "error" and "not found" in missing["message"]
         await client.result("tasks.cancel", {"task_ids": ["root"], "force": True})
         done = await client.result("tasks.create", [task("done")])
+        await client.wait_status("done", ("completed",))
         [finished] = await client.result("tasks.cancel", {"task_ids": [done["id"]]})
         assert finished["message"] == f"Task {done['id']} is already completed, cannot cancel"
 

@@ -10,6 +10,7 @@ statements, so a task never runs twice and a cancel is never undone by a late re
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
 import json
 import logging
@@ -77,6 +78,26 @@ def _json_safe(value: Any) -> Any:
 def _tokens(executor: Executor | None) -> int:
     usage = getattr(executor, "token_usage", None) or {}
     return int(usage.get("total_tokens") or 0)
+
+
+@functools.lru_cache(maxsize=256)
+def _validator(schema_json: str) -> Any:
+    """Checking a schema costs far more than using it: compile each distinct schema once."""
+    schema = json.loads(schema_json)
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+def _validate_inputs(inputs: dict[str, Any], schema: dict[str, Any]) -> None:
+    try:
+        validator = _validator(json.dumps(schema, sort_keys=True))
+    except jsonschema.SchemaError as exc:
+        raise ExecutorError(f"schemas.input_schema is not a valid JSON Schema: {exc.message}") from None
+    error = jsonschema.exceptions.best_match(validator.iter_errors(inputs))
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "inputs"
+        raise ExecutorError(f"Input validation failed at '{where}': {error.message}")
 
 
 class Engine:
@@ -152,9 +173,14 @@ class Engine:
 
     # --- starting executions --------------------------------------------------------------
 
-    async def execute(self, task_id: str, call: Mapping[str, Any] | None = None) -> TreeRun:
-        """Start (or join) the execution of `task_id`; returns the tree's run right away."""
-        target = await self.repo.get(task_id)
+    async def execute(self, task_id: str, call: Mapping[str, Any] | None = None,
+                      fresh_rows: list[dict[str, Any]] | None = None) -> TreeRun:
+        """Start (or join) the execution of `task_id`; returns the tree's run right away.
+
+        `fresh_rows`: the rows of a tree just inserted by the caller, to skip reading them back.
+        """
+        target = next((r for r in fresh_rows if r["id"] == task_id), None) if fresh_rows else None
+        target = target or await self.repo.get(task_id)
         if target is None:
             raise KeyError(task_id)
         if target["origin_type"] == "archive":
@@ -165,7 +191,7 @@ class Engine:
         run = self.runs.get(tree_id)
         if run is not None and task_id in (run.waiting | run.queued | run.active):
             raise AlreadyRunning(task_id)
-        rows = {row["id"]: row for row in await self.repo.tree(tree_id)}
+        rows = {row["id"]: dict(row) for row in fresh_rows or await self.repo.tree(tree_id)}
         outside = {d["id"] for row in rows.values() for d in row["dependencies"]} - set(rows)
         if outside:
             rows.update(await self.repo.get_many(outside))
@@ -179,10 +205,11 @@ class Engine:
         chosen = select_for_execution(rows, task_id)
         if run is not None:
             chosen -= run.active | run.queued
-        if chosen:
+        reset = sorted(tid for tid in chosen if rows[tid]["status"] != "pending")
+        if reset:
             stamp = now_iso()
             await self.repo.update_many(
-                sorted(chosen),
+                reset,
                 {"status": "pending", "progress": 0.0, "result": None, "error": None,
                  "started_at": None, "completed_at": None, "updated_at": stamp},
                 only_status=("pending", "failed", "completed", "cancelled"),
@@ -216,6 +243,8 @@ class Engine:
     async def _loop(self) -> None:
         while True:
             await self._wake.wait()
+            # Let executors that are about to finish do so first: one pass then writes them all.
+            await asyncio.sleep(0)
             self._wake.clear()
             try:
                 await self._tick()
@@ -238,37 +267,46 @@ class Engine:
         async with self._lock:
             outcomes, self._outcomes = self._outcomes, []
             progress, self._progress = self._progress, {}
+            # Outcomes first, in memory: their dependents can then be claimed in this same pass.
+            ended = [(run, o) for o in outcomes if (run := self._record(o)) is not None]
             taken = self._take_ready()
-            claimed: set[str] = set()
             stamp = now_iso()
-            async with self.repo.transaction() as conn:
-                if outcomes:
-                    await self.repo.finish_many(outcomes, conn=conn)
-                if progress:
-                    await self.repo.finish_many(
-                        [{"id": tid, "progress": p, "updated_at": stamp} for tid, p in progress.items()],
-                        conn=conn,
-                    )
-                if taken:
-                    claimed = set(await self.repo.update_many(
-                        [tid for tid, _ in taken],
-                        {"status": "in_progress", "progress": 0.0, "started_at": stamp,
-                         "completed_at": None, "result": None, "error": None, "updated_at": stamp,
-                         "lease_owner": self.instance_id, "lease_expires_at": _lease_until()},
-                        only_status=("pending",),
-                        conn=conn,
-                    ))
-        for outcome in outcomes:
-            self._after_outcome(outcome)
+            claimed = await self._write(outcomes, progress, [tid for tid, _ in taken], stamp)
+        touched = {id(run): run for run, _ in ended}
+        for run, outcome in ended:
+            self._publish_outcome(run, outcome)
         for tid, run in taken:
+            touched[id(run)] = run
             if tid in claimed:
                 self._start_task(tid, run, stamp)
             else:  # someone else moved it (a cancel, another instance): read what it became
                 row = await self.repo.get(tid)
                 run.finished(tid, row["status"] if row else "cancelled")
-                self._settle(run)
+                self._schedule(run)
+        for run in touched.values():
+            if run.is_over() and not run.done.is_set():
+                self._finish_run(run)
         if self._outcomes or self._progress or (self._ready and len(self.running) < self.settings.max_concurrency):
             self._wake.set()
+
+    async def _write(self, outcomes: list[dict[str, Any]], progress: dict[str, float], claims: list[str],
+                     stamp: str) -> set[str]:
+        """One transaction for a whole pass; retried, since losing it would strand tasks."""
+        if not (outcomes or progress or claims):
+            return set()
+        progress_rows = [{"id": tid, "progress": p, "updated_at": stamp} for tid, p in progress.items()]
+        claim_values = {"status": "in_progress", "progress": 0.0, "started_at": stamp, "completed_at": None,
+                        "result": None, "error": None, "updated_at": stamp,
+                        "lease_owner": self.instance_id, "lease_expires_at": _lease_until()}
+        for attempt in range(5):
+            try:
+                return await self.repo.write_batch(outcomes, progress_rows, claims, claim_values)
+            except Exception:
+                if attempt == 4:
+                    raise
+                log.warning("engine write failed (attempt %d), retrying", attempt + 1, exc_info=True)
+                await asyncio.sleep(0.05 * 2 ** attempt)
+        return set()
 
     def _start_task(self, tid: str, run: TreeRun, stamp: str) -> None:
         run.started(tid)
@@ -280,21 +318,26 @@ class Engine:
                       message=f"Task '{row['name']}' started")
         running.job = asyncio.create_task(self._execute(running), name=f"task-{tid}")
 
-    def _after_outcome(self, outcome: dict[str, Any]) -> None:
+    def _record(self, outcome: dict[str, Any]) -> TreeRun | None:
+        """Apply an outcome to the in-memory run; None when it must not be published (cancelled)."""
         tid = outcome["id"]
         running = self.running.pop(tid, None)
-        run = running.run if running else None
-        if run is None or (running is not None and running.cancelled):
-            return
+        if running is None or running.cancelled:
+            return None
+        run = running.run
         run.rows[tid].update({k: outcome[k] for k in ("status", "progress", "result", "error", "completed_at")})
         run.finished(tid, outcome["status"])
+        self._schedule(run)
+        return run
+
+    def _publish_outcome(self, run: TreeRun, outcome: dict[str, Any]) -> None:
+        tid = outcome["id"]
         if outcome["status"] == "completed":
             self._publish(run, ev.TASK_COMPLETED, tid, status="completed", progress=1.0,
                           result=outcome["result"], message=f"Task '{run.rows[tid]['name']}' completed")
         else:
             self._publish(run, ev.TASK_FAILED, tid, status="failed", progress=outcome["progress"],
                           error=outcome["error"], message=outcome["error"])
-        self._settle(run)
 
     def _settle(self, run: TreeRun) -> None:
         """After a task ended: queue what became runnable, end the run when nothing is left."""
@@ -368,13 +411,7 @@ class Engine:
         inputs = dict(row.get("inputs") or {})
         schema = (row.get("schemas") or {}).get("input_schema") or cls.input_schema
         if schema:
-            try:
-                jsonschema.validate(inputs, schema)
-            except jsonschema.ValidationError as exc:
-                where = "/".join(str(p) for p in exc.absolute_path) or "inputs"
-                raise ExecutorError(f"Input validation failed at '{where}': {exc.message}") from None
-            except jsonschema.SchemaError as exc:
-                raise ExecutorError(f"schemas.input_schema is not a valid JSON Schema: {exc.message}") from None
+            _validate_inputs(inputs, schema)
         executor = cls(params=row.get("params") or {})
         running.executor = executor
         dep_results = {
@@ -458,8 +495,7 @@ class Engine:
             if row["id"] in run.rows and row["id"] not in run.active:
                 run.rows[row["id"]].update(status=row["status"], result=row.get("result"))
                 if row["status"] == "completed":
-                    run.waiting |= run.blocked
-                    run.blocked.clear()
+                    run.unblock()
                 self._settle(run)
         self._wake.set()
 

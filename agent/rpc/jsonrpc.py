@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,7 +38,8 @@ class CallContext:
     caller: Caller = ANONYMOUS
     # "jsonrpc" on /tasks and /system, "a2a" on / (the protocol marker of results).
     surface: str = "jsonrpc"
-    llm_api_key: str | None = None
+    # From X-LLM-API-KEY: this request only; repr=False keeps it out of any logged repr.
+    llm_api_key: str | None = field(default=None, repr=False)
     llm_provider: str | None = None
     request: Request | None = field(default=None, repr=False)
 
@@ -62,9 +64,38 @@ def parse_body(body: bytes) -> Any:
     if len(body) > MAX_BODY_BYTES:
         raise RpcError(INVALID_REQUEST, "Invalid Request", f"request body larger than {MAX_BODY_BYTES} bytes")
     try:
-        return json.loads(body)
+        payload = json.loads(body, parse_constant=_no_constant)
     except (ValueError, UnicodeDecodeError) as exc:
         raise RpcError(PARSE_ERROR, "Parse error", f"body is not valid JSON: {exc}") from None
+    # A lone surrogate escape (`"\ud800"`) parses, but can be neither stored nor sent back as UTF-8.
+    if _SURROGATE_ESCAPE.search(body) and _has_lone_surrogate(payload):
+        raise RpcError(PARSE_ERROR, "Parse error", "body is not valid JSON: a string holds a lone surrogate escape")
+    return payload
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _no_constant(name: str) -> Any:
+    """NaN and Infinity are not JSON (RFC 8259); stored, they would break every later response."""
+    raise ValueError(f"{name} is not a valid JSON value")
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def _valid_id(value: Any) -> bool:

@@ -29,6 +29,8 @@ def string(params: Mapping[str, Any], name: str, *, aliases: Sequence[str] = (),
         raise invalid_params(f"{name} must be a non-empty string, got {value!r}"[:300])
     if len(value) > max_length:
         raise invalid_params(f"{name} is longer than {max_length} characters")
+    if "\x00" in value:
+        raise invalid_params(f"{name} must not contain NUL characters")
     return value
 
 

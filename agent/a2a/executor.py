@@ -1,0 +1,162 @@
+"""The A2A AgentExecutor: runs the planned task tree on our engine and reports it as an agent task.
+
+`execute` enqueues the agent task (state working, data part with the run summary), starts the
+engine, and turns the engine's bus events into status updates; at the end it adds one artifact
+with every task's result and the final state (completed or failed). It subscribes to the bus
+before starting the engine, so even a tree that finishes instantly is seen to its `final` event.
+
+`cancel` (A2A tasks/cancel) cancels every pending and running task of the tree through the engine,
+so the work really stops, then reports the agent task canceled. The SDK awaits `cancel` before it
+cancels the `execute` coroutine; meanwhile `execute` stops reporting, so the engine's own `final`
+event of the cancelled run cannot race the canceled state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from a2a.helpers.proto_helpers import new_data_part
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.events import EventQueue
+from a2a.server.tasks import TaskUpdater
+from a2a.types.a2a_pb2 import Task, TaskState, TaskStatus
+from a2a.utils.errors import InvalidParamsError
+
+from agent.a2a.plan import TreePlan, TreeRequestContext
+from agent.a2a.wire import data_message, run_data
+from agent.engine import bus as ev
+from agent.engine.bus import Event, Subscription
+from agent.engine.engine import AlreadyRunning, NotExecutable
+
+if TYPE_CHECKING:  # pragma: no cover
+    from agent.app import Services
+
+CANCEL_REASON = "Cancelled through the agent protocol (tasks/cancel)"
+LIVE_STATUSES = ("in_progress", "pending")  # in this order: stop running work first
+CANCEL_PASSES = 3  # a cancelled task can make a pending one runnable for a moment; look again
+
+
+class TaskTreeAgentExecutor(AgentExecutor):
+    def __init__(self, services: "Services") -> None:
+        self._services = services
+        # Agent task id -> set once cancel() has reported the canceled state.
+        self._cancelling: dict[str, asyncio.Event] = {}
+
+    # --- execute --------------------------------------------------------------------------
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        if not isinstance(context, TreeRequestContext):
+            raise InvalidParamsError(message="This agent only executes task trees sent with message/send")
+        plan, task_id = context.plan, context.task_id
+        assert task_id is not None
+        updater = TaskUpdater(event_queue, task_id, plan.root_task_id)
+        subscription = self._services.bus.subscribe(
+            lambda e: e["root_task_id"] == plan.root_task_id, maxsize=10_000)
+        try:
+            await event_queue.enqueue_event(_initial_task(context, plan))
+            try:
+                await self._services.engine.execute(plan.task_id, plan.call)
+            except (AlreadyRunning, NotExecutable, KeyError) as exc:
+                reason = f"Task '{plan.task_id}' is already running" if isinstance(exc, AlreadyRunning) \
+                    else f"Task '{plan.task_id}' cannot be executed: {exc}"
+                await updater.failed(message=_message(plan, "failed", 0.0, message=reason))
+                return
+            final = await self._follow(subscription, updater, plan, task_id)
+            if final is not None:
+                await self._finish(updater, plan, final)
+        finally:
+            subscription.close()
+            self._cancelling.pop(task_id, None)
+
+    async def _follow(self, subscription: Subscription, updater: TaskUpdater, plan: TreePlan,
+                      task_id: str) -> Event | None:
+        """Report engine events until the run's `final` event (returned), or None once cancelled."""
+        while True:
+            batch = [await subscription.get()]
+            while not subscription.queue.empty():  # coalesce a backlog into one status update
+                batch.append(subscription.queue.get_nowait())
+            cancelled = self._cancelling.get(task_id)
+            if cancelled is not None:
+                await cancelled.wait()  # cancel() owns the terminal state now
+                return None
+            final = next((e for e in batch if e["type"] == ev.FINAL), None)
+            if final is not None:
+                return final
+            if plan.stream:
+                last = batch[-1]
+                await updater.update_status(TaskState.TASK_STATE_WORKING, message=_message(
+                    plan, "in_progress", last.get("tree_progress", 0.0), task_id=last["task_id"],
+                    task_status=last.get("status"), task_progress=last.get("progress"),
+                    event=last["type"], message=last.get("message")))
+
+    async def _finish(self, updater: TaskUpdater, plan: TreePlan, final: Event) -> None:
+        rows = await self._services.repo.tree(plan.root_task_id)
+        status = final["status"]
+        results = {
+            "root_task_id": plan.root_task_id,
+            "status": status,
+            "task_count": len(rows),
+            "tasks": [
+                {"id": r["id"], "name": r["name"], "parent_id": r["parent_id"], "status": r["status"],
+                 "progress": r["progress"], "result": r["result"], "error": r["error"]}
+                for r in rows
+            ],
+        }
+        await updater.add_artifact([new_data_part(results)], name="task_results")
+        message = _message(plan, status, final.get("progress", 0.0), task_count=len(rows))
+        if status == "completed":
+            await updater.complete(message=message)
+        else:
+            await updater.failed(message=message)
+
+    # --- cancel ---------------------------------------------------------------------------
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        task_id = context.task_id
+        root = context.context_id or (context.current_task.context_id if context.current_task else None)
+        if not task_id or not root:
+            raise InvalidParamsError(message="tasks/cancel needs the agent task id")
+        reported = self._cancelling.setdefault(task_id, asyncio.Event())
+        try:
+            cancelled, rows = await self._cancel_tree(root)
+            progress = sum(1 for r in rows if r["status"] in ("completed", "failed", "cancelled")) / max(len(rows), 1)
+            plan = TreePlan(task_id=root, root_task_id=root, task_count=len(rows),
+                            user_id=rows[0]["user_id"] if rows else None)
+            await TaskUpdater(event_queue, task_id, root).cancel(message=_message(
+                plan, "cancelled", progress, message=f"Cancelled {cancelled} task(s) of tree {root}"))
+        finally:
+            reported.set()
+
+    async def _cancel_tree(self, root: str) -> tuple[int, list[dict[str, Any]]]:
+        repo, engine = self._services.repo, self._services.engine
+        cancelled = 0
+        rows = await repo.tree(root)
+        for _ in range(CANCEL_PASSES):
+            live = [r for status in LIVE_STATUSES for r in rows if r["status"] == status]
+            if not live:
+                break
+            for row in live:
+                outcome = await engine.cancel(row["id"], CANCEL_REASON)
+                cancelled += outcome["status"] == "cancelled"
+            rows = await repo.tree(root)
+        return cancelled, rows
+
+
+def _message(plan: TreePlan, status: str, progress: float, *, task_count: int | None = None, **extra: Any):  # type: ignore[no-untyped-def]
+    data = run_data(status, progress, plan.root_task_id,
+                    plan.task_count if task_count is None else task_count, **extra)
+    return data_message(data, context_id=plan.root_task_id)
+
+
+def _initial_task(context: RequestContext, plan: TreePlan) -> Task:
+    """The agent task as first reported: working, nothing done yet (the push answer's shape)."""
+    status = TaskStatus(state=TaskState.TASK_STATE_WORKING, message=_message(plan, "in_progress", 0.0))
+    status.message.task_id = context.task_id or ""
+    status.timestamp.FromDatetime(datetime.now(timezone.utc))
+    task = Task(id=context.task_id, context_id=plan.root_task_id, status=status)
+    if context.message is not None:
+        task.history.append(context.message)
+    task.metadata.update(plan.metadata())
+    return task

@@ -1,0 +1,67 @@
+"""The SDK request handler, wired to our executor, database stores and push sender.
+
+One behaviour is added to the SDK's DefaultRequestHandler: a send that carries a push config is
+answered at once (SPEC.md: "With push_notification_config, execution is asynchronous and the
+immediate result has status in_progress"), whatever the client's `blocking` flag says.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from a2a.server.context import ServerCallContext
+from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.types.a2a_pb2 import AgentCard, Message, SendMessageRequest, Task, TaskPushNotificationConfig
+
+from agent.a2a import store
+from agent.a2a.calls import PUSH_KEY
+from agent.a2a.executor import TaskTreeAgentExecutor
+from agent.a2a.plan import TreeRequestContextBuilder, push_requested
+from agent.a2a.push import PushConfigError, PushTargets, SpecPushSender, check_url
+
+if TYPE_CHECKING:  # pragma: no cover
+    from agent.app import Services
+
+
+class TaskgroveRequestHandler(DefaultRequestHandler):
+    def __init__(self, *args: object, push_targets: PushTargets, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self._push_targets = push_targets
+
+    async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Message | Task:
+        if push_requested(params, context):
+            params.configuration.return_immediately = True
+        return await super().on_message_send(params, context)
+
+    async def on_create_task_push_notification_config(
+        self, params: TaskPushNotificationConfig, context: ServerCallContext,
+    ) -> TaskPushNotificationConfig:
+        stored = await super().on_create_task_push_notification_config(params, context)
+        self._push_targets.enable(params.task_id, context.state.get(PUSH_KEY) or [])
+        return stored
+
+
+def build_handler(services: "Services", card: AgentCard) -> tuple[TaskgroveRequestHandler, SpecPushSender]:
+    engine = services.repo.engine
+    configs = store.push_config_store(engine, store.push_encryption_key(services.settings.secret_key))
+    targets = PushTargets()
+    sender = SpecPushSender(configs, targets, allow_private=services.settings.allow_private_urls)
+
+    async def url_allowed(url: str) -> bool:
+        try:
+            await check_url(url, services.settings.allow_private_urls)
+        except PushConfigError:
+            return False
+        return True
+
+    handler = TaskgroveRequestHandler(
+        agent_executor=TaskTreeAgentExecutor(services),
+        task_store=store.task_store(engine),
+        agent_card=card,
+        push_config_store=configs,
+        push_sender=sender,
+        request_context_builder=TreeRequestContextBuilder(services, targets),
+        push_url_validator=url_allowed,
+        push_targets=targets,
+    )
+    return handler, sender

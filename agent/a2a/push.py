@@ -1,0 +1,212 @@
+"""Push notifications of agent tasks, in SPEC.md's payload shape, with its headers and method.
+
+The SDK's own sender posts ProtoJSON stream responses with POST only, and its push config has no
+`headers` or `method` (the 0.3 compat layer drops them). So we keep two sources per agent task:
+the standard config in the SDK's push-config store (url, token, credentials) and the extras the
+request carried (`headers`, `method`, possibly a url of their own), merged by url at send time.
+
+Delivery runs in one worker per agent task, so notifications keep their order (the final one
+last) and a slow receiver never holds up the task's event stream. Every URL is checked against
+SSRF (`executors.netguard`) when the config is accepted and again before each post.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from a2a.server.tasks import PushNotificationConfigStore, PushNotificationEvent, PushNotificationSender
+from a2a.types.a2a_pb2 import Task, TaskPushNotificationConfig, TaskStatusUpdateEvent
+
+from agent.a2a.wire import TERMINAL_STATES, message_data, state_name
+from executors.netguard import UnsafeURLError, ensure_public_url
+
+log = logging.getLogger(__name__)
+METHODS = ("POST", "PUT", "PATCH")
+TOKEN_HEADER = "X-A2A-Notification-Token"
+
+
+class PushConfigError(ValueError):
+    """A push notification config the service will not use; the message says why."""
+
+
+@dataclass(frozen=True)
+class PushTarget:
+    """Where and how to post. `url=None` (extras only) applies to the standard config's url."""
+
+    url: str | None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    method: str = "POST"
+
+
+def parse_target(raw: Any, where: str) -> PushTarget:
+    """`{url?, headers?, method?}` as SPEC.md's `push_notification_config` gives it."""
+    if not isinstance(raw, Mapping):
+        raise PushConfigError(f"{where} must be an object with url, headers and method")
+    url = raw.get("url")
+    if url is not None and (not isinstance(url, str) or not url.startswith(("http://", "https://"))):
+        raise PushConfigError(f"{where}.url must be an http:// or https:// URL")
+    headers = raw.get("headers") or {}
+    if not isinstance(headers, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
+        raise PushConfigError(f"{where}.headers must be an object of string values")
+    method = raw.get("method") or "POST"
+    if not isinstance(method, str) or method.upper() not in METHODS:
+        raise PushConfigError(f"{where}.method must be one of {', '.join(METHODS)}, got {method!r}")
+    return PushTarget(url=url, headers=dict(headers), method=method.upper())
+
+
+async def check_url(url: str, allow_private: bool) -> None:
+    try:
+        await ensure_public_url(url, allow_private)
+    except UnsafeURLError as exc:
+        raise PushConfigError(f"push notification url refused: {exc}") from None
+
+
+def merge_targets(configs: Iterable[TaskPushNotificationConfig], extras: Iterable[PushTarget]) -> list[PushTarget]:
+    """Standard configs (token and credentials become headers) merged with the request's extras."""
+    extras = list(extras)
+    by_url = {e.url: e for e in extras if e.url}
+    general = next((e for e in extras if e.url is None), None)
+    targets: list[PushTarget] = []
+    for config in configs:
+        headers: dict[str, str] = {}
+        if config.token:
+            headers[TOKEN_HEADER] = config.token
+        auth = config.authentication
+        if config.HasField("authentication") and auth.scheme and auth.credentials:
+            headers["Authorization"] = f"{auth.scheme} {auth.credentials}"
+        extra = by_url.pop(config.url, None) or general
+        method = "POST"
+        if extra is not None:
+            headers.update(extra.headers)
+            method = extra.method
+        targets.append(PushTarget(url=config.url, headers=headers, method=method))
+    targets.extend(by_url.values())
+    return targets
+
+
+def push_payload(event: PushNotificationEvent) -> dict[str, Any] | None:
+    """SPEC.md's payload: task_id, context_id, status{state, message{role, parts}}, final.
+
+    Artifact updates have no status and are not pushed; the final status follows them.
+    """
+    if isinstance(event, Task):
+        task_id, status = event.id, event.status
+    elif isinstance(event, TaskStatusUpdateEvent):
+        task_id, status = event.task_id, event.status
+    else:
+        return None
+    state = state_name(status.state)
+    message: dict[str, Any] = {"kind": "message", "role": "agent", "parts": []}
+    if status.HasField("message"):
+        message["message_id"] = message["messageId"] = status.message.message_id
+        message["parts"] = [{"kind": "data", "data": message_data(status.message)}]
+    payload_status: dict[str, Any] = {"state": state, "message": message}
+    if status.HasField("timestamp"):
+        payload_status["timestamp"] = status.timestamp.ToJsonString()
+    return {
+        "kind": "status-update",
+        "task_id": task_id,
+        "taskId": task_id,
+        "context_id": event.context_id,
+        "contextId": event.context_id,
+        "status": payload_status,
+        "final": status.state in TERMINAL_STATES,
+    }
+
+
+class PushTargets:
+    """Agent tasks that want notifications, with the extras their request carried."""
+
+    def __init__(self) -> None:
+        self._extras: dict[str, list[PushTarget]] = {}
+
+    def enable(self, task_id: str, extras: Iterable[PushTarget] = ()) -> None:
+        self._extras.setdefault(task_id, []).extend(extras)
+
+    def enabled(self, task_id: str) -> bool:
+        return task_id in self._extras
+
+    def extras(self, task_id: str) -> list[PushTarget]:
+        return list(self._extras.get(task_id, ()))
+
+    def forget(self, task_id: str) -> None:
+        self._extras.pop(task_id, None)
+
+
+class SpecPushSender(PushNotificationSender):
+    """The SDK calls `send_notification` for every task event; we queue and post in order."""
+
+    def __init__(self, config_store: PushNotificationConfigStore, targets: PushTargets, *,
+                 allow_private: bool, timeout: float = 10.0) -> None:
+        self._config_store = config_store
+        self._targets = targets
+        self._allow_private = allow_private
+        self._timeout = timeout
+        self._client: httpx.AsyncClient | None = None
+        self._queues: dict[str, asyncio.Queue[dict[str, Any]]] = {}
+        self._workers: set[asyncio.Task[None]] = set()
+
+    async def send_notification(self, task_id: str, event: PushNotificationEvent) -> None:
+        if not self._targets.enabled(task_id):
+            return
+        payload = push_payload(event)
+        if payload is None:
+            return
+        queue = self._queues.get(task_id)
+        if queue is None:
+            queue = self._queues[task_id] = asyncio.Queue()
+            worker = asyncio.create_task(self._deliver(task_id, queue), name=f"a2a-push-{task_id}")
+            self._workers.add(worker)
+            worker.add_done_callback(self._workers.discard)
+        queue.put_nowait(payload)
+
+    async def _deliver(self, task_id: str, queue: asyncio.Queue[dict[str, Any]]) -> None:
+        try:
+            while True:
+                payload = await queue.get()
+                try:
+                    configs = await self._config_store.get_info_for_dispatch(task_id)
+                except Exception:
+                    log.exception("reading push configs of agent task %s failed", task_id)
+                    configs = []
+                for target in merge_targets(configs, self._targets.extras(task_id)):
+                    await self._post(task_id, target, payload)
+                if payload["final"]:
+                    return
+        finally:
+            self._queues.pop(task_id, None)
+            if queue.empty():
+                self._targets.forget(task_id)
+
+    async def _post(self, task_id: str, target: PushTarget, payload: dict[str, Any]) -> None:
+        assert target.url is not None
+        try:
+            await ensure_public_url(target.url, self._allow_private)
+        except UnsafeURLError as exc:
+            log.warning("push notification for agent task %s not sent: %s", task_id, exc)
+            return
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=self._timeout, follow_redirects=False)
+        try:
+            response = await self._client.request(target.method, target.url, json=payload,
+                                                  headers=dict(target.headers))
+        except httpx.HTTPError as exc:
+            log.warning("push notification to %s failed: %s", target.url, type(exc).__name__)
+            return
+        if response.status_code >= 400:
+            log.warning("push notification to %s answered %d", target.url, response.status_code)
+
+    async def aclose(self) -> None:
+        """Stop undelivered notifications and close the HTTP client (service shutdown)."""
+        for worker in list(self._workers):
+            worker.cancel()
+        await asyncio.gather(*self._workers, return_exceptions=True)
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+

@@ -1,0 +1,95 @@
+"""GraphQL errors carrying our JSON-RPC codes, so both surfaces fail the same way.
+
+Every resolver reaches the service through `service_call`, which turns an `RpcError` into a
+`GraphQLError` whose message is the detail (`RpcError.data`, e.g. "Task 'x' not found") and whose
+`extensions` hold `code` (the JSON-RPC code) and `codeName`. `classify_errors` gives the errors
+graphql-core makes itself (syntax, validation, variable coercion) the code -32600 and masks
+anything unexpected as -32603, after logging it with its traceback: a traceback never reaches a
+client.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, TypeVar
+
+from graphql import GraphQLError
+from starlette.responses import JSONResponse
+
+from agent.errors import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    PERMISSION_DENIED,
+    SERVER_ERROR,
+    RpcError,
+)
+
+log = logging.getLogger(__name__)
+
+CODE_NAMES = {
+    PARSE_ERROR: "PARSE_ERROR",
+    INVALID_REQUEST: "INVALID_REQUEST",
+    METHOD_NOT_FOUND: "METHOD_NOT_FOUND",
+    INVALID_PARAMS: "INVALID_PARAMS",
+    INTERNAL_ERROR: "INTERNAL_ERROR",
+    SERVER_ERROR: "SERVER_ERROR",
+    PERMISSION_DENIED: "PERMISSION_DENIED",
+}
+INTERNAL_MESSAGE = "Internal error: the operation failed on the server; see the service log"
+
+T = TypeVar("T")
+
+
+def extensions(code: int) -> dict[str, Any]:
+    return {"code": code, "codeName": CODE_NAMES.get(code, "ERROR")}
+
+
+def from_rpc(exc: RpcError) -> GraphQLError:
+    detail = exc.data if isinstance(exc.data, str) and exc.data else exc.message
+    return GraphQLError(detail, extensions=extensions(exc.code))
+
+
+def internal() -> GraphQLError:
+    return GraphQLError(INTERNAL_MESSAGE, extensions=extensions(INTERNAL_ERROR))
+
+
+async def service_call(method: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """Await one service operation; failures come out as GraphQL errors with our codes."""
+    try:
+        return await method(*args)
+    except RpcError as exc:
+        raise from_rpc(exc) from None
+    except GraphQLError:
+        raise
+    except Exception:
+        log.exception("GraphQL operation %s failed", getattr(method, "__qualname__", method))
+        raise internal() from None
+
+
+def classify_errors(errors: Iterable[GraphQLError]) -> None:
+    """Give every error a code (in place: called from Schema.process_errors, before the response
+    is rendered). Errors of our own already have one."""
+    for error in errors:
+        if isinstance(error.extensions, dict) and "code" in error.extensions:
+            continue
+        original = error.original_error
+        if original is None or isinstance(original, GraphQLError):
+            error.extensions = {**(error.extensions or {}), **extensions(INVALID_REQUEST)}
+            continue
+        if isinstance(original, RpcError):  # raised below a resolver without service_call
+            error.message = from_rpc(original).message
+            error.extensions = extensions(original.code)
+            continue
+        log.error("GraphQL resolver failed", exc_info=(type(original), original, original.__traceback__))
+        error.message = INTERNAL_MESSAGE
+        error.extensions = extensions(INTERNAL_ERROR)
+
+
+def unauthorized_response(message: str) -> JSONResponse:
+    """HTTP 401 with a GraphQL-shaped body: a missing or invalid token while JWT is on."""
+    body = {"data": None, "errors": [{"message": message, "extensions": extensions(PERMISSION_DENIED)}]}
+    return JSONResponse(body, status_code=401, headers={"WWW-Authenticate": "Bearer"})

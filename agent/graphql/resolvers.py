@@ -1,0 +1,157 @@
+"""GraphQL arguments -> the TaskService operations `/tasks` uses, and their answers -> TaskType.
+
+Each resolver only renames: it builds the params dict the JSON-RPC method would receive and calls
+the same service method with a CallContext, so validation, permission rules and messages are
+the ones of `/tasks`. The one addition is createTask under an existing parent (`parentId`),
+which `tasks.create` cannot express (it takes whole trees); it validates the task with
+`TaskService.prepare` and checks the parent with `TaskService.get`, then inserts the row into the
+parent's tree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import strawberry
+
+from agent.errors import invalid_params, permission_denied, task_not_found
+from agent.graphql.errors import from_rpc, service_call
+from agent.graphql.types import CreateTaskInput, TaskStatusEnum, TaskType, UpdateTaskInput, given
+from agent.rpc.jsonrpc import CallContext
+
+if TYPE_CHECKING:  # pragma: no cover
+    from agent.app import Services
+
+
+@dataclass
+class GraphQLContext:
+    """What every resolver gets as `info.context`."""
+
+    services: "Services"
+    call: CallContext
+    request: Any = None
+    response: Any = None
+    # Filled by strawberry from a graphql-transport-ws `connection_init` payload.
+    connection_params: Any = None
+
+
+def _context(info: strawberry.Info) -> GraphQLContext:
+    return info.context
+
+
+def required(value: Any, name: str) -> str:
+    """Arguments SPEC.md types as nullable `String` but every operation needs."""
+    if value is None or value == "":
+        raise from_rpc(invalid_params(f"{name} is required"))
+    return value
+
+
+# --- queries ----------------------------------------------------------------------------------
+
+
+async def task(info: strawberry.Info, task_id: str | None) -> TaskType | None:
+    ctx = _context(info)
+    found = await service_call(ctx.services.tasks.get, {"task_id": required(task_id, "taskId")}, ctx.call)
+    return TaskType.from_wire(found) if found is not None else None
+
+
+async def tasks(info: strawberry.Info, status: TaskStatusEnum | None, limit: int | None,
+                offset: int | None) -> list[TaskType]:
+    ctx = _context(info)
+    params: dict[str, Any] = {}
+    if status is not None:
+        params["status"] = status.value
+    if limit is not None:
+        params["limit"] = limit
+    if offset is not None:
+        params["offset"] = offset
+    found = await service_call(ctx.services.tasks.list, params, ctx.call)
+    return [TaskType.from_wire(t) for t in found]
+
+
+async def task_children(info: strawberry.Info, parent_id: str | None) -> list[TaskType]:
+    ctx = _context(info)
+    found = await service_call(ctx.services.tasks.children,
+                               {"parent_id": required(parent_id, "parentId")}, ctx.call)
+    return [TaskType.from_wire(t) for t in found]
+
+
+# --- mutations --------------------------------------------------------------------------------
+
+
+async def create_task(info: strawberry.Info, task_input: CreateTaskInput | None) -> TaskType:
+    """Store the task and start executing it, like tasks.create, but answer at once: the mutation
+    returns the task as stored when execution started (usually PENDING); follow it with the
+    taskStatusChanged subscription or the task query."""
+    if task_input is None:
+        raise from_rpc(invalid_params("taskInput is required"))
+    ctx = _context(info)
+    new = {"name": task_input.name}
+    for field in ("description", "priority", "inputs"):
+        value = getattr(task_input, field)
+        if given(value):
+            new[field] = value
+    if given(task_input.executor) and task_input.executor is not None:
+        new["schemas"] = {"method": task_input.executor}
+    parent_id = task_input.parent_id if given(task_input.parent_id) else None
+    service = ctx.services.tasks
+    if parent_id is None:
+        rows = await service_call(service.create_tree, {"tasks": [new]}, ctx.call.caller)
+    else:
+        rows = await service_call(_create_child, ctx, parent_id, new)
+    task_id = rows[0]["id"]
+    await service_call(service.execute, {"task_id": task_id}, ctx.call)
+    created = await service_call(service.get, {"task_id": task_id}, ctx.call)
+    assert created is not None
+    return TaskType.from_wire(created)
+
+
+async def _create_child(ctx: GraphQLContext, parent_id: str, new: dict[str, Any]) -> list[dict[str, Any]]:
+    service = ctx.services.tasks
+    parent = await service.get({"task_id": parent_id}, ctx.call)
+    if parent is None:
+        raise task_not_found(parent_id)
+    if parent.get("origin_type") == "archive":
+        raise invalid_params(f"Task '{parent_id}' is an archive (read-only): no task can be added under it")
+    rows = service.prepare({"tasks": [new]}, ctx.call.caller)
+    # The tree's owner owns the new task (an admin may add under anyone's task: get() checked).
+    rows[0].update(parent_id=parent_id, task_tree_id=parent["task_tree_id"], user_id=parent["user_id"])
+    await ctx.services.repo.insert(rows)
+    return rows
+
+
+async def update_task(info: strawberry.Info, task_id: str | None,
+                      task_input: UpdateTaskInput | None) -> TaskType:
+    ctx = _context(info)
+    params: dict[str, Any] = {"task_id": required(task_id, "taskId")}
+    if task_input is not None:
+        for field in ("name", "description", "inputs"):
+            value = getattr(task_input, field)
+            if given(value):
+                params[field] = value
+        if given(task_input.status):
+            params["status"] = task_input.status.value if task_input.status is not None else None
+    updated = await service_call(ctx.services.tasks.update, params, ctx.call)
+    return TaskType.from_wire(updated)
+
+
+async def cancel_task(info: strawberry.Info, task_id: str | None) -> bool:
+    """True when the task was cancelled; false when it had already finished. A missing task or
+    one the caller may not see is an error, as on tasks.get."""
+    ctx = _context(info)
+    tid = required(task_id, "taskId")
+    [answer] = await service_call(ctx.services.tasks.cancel, {"task_ids": [tid]}, ctx.call)
+    if answer["status"] == "cancelled":
+        return True
+    if answer.get("error") == "not_found":
+        raise from_rpc(task_not_found(tid))
+    if answer.get("error") == "permission_denied":
+        raise from_rpc(permission_denied(f"You may not cancel task '{tid}'"))
+    return False
+
+
+async def delete_task(info: strawberry.Info, task_id: str | None) -> bool:
+    ctx = _context(info)
+    answer = await service_call(ctx.services.tasks.delete, {"task_id": required(task_id, "taskId")}, ctx.call)
+    return bool(answer["success"])

@@ -1,0 +1,73 @@
+"""The GraphQL schema of SPEC.md (Typed query surface): operations, argument names and types as
+the SPEC table gives them. Arguments SPEC.md types as nullable `String` are nullable here too; a
+missing one is answered with an INVALID_PARAMS (-32602) error, as `/tasks` does."""
+
+from collections.abc import AsyncGenerator
+from typing import Any, Optional
+
+import strawberry
+from graphql import GraphQLError
+
+from agent.graphql import resolvers
+from agent.graphql.errors import classify_errors
+from agent.graphql.subscription import task_status_changes
+from agent.graphql.types import CreateTaskInput, TaskStatusEnum, TaskType, UpdateTaskInput
+
+
+@strawberry.type
+class Query:
+    @strawberry.field(description="One task by id; null when it does not exist.")
+    async def task(self, info: strawberry.Info, task_id: Optional[str] = None) -> Optional[TaskType]:
+        return await resolvers.task(info, task_id)
+
+    @strawberry.field(description="Tasks newest first (by creation); with JWT on, the caller's own unless admin.")
+    async def tasks(self, info: strawberry.Info, status: Optional[TaskStatusEnum] = None,
+                    limit: Optional[int] = None, offset: Optional[int] = None) -> Optional[list[Optional[TaskType]]]:
+        return await resolvers.tasks(info, status, limit, offset)
+
+    @strawberry.field(description="Direct children of a task, oldest first.")
+    async def task_children(self, info: strawberry.Info,
+                            parent_id: Optional[str] = None) -> Optional[list[Optional[TaskType]]]:
+        return await resolvers.task_children(info, parent_id)
+
+
+@strawberry.type
+class Mutation:
+    @strawberry.mutation(description="Create a task and start executing it; returns at once (see docs/live.md).")
+    async def create_task(self, info: strawberry.Info,
+                          task_input: Optional[CreateTaskInput] = None) -> Optional[TaskType]:
+        return await resolvers.create_task(info, task_input)
+
+    @strawberry.mutation(description="Change fields of a task (the rules of tasks.update).")
+    async def update_task(self, info: strawberry.Info, task_id: Optional[str] = None,
+                          task_input: Optional[UpdateTaskInput] = None) -> Optional[TaskType]:
+        return await resolvers.update_task(info, task_id, task_input)
+
+    @strawberry.mutation(description="Cancel a pending or running task: true when cancelled, false when already finished.")
+    async def cancel_task(self, info: strawberry.Info, task_id: Optional[str] = None) -> Optional[bool]:
+        return await resolvers.cancel_task(info, task_id)
+
+    @strawberry.mutation(description="Delete a pending task and its descendants (the rules of tasks.delete).")
+    async def delete_task(self, info: strawberry.Info, task_id: Optional[str] = None) -> Optional[bool]:
+        return await resolvers.delete_task(info, task_id)
+
+
+@strawberry.type
+class Subscription:
+    @strawberry.subscription(description="The task's current state, then each status change; completes at "
+                                         "COMPLETED, FAILED or CANCELLED.")
+    async def task_status_changed(self, info: strawberry.Info,
+                                  task_id: Optional[str] = None) -> AsyncGenerator[Optional[TaskType], None]:
+        async for task in task_status_changes(info, task_id):
+            yield task
+
+
+class TaskSchema(strawberry.Schema):
+    """Gives every error a JSON-RPC code and logs only the unexpected ones (see errors.py)."""
+
+    def process_errors(self, errors: list[GraphQLError], execution_context: Any = None) -> None:
+        classify_errors(errors)
+
+
+def build_schema() -> TaskSchema:
+    return TaskSchema(query=Query, mutation=Mutation, subscription=Subscription)

@@ -1,0 +1,68 @@
+"""taskStatusChanged: one task's status changes, from the event bus, until a terminal status.
+
+The stream opens with the task's current state (so a client that subscribes just after
+createTask, or to a task that already finished, is never left waiting for an event that has
+passed), then emits a TaskType each time the status changes: IN_PROGRESS when the engine starts
+the task, then COMPLETED, FAILED or CANCELLED, after which it completes. Progress-only events do
+not change the status and are not emitted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Mapping
+from typing import Any
+
+import strawberry
+
+from agent.engine import bus as ev
+from agent.errors import task_not_found
+from agent.graphql.errors import from_rpc, service_call
+from agent.graphql.resolvers import GraphQLContext, required
+from agent.graphql.types import TERMINAL, TaskStatusEnum, TaskType
+from agent.ws import live_state
+
+STATUS_EVENTS = frozenset({ev.TASK_START, ev.TASK_COMPLETED, ev.TASK_FAILED, ev.TASK_CANCELLED})
+# Status changes are a handful per task; the queue only has to bridge a slow consumer.
+BUFFER_EVENTS = 64
+
+
+def _overlay(task: Mapping[str, Any], event: Mapping[str, Any]) -> dict[str, Any]:
+    """The stored task with the event's own values: the row may already be a step further."""
+    merged = dict(task)
+    merged["status"] = event["status"]
+    merged["progress"] = event.get("progress", merged.get("progress"))
+    if "result" in event:
+        merged["result"] = event["result"]
+    if "error" in event:
+        merged["error"] = event["error"]
+    return merged
+
+
+async def task_status_changes(info: strawberry.Info, task_id: str | None) -> AsyncGenerator[TaskType, None]:
+    ctx: GraphQLContext = info.context
+    tid = required(task_id, "taskId")
+    service = ctx.services.tasks
+    subscription = ctx.services.bus.subscribe(
+        lambda e: e["task_id"] == tid and e["type"] in STATUS_EVENTS, maxsize=BUFFER_EVENTS
+    )
+    try:
+        live = live_state(ctx.services.engine, tid)  # same step as subscribing: no gap
+        current = await service_call(service.get, {"task_id": tid}, ctx.call)
+        if current is None:
+            raise from_rpc(task_not_found(tid))
+        if live is not None:
+            current = {**current, **live}
+        last = TaskStatusEnum(current["status"])
+        yield TaskType.from_wire(current)
+        while last not in TERMINAL:
+            event = await subscription.get()
+            status = TaskStatusEnum(event["status"])
+            if status == last:
+                continue
+            stored = await service_call(service.get, {"task_id": tid}, ctx.call)
+            if stored is None:  # deleted meanwhile: nothing more will happen to it
+                return
+            last = status
+            yield TaskType.from_wire(_overlay(stored, event))
+    finally:
+        subscription.close()

@@ -1,0 +1,97 @@
+"""The GraphQL types of SPEC.md (Typed query surface types), with the names and fields it gives.
+
+`TaskType` is built from the wire task dict every other surface returns (`storage.trees.public`),
+so GraphQL shows exactly what `/tasks` shows, only typed: `result` is JSON text (the SPEC type is
+String), timestamps are `DateTime`, statuses the upper-case `TaskStatusEnum`.
+"""
+
+import json
+from collections.abc import Mapping
+from datetime import datetime
+from enum import Enum
+from typing import Any, Optional
+
+import strawberry
+from strawberry.scalars import JSON
+
+
+@strawberry.enum(description="Task status; the JSON-RPC surface spells the same values in lower case.")
+class TaskStatusEnum(Enum):
+    PENDING = "pending"
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+TERMINAL = frozenset({TaskStatusEnum.COMPLETED, TaskStatusEnum.FAILED, TaskStatusEnum.CANCELLED})
+
+
+def _timestamp(value: Any) -> Optional[datetime]:
+    if not value:
+        return None
+    return datetime.fromisoformat(value) if isinstance(value, str) else value
+
+
+def _json_text(value: Any) -> Optional[str]:
+    return None if value is None else json.dumps(value, default=str)
+
+
+@strawberry.type(description="A task. `children` are its direct children (read on demand).")
+class TaskType:
+    id: str
+    name: str
+    status: TaskStatusEnum
+    priority: int
+    progress: float
+    result: Optional[str] = strawberry.field(description="The task result as JSON text, or null.")
+    error: Optional[str]
+    created_at: Optional[datetime]
+    updated_at: Optional[datetime]
+    parent_id: Optional[str]
+    description: Optional[str]
+
+    @strawberry.field(description="Direct children, oldest first; tasks the caller may not see are left out.")
+    async def children(self, info: strawberry.Info) -> Optional[list["TaskType"]]:
+        from agent.graphql.resolvers import task_children
+
+        return await task_children(info, self.id)
+
+    @classmethod
+    def from_wire(cls, task: Mapping[str, Any]) -> "TaskType":
+        return cls(
+            id=task["id"],
+            name=task["name"],
+            status=TaskStatusEnum(task["status"]),
+            priority=int(task["priority"]),
+            progress=float(task["progress"] or 0.0),
+            result=_json_text(task.get("result")),
+            error=task.get("error"),
+            created_at=_timestamp(task.get("created_at")),
+            updated_at=_timestamp(task.get("updated_at")),
+            parent_id=task.get("parent_id"),
+            description=task.get("description"),
+        )
+
+
+@strawberry.input(description="A new task. `executor` becomes `schemas.method`; `parentId` adds it under an existing task.")
+class CreateTaskInput:
+    name: str
+    description: Optional[str] = strawberry.UNSET
+    executor: Optional[str] = strawberry.UNSET
+    priority: Optional[int] = strawberry.UNSET
+    inputs: Optional[JSON] = strawberry.UNSET
+    parent_id: Optional[str] = strawberry.UNSET
+
+
+@strawberry.input(description="Fields to change; fields left out are unchanged (same rules as tasks.update).")
+class UpdateTaskInput:
+    name: Optional[str] = strawberry.UNSET
+    description: Optional[str] = strawberry.UNSET
+    status: Optional[TaskStatusEnum] = strawberry.UNSET
+    inputs: Optional[JSON] = strawberry.UNSET
+
+
+def given(value: Any) -> bool:
+    """True when a client supplied the input field (explicit null included)."""
+    return value is not strawberry.UNSET
