@@ -22,6 +22,7 @@ import datetime as dt
 import ipaddress
 import math
 import re
+import sqlite3
 import uuid
 from collections.abc import Mapping
 from decimal import Decimal
@@ -52,6 +53,8 @@ _DRIVER_PREFIX = re.compile(r"^<class '[\w.]+'>:\s*")
 PG_QUERY_CANCELED = "57014"
 # Extra time given to PostgreSQL's own statement_timeout before the client gives up waiting.
 PG_TIMEOUT_GRACE = 1.0
+# How long a cancelled or timed-out statement may take to release its connection.
+STOP_WAIT = 5.0
 
 # The one cache this module keeps: an engine (with its pool) per URL. Pooled connections belong
 # to the event loop that opened them, so an engine is replaced when used from another loop.
@@ -151,8 +154,19 @@ def _driver_message(exc: BaseException) -> str:
     return message.splitlines()[0] if message else type(orig).__name__
 
 
-def _is_timeout_error(exc: sa_exc.DBAPIError, timed_out: bool) -> bool:
-    orig = exc.orig
+def _driver_errors() -> tuple[type[BaseException], ...]:
+    """Errors that mean "the database said no". asyncpg's own errors escape SQLAlchemy's
+    wrapping when raised while reading a server-side cursor, so they are listed too."""
+    errors: list[type[BaseException]] = [sa_exc.SQLAlchemyError, sqlite3.Error, OSError]
+    with contextlib.suppress(ImportError):
+        import asyncpg
+
+        errors += [asyncpg.PostgresError, asyncpg.InterfaceError]
+    return tuple(errors)
+
+
+def _is_timeout_error(exc: BaseException, timed_out: bool) -> bool:
+    orig = getattr(exc, "orig", None) or exc
     if getattr(orig, "sqlstate", None) == PG_QUERY_CANCELED:
         return True
     return timed_out and "interrupted" in str(orig).lower()
@@ -202,20 +216,44 @@ class DatabaseExecutor(Executor):
                 f'"allow_write": true for it in SERVICE_DB_CONNECTIONS to allow writes'
             )
         engine = _engine(url)
-        is_sqlite = engine.dialect.name == "sqlite"
-        state = {"timed_out": False}
-        limit = timeout if is_sqlite else timeout + PG_TIMEOUT_GRACE
+        state: dict[str, Any] = {"timed_out": False, "driver": None}
+        # SQLite stops at `timeout` by interrupting the query; PostgreSQL's statement_timeout gets
+        # a moment to answer first, the client-side limit is the safety net for a silent server.
+        limit = timeout if engine.dialect.name == "sqlite" else timeout + PG_TIMEOUT_GRACE
+        run = asyncio.ensure_future(
+            self._run(engine, sql, params, read_only, max_rows, timeout, state)
+        )
         try:
             async with asyncio.timeout(limit):
-                return await self._run(engine, sql, params, read_only, max_rows, timeout, state)
+                # Shielded: cancelling the query must go through _stop (see there), not straight
+                # into SQLAlchemy, whose cleanup would wait for a running SQLite query to finish.
+                return await asyncio.shield(run)
+        except asyncio.CancelledError:
+            await self._stop(run, state)
+            raise
         except TimeoutError:
             raise ExecutorError(f"query timed out after {timeout:g}s") from None
-        except sa_exc.DBAPIError as exc:
+        except _driver_errors() as exc:
             if _is_timeout_error(exc, state["timed_out"]):
                 raise ExecutorError(f"query timed out after {timeout:g}s") from None
             raise ExecutorError(f"database error on {label}: {_driver_message(exc)}") from None
-        except (sa_exc.SQLAlchemyError, OSError) as exc:
-            raise ExecutorError(f"database error on {label}: {_driver_message(exc)}") from None
+
+    @staticmethod
+    async def _stop(run: asyncio.Future[Any], state: dict[str, Any]) -> None:
+        """Abort the running statement and wait (bounded) for its connection to be released.
+
+        aiosqlite runs the query in a thread that task cancellation does not reach, so SQLite
+        gets `interrupt()`; asyncpg turns the task cancellation into a server-side cancel.
+        """
+        state["timed_out"] = True
+        driver = state["driver"]
+        if driver is not None and hasattr(driver, "interrupt"):
+            with contextlib.suppress(Exception):
+                await driver.interrupt()
+        run.cancel()
+        await asyncio.wait({run}, timeout=STOP_WAIT)
+        if run.done() and not run.cancelled():
+            run.exception()  # retrieved, so asyncio does not log "exception never retrieved"
 
     @staticmethod
     def _connection(inputs: dict[str, Any], context: ExecutionContext) -> tuple[str, str, bool]:
@@ -253,28 +291,18 @@ class DatabaseExecutor(Executor):
         state: dict[str, bool],
     ) -> dict[str, Any]:
         is_sqlite = engine.dialect.name == "sqlite"
-        driver: Any = None
         async with engine.connect() as conn:
-            try:
-                if is_sqlite:
-                    driver = (await conn.get_raw_connection()).driver_connection
-                    # Set every time: pooled connections keep the value of their previous task.
-                    await conn.exec_driver_sql(f"PRAGMA query_only = {'ON' if read_only else 'OFF'}")
-                else:
-                    if read_only:  # must be the first statement of the transaction
-                        await conn.exec_driver_sql("SET TRANSACTION READ ONLY")
-                    await conn.exec_driver_sql(
-                        f"SET LOCAL statement_timeout = {max(1, int(timeout * 1000))}"
-                    )
-                result = await _fetch(conn, sql, params, max_rows)
-            except asyncio.CancelledError:
-                # aiosqlite runs the query in a thread that cancellation does not stop; interrupt
-                # it, or the connection (and this task's cleanup) waits for the query to finish.
-                if driver is not None:
-                    state["timed_out"] = True
-                    with contextlib.suppress(Exception):
-                        await driver.interrupt()
-                raise
+            if is_sqlite:
+                state["driver"] = (await conn.get_raw_connection()).driver_connection
+                # Set every time: pooled connections keep the value of their previous task.
+                await conn.exec_driver_sql(f"PRAGMA query_only = {'ON' if read_only else 'OFF'}")
+            else:
+                if read_only:  # must be the first statement of the transaction
+                    await conn.exec_driver_sql("SET TRANSACTION READ ONLY")
+                await conn.exec_driver_sql(
+                    f"SET LOCAL statement_timeout = {max(1, int(timeout * 1000))}"
+                )
+            result = await _fetch(conn, sql, params, max_rows)
             if read_only:
                 await conn.rollback()
             else:

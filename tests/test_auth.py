@@ -403,3 +403,51 @@ async def test_websocket_handshake_uses_the_same_rules(make_settings: Callable[.
         async with websockets.connect(url, additional_headers={"Cookie": f"Authorization={token('alice')}"}) as ws:
             await ws.send(json.dumps({"action": "ping"}))
             assert json.loads(await asyncio.wait_for(ws.recv(), 5))["type"] == "pong"
+
+
+# --- the agent surface (POST /) ----------------------------------------------------------------
+
+def a2a_client(client: Client, headers: dict[str, str]) -> tuple[Any, httpx.AsyncClient]:
+    """The official a2a-sdk client over the ASGI app, sending `headers` on every request.
+
+    The card is given (`minimal_agent_card`, JSON-RPC at `/`) rather than fetched, so this test is
+    about authentication only; the card itself is tested with the agent surface.
+    """
+    from a2a.client import ClientConfig, ClientFactory, minimal_agent_card
+
+    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=client.app), base_url="http://testserver",
+                             headers=headers, timeout=30)
+    factory = ClientFactory(ClientConfig(httpx_client=http, streaming=False))
+    return factory.create(minimal_agent_card("http://testserver/", ["JSONRPC"])), http
+
+
+async def test_a2a_tasks_are_isolated_between_users(jwt_client: Client) -> None:
+    from a2a.client import A2AClientError
+    from a2a.helpers.proto_helpers import new_data_message
+    from a2a.types.a2a_pb2 import GetTaskRequest, ListTasksRequest, Role, SendMessageRequest
+
+    alice, alice_http = a2a_client(jwt_client, ALICE)
+    bob, bob_http = a2a_client(jwt_client, BOB)
+    nobody, nobody_http = a2a_client(jwt_client, {})
+    async with alice_http, bob_http, nobody_http:
+        request = SendMessageRequest(message=new_data_message({"tasks": [{"name": "agent-task"}]}, role=Role.ROLE_USER))
+        answers = [answer async for answer in alice.send_message(request)]
+        agent_task = answers[-1].task
+        root_id = agent_task.metadata["root_task_id"]
+        assert agent_task.metadata["user_id"] == "alice"
+
+        assert (await alice.get_task(GetTaskRequest(id=agent_task.id))).id == agent_task.id
+        with pytest.raises(A2AClientError):  # the SDK's task store is scoped to the caller
+            await bob.get_task(GetTaskRequest(id=agent_task.id))
+        assert agent_task.id not in [t.id for t in (await bob.list_tasks(ListTasksRequest())).tasks]
+        assert agent_task.id in [t.id for t in (await alice.list_tasks(ListTasksRequest())).tasks]
+        with pytest.raises(A2AClientError):
+            [answer async for answer in nobody.send_message(request)]
+
+    # The task tree behind it is alice's on every surface; tasks.* on / follow the same rules.
+    assert (await jwt_client.result("tasks.get", {"task_id": root_id}, path="/", headers=ALICE))["user_id"] == "alice"
+    assert (await jwt_client.error("tasks.get", {"task_id": root_id}, path="/", headers=BOB))["code"] == PERMISSION_DENIED
+    response = await post(jwt_client, "/", rpc("tasks.list"), bearer(EXPIRED))
+    assert response.status_code == 401 and "Token expired" in response.json()["error"]["message"]
+    answer = await jwt_client.call("tasks.list", path="/", headers={**ALICE, "X-LLM-API-KEY": "openai:"})
+    assert answer["error"]["code"] == -32602

@@ -103,6 +103,8 @@ class AgentMethods:
         request = SendMessageRequest(message=Message(role=Role.ROLE_USER, message_id=str(uuid.uuid4())))
         if "tasks" in params:
             request.message.parts.append(Part(data=ParseDict({"tasks": params["tasks"]}, struct_pb2.Value())))
+        else:  # a message needs a part; the stored tree is named by metadata.task_id
+            request.message.parts.append(Part(text=f"execute task {metadata.get('task_id')}"))
         if metadata:
             ParseDict(metadata, request.metadata)
         configuration = {**_object(message.get("configuration"), "configuration"),

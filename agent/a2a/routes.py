@@ -26,7 +26,7 @@ from agent.a2a.methods import PUSH_CONFIG_KEYS, AgentMethods
 from agent.a2a.push import PushConfigError, PushTarget, parse_target
 from agent.a2a.wire import spec_json
 from agent.auth import AuthError
-from agent.errors import INVALID_PARAMS
+from agent.errors import INVALID_PARAMS, RpcError
 from agent.rpc.jsonrpc import Handler, dispatch
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -54,11 +54,14 @@ def a2a_routes(services: "Services") -> list[Route]:
 
 def agent_endpoint(services: "Services", methods: dict[str, Handler],
                    sdk_endpoint: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
-    from agent.app import call_context, unauthorized
+    from agent.app import _error_reply, call_context, unauthorized
 
     async def endpoint(request: Request) -> Response:
         body = await request.body()  # cached on the request: the SDK reads it again
-        ctx = call_context(request, services, "a2a")
+        try:
+            ctx = call_context(request, services, "a2a")
+        except RpcError as exc:  # an unusable X-LLM-API-KEY header: -32602, not HTTP 500
+            return _error_reply(body, exc)
         if isinstance(ctx, AuthError):
             return unauthorized(ctx)
         try:

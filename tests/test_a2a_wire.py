@@ -1,0 +1,295 @@
+"""POST / and the agent card as raw JSON over HTTP (httpx against the ASGI app).
+
+The 0.3 wire format (`message/send`), our own methods on `/` (`tasks.execute`, `tasks.*`,
+`cancel` with every message of SPEC.md), push configs with headers and method, per-user scoping.
+The official-client tests against a real server are in test_a2a_client.py.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from agent.auth import mint_token
+from agent.settings import Settings
+from tests.conftest import Client, running_app
+from tests.servers import receiver
+
+
+def tree(*, seconds: float | None = None) -> list[dict[str, Any]]:
+    """A root that aggregates two children's results; ids unique per call."""
+    suffix = uuid.uuid4().hex[:8]
+    child = {"name": "child-b", "schemas": {"method": "noop_executor"}, "inputs": {"n": 2}}
+    if seconds is not None:
+        child = {"name": "child-b", "schemas": {"method": "sleep_executor"}, "inputs": {"seconds": seconds}}
+    return [
+        {"id": f"root-{suffix}", "name": "root", "schemas": {"method": "aggregate_results_executor"},
+         "dependencies": [{"id": f"a-{suffix}", "required": True}, {"id": f"b-{suffix}", "required": True}]},
+        {"id": f"a-{suffix}", "name": "child-a", "parent_id": f"root-{suffix}",
+         "schemas": {"method": "noop_executor"}, "inputs": {"n": 1}},
+        {"id": f"b-{suffix}", "parent_id": f"root-{suffix}", **child},
+    ]
+
+
+def send_body(tasks: Any = None, *, metadata: dict[str, Any] | None = None,
+              configuration: dict[str, Any] | None = None, method: str = "message/send") -> dict[str, Any]:
+    parts = [{"kind": "data", "data": {"tasks": tasks}}] if tasks is not None else \
+        [{"kind": "text", "text": "execute the stored tree"}]
+    params: dict[str, Any] = {"message": {"kind": "message", "role": "user", "messageId": uuid.uuid4().hex,
+                                          "parts": parts}}
+    if metadata is not None:
+        params["metadata"] = metadata
+    if configuration is not None:
+        params["configuration"] = configuration
+    return {"jsonrpc": "2.0", "id": "req-1", "method": method, "params": params}
+
+
+async def post(client: Client, body: dict[str, Any], headers: dict[str, str] | None = None) -> dict[str, Any]:
+    response = await client.http.post("/", json=body, headers=headers or {})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def summary(message: dict[str, Any]) -> dict[str, Any]:
+    assert message["kind"] == "message"
+    (part,) = message["parts"]
+    assert part["kind"] == "data"
+    return part["data"]
+
+
+# --- agent card -------------------------------------------------------------------------------
+
+async def test_card_served_on_both_paths_with_runtime_url_and_version(app_factory: Any) -> None:
+    async with app_factory(public_url="http://agents.example:9000") as client:
+        cards = [(await client.http.get(path)).json()
+                 for path in ("/.well-known/agent-card", "/.well-known/agent-card.json")]
+    assert cards[0] == cards[1]
+    card = cards[0]
+    assert card["url"] == "http://agents.example:9000"
+    assert card["version"] == "0.1.0"
+    assert card["capabilities"] == {"streaming": True, "pushNotifications": True, "push_notifications": True}
+    interfaces = {(i["protocolBinding"], i["protocolVersion"], i["url"]) for i in card["supportedInterfaces"]}
+    assert interfaces == {("JSONRPC", "1.0", "http://agents.example:9000"),
+                          ("JSONRPC", "0.3", "http://agents.example:9000")}
+    (skill,) = card["skills"]
+    assert skill["id"] == "tasks.execute" and skill["name"] and skill["description"] and skill["tags"]
+
+
+async def test_card_is_public_while_agent_calls_need_a_token(app_factory: Any) -> None:
+    async with app_factory(env={"SERVICE_JWT_SECRET": "s3cret"}) as client:
+        assert (await client.http.get("/.well-known/agent-card")).status_code == 200
+        denied = await client.http.post("/", json=send_body(tree()))
+    assert denied.status_code == 401
+    assert denied.json()["error"]["code"] == -32001
+
+
+# --- message/send (0.3 wire format) -----------------------------------------------------------
+
+async def test_message_send_runs_the_tree_and_answers_the_agent_surface_task(client: Client) -> None:
+    tasks = tree()
+    root_id = tasks[0]["id"]
+    answer = await post(client, send_body(tasks))
+    assert answer["id"] == "req-1"
+    task = answer["result"]
+    assert task["kind"] == "task"
+    assert task["contextId"] == task["context_id"] == root_id
+    assert task["id"] != root_id  # the execution instance, not our task
+    assert task["status"]["state"] == "completed"
+    assert summary(task["status"]["message"]) == {
+        "protocol": "a2a", "status": "completed", "progress": 1.0, "root_task_id": root_id, "task_count": 3}
+    assert task["metadata"] == {"protocol": "a2a", "root_task_id": root_id}
+    (artifact,) = task["artifacts"]
+    results = artifact["parts"][0]["data"]
+    assert results["status"] == "completed" and results["task_count"] == 3
+    by_name = {t["name"]: t for t in results["tasks"]}
+    assert by_name["child-a"]["result"] == {"ok": True, "inputs": {"n": 1}}  # 1 stays an integer
+    assert by_name["root"]["result"]["count"] == 2
+    stored = await client.result("tasks.get", {"task_id": root_id})
+    assert stored["status"] == "completed"
+
+    again = await post(client, {"jsonrpc": "2.0", "id": 2, "method": "tasks/get", "params": {"id": task["id"]}})
+    assert again["result"]["context_id"] == root_id and again["result"]["status"]["state"] == "completed"
+
+
+async def test_message_send_refuses_a_bad_tree_without_creating_anything(client: Client) -> None:
+    tasks = [{"id": "one", "name": "one"}, {"id": "two", "name": "two"}]
+    error = (await post(client, send_body(tasks)))["error"]
+    assert error["code"] == -32602
+    assert "Multiple root tasks found" in error["message"]
+    assert await client.result("tasks.get", {"task_id": "one"}) is None
+
+    error = (await post(client, send_body(None)))["error"]
+    assert error["code"] == -32602
+    assert 'data part {"tasks": [task objects]}' in error["message"]
+
+
+async def test_message_send_copy_execution_leaves_the_original_unchanged(client: Client) -> None:
+    tasks = tree()
+    root_id = tasks[0]["id"]
+    await post(client, send_body(tasks))
+    before = await client.result("tasks.get", {"task_id": root_id})
+    copied = (await post(client, send_body(metadata={"task_id": root_id, "copy_execution": True,
+                                                       "copy_children": True})))["result"]
+    copy_root = copied["context_id"]
+    assert copy_root != root_id
+    assert copied["status"]["state"] == "completed"
+    assert copied["metadata"] == {"protocol": "a2a", "root_task_id": copy_root, "original_task_id": root_id}
+    assert summary(copied["status"]["message"])["root_task_id"] == copy_root
+    copy_row = await client.result("tasks.get", {"task_id": copy_root})
+    assert copy_row["original_task_id"] == root_id and copy_row["status"] == "completed"
+    after = await client.result("tasks.get", {"task_id": root_id})
+    assert {k: after[k] for k in ("status", "result", "completed_at")} == \
+        {k: before[k] for k in ("status", "result", "completed_at")}
+
+    error = (await post(client, send_body(tasks=tree(), metadata={"copy_execution": True})))["error"]
+    assert error["code"] == -32602 and "copy_execution needs metadata.task_id" in error["message"]
+    error = (await post(client, send_body(metadata={"task_id": "no-such-task"})))["error"]
+    assert error["code"] == -32602 and error["message"] == "Task 'no-such-task' not found"
+
+
+async def test_agent_tasks_are_scoped_to_their_user(app_factory: Any) -> None:
+    secret = "s3cret"
+    async with app_factory(env={"SERVICE_JWT_SECRET": secret}) as client:
+        settings = client.services.settings
+        alice = {"Authorization": f"Bearer {mint_token(settings, 'alice')}"}
+        bob = {"Authorization": f"Bearer {mint_token(settings, 'bob')}"}
+        task = (await post(client, send_body(tree()), alice))["result"]
+        assert task["metadata"]["user_id"] == "alice"
+        get = {"jsonrpc": "2.0", "id": 3, "method": "tasks/get", "params": {"id": task["id"]}}
+        assert (await post(client, get, alice))["result"]["id"] == task["id"]
+        assert (await post(client, get, bob))["error"]["code"] == -32001
+        row = await client.result("tasks.get", {"task_id": task["context_id"]}, headers=alice)
+        assert row["user_id"] == "alice"
+
+
+# --- push configs in raw JSON ---------------------------------------------------------------
+
+async def test_raw_push_config_headers_and_method_reach_the_receiver(client: Client) -> None:
+    tasks = tree()
+    root_id = tasks[0]["id"]
+    async with receiver() as rec:
+        config = {"url": f"{rec.url}/hooks/a2a", "token": "tok-1",
+                  "headers": {"X-Tenant": "acme"}, "method": "PATCH"}
+        answer = (await post(client, send_body(tasks, configuration={"pushNotificationConfig": config})))["result"]
+        assert answer["status"]["state"] == "working"
+        assert summary(answer["status"]["message"]) == {
+            "protocol": "a2a", "status": "in_progress", "progress": 0.0, "root_task_id": root_id, "task_count": 3}
+        await rec.wait_for(lambda reqs: any(r["json"]["final"] for r in reqs))
+    assert {r["method"] for r in rec.requests} == {"PATCH"}
+    assert all(r["path"] == "/hooks/a2a" for r in rec.requests)
+    assert all(r["headers"]["x-tenant"] == "acme" for r in rec.requests)
+    assert all(r["headers"]["x-a2a-notification-token"] == "tok-1" for r in rec.requests)
+    last = rec.requests[-1]["json"]
+    assert last["task_id"] == answer["id"] and last["context_id"] == root_id
+    assert last["status"]["state"] == "completed" and last["final"] is True
+    assert summary(last["status"]["message"])["status"] == "completed"
+    assert all(r["json"]["final"] is False for r in rec.requests[:-1])
+
+
+async def test_push_url_is_checked_against_ssrf(app_factory: Any) -> None:
+    async with app_factory(env={"SERVICE_ALLOW_PRIVATE_URLS": "false"}) as client:
+        config = {"url": "http://127.0.0.1:9/hook"}
+        error = (await post(client, send_body(tree(), configuration={"pushNotificationConfig": config})))["error"]
+        assert error["code"] == -32602
+        assert "push notification url refused" in error["message"] and "loopback" in error["message"]
+        bad_method = {"url": "https://example.com/hook", "method": "DELETE"}
+        error = (await post(client, send_body(tree(), configuration={"pushNotificationConfig": bad_method})))["error"]
+        assert error["code"] == -32602 and "method must be one of POST, PUT, PATCH" in error["message"]
+
+
+# --- our methods on / -------------------------------------------------------------------------
+
+async def test_tasks_execute_on_root_with_tasks_is_an_agent_execution(client: Client) -> None:
+    tasks = tree()
+    result = await client.result("tasks.execute", {"tasks": tasks}, path="/")
+    assert result["kind"] == "task" and result["context_id"] == tasks[0]["id"]
+    assert result["status"]["state"] == "completed"
+    assert summary(result["status"]["message"])["protocol"] == "a2a"
+
+    legacy = await client.result("execute_task_tree", {"tasks": tree()}, path="/")
+    assert legacy["kind"] == "task" and legacy["status"]["state"] == "completed"
+
+
+async def test_tasks_execute_on_root_with_task_id_answers_like_tasks(app_factory: Any) -> None:
+    async with app_factory(env={"SERVICE_CREATE_WAIT_TIMEOUT": "0"}) as client:
+        first = await client.result("tasks.create", {"tasks": tree(seconds=0.05)})
+        await client.wait_status(first["id"], ("completed",))
+        second = await client.result("tasks.create", {"tasks": tree()})
+        await client.wait_status(second["id"], ("completed",))
+        on_root = await client.result("tasks.execute", {"task_id": first["id"], "copy_execution": True}, path="/")
+        on_tasks = await client.result("tasks.execute", {"task_id": second["id"], "copy_execution": True})
+    assert on_root["protocol"] == "a2a" and on_tasks["protocol"] == "jsonrpc"
+    assert set(on_root) == set(on_tasks)
+    assert on_root["success"] is True and on_root["status"] == "started"
+    assert on_root["original_task_id"] == first["id"]
+
+
+async def test_other_task_methods_on_root_match_tasks(client: Client) -> None:
+    tasks = tree()
+    await post(client, send_body(tasks))
+    root_id = tasks[0]["id"]
+    for method, params in (("tasks.get", {"task_id": root_id}), ("tasks.tree", {"task_id": root_id}),
+                           ("tasks.children", {"parent_id": root_id}), ("tasks.running.count", {})):
+        assert await client.result(method, params, path="/") == await client.result(method, params)
+    error = await client.error("tasks.nope", {}, path="/")
+    assert error["code"] == -32601 and "tasks.nope" in error["data"]
+
+
+# --- cancel -----------------------------------------------------------------------------------
+
+def cancel_body(**fields: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": 7, "method": "cancel", "params": {}, **fields}
+
+
+def cancel_data(answer: dict[str, Any], state: str) -> dict[str, Any]:
+    event = answer["result"]
+    assert event["kind"] == "status-update" and event["final"] is True
+    assert event["status"]["state"] == state
+    data = summary(event["status"]["message"])
+    assert data["protocol"] == "a2a" and data["timestamp"]
+    return data
+
+
+async def test_cancel_method_cancels_and_reports_every_refusal(app_factory: Any) -> None:
+    async with app_factory(env={"SERVICE_CREATE_WAIT_TIMEOUT": "0"}) as client:
+        tasks = tree(seconds=60)
+        root_id, sleeper = tasks[0]["id"], tasks[2]["id"]
+        await client.result("tasks.create", {"tasks": tasks})
+        await client.wait_status(sleeper, ("in_progress",))
+
+        # task_id wins over context_id and metadata (resolution order of SPEC.md)
+        answer = await post(client, cancel_body(task_id=sleeper, context_id="ignored",
+                                                metadata={"task_id": "ignored", "error_message": "stop now"}))
+        data = cancel_data(answer, "canceled")
+        assert data["status"] == "cancelled" and data["message"] == f"Task {sleeper} cancelled"
+        assert answer["result"]["task_id"] == sleeper and answer["result"]["context_id"] == root_id
+        stored = await client.result("tasks.get", {"task_id": sleeper})
+        assert stored["status"] == "cancelled" and stored["error"] == "stop now"
+        assert sleeper not in client.services.engine.running
+
+        data = cancel_data(await post(client, cancel_body(metadata={"context_id": sleeper})), "failed")
+        assert data["message"] == f"Task {sleeper} is already cancelled, cannot cancel"
+
+        done = tree()
+        await client.result("tasks.create", {"tasks": done})
+        finished = await client.wait_status(done[1]["id"], ("completed",))
+        data = cancel_data(await post(client, cancel_body(context_id=finished["id"])), "failed")
+        assert data["message"] == f"Task {finished['id']} is already completed, cannot cancel"
+
+        data = cancel_data(await post(client, cancel_body(metadata={"task_id": "missing-task"})), "failed")
+        assert data["message"] == "Task missing-task not found" and data["error"] == "not_found"
+
+        answer = await post(client, cancel_body())
+        data = cancel_data(answer, "failed")
+        assert data["message"] == "Task ID not found in context" and data["status"] == "failed"
+        assert answer["result"]["task_id"] is None
+
+
+async def test_agent_tasks_survive_in_the_database_between_apps(make_settings: Any) -> None:
+    settings: Settings = make_settings()
+    async with running_app(settings) as client:
+        task = (await post(client, send_body(tree())))["result"]
+    async with running_app(settings) as client:
+        again = await post(client, {"jsonrpc": "2.0", "id": 9, "method": "tasks/get", "params": {"id": task["id"]}})
+    assert again["result"]["status"] == task["status"]
+    assert again["result"]["artifacts"] == task["artifacts"]
