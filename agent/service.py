@@ -246,7 +246,7 @@ class TaskService:
                         dependents.append(dep["id"])
             if dependents:
                 blockers.append(
-                    f"Cannot delete task: {len(dependents)} tasks depend on this task: [{', '.join(dependents)}]"
+                    f"Cannot delete task: {len(dependents)} tasks depend on this task: [{', '.join(sorted(dependents))}]"
                 )
             if blockers:
                 detail = "; ".join(blockers)

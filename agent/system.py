@@ -70,6 +70,6 @@ class SystemService:
         return {"success": True, "created_count": created, "message": f"Created {created} example tasks"}
 
     async def _example_count(self) -> int:
-        return len([r for r in await self.repo.list(limit=1000) if r["product_id"] == EXAMPLE_PRODUCT])
+        return await self.repo.count(product_id=EXAMPLE_PRODUCT)
 
 

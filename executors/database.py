@@ -344,3 +344,12 @@ async def _fetch(conn: AsyncConnection, sql: str, params: dict[str, Any], max_ro
     if affected is not None:
         result["affected_rows"] = affected
     return result
+
+
+async def dispose_engines() -> None:
+    """Close every cached pool (for application shutdown and tests); safe to call any time."""
+    cached = list(_ENGINES.values())
+    _ENGINES.clear()
+    for _loop, engine in cached:
+        with contextlib.suppress(Exception):
+            await engine.dispose()

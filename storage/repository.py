@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any
@@ -54,68 +54,79 @@ class TaskRepository:
         async with self.engine.begin() as new_conn:
             yield new_conn
 
+    async def _run(self, fn: Callable[..., Any], *args: Any, conn: AsyncConnection | None = None) -> Any:
+        """Run `fn(sync_connection, *args)` in the caller's transaction or a new one.
+
+        Every statement is written once, as a plain synchronous function. On SQLite a new
+        transaction runs on the dedicated database thread (one thread hop per operation instead
+        of one per statement); on PostgreSQL and inside a caller's transaction it runs through
+        the async driver.
+        """
+        if conn is not None:
+            return await conn.run_sync(fn, *args)
+        if self._batch_engine is not None:
+            engine = self._batch_engine
+
+            def in_thread() -> Any:
+                with engine.begin() as sync_conn:
+                    return fn(sync_conn, *args)
+
+            return await asyncio.get_running_loop().run_in_executor(self._batch_thread, in_thread)
+        async with self.engine.begin() as async_conn:
+            return await async_conn.run_sync(fn, *args)
+
     # --- reads ----------------------------------------------------------------------------
 
     async def get(self, task_id: str, conn: AsyncConnection | None = None) -> Row | None:
-        async with self.transaction(conn) as c:
-            row = (await c.execute(select(T).where(T.c.id == task_id))).first()
-        return dict(row._mapping) if row else None
+        def op(c: Connection) -> Row | None:
+            row = c.execute(select(T).where(T.c.id == task_id)).first()
+            return dict(row._mapping) if row else None
+
+        return await self._run(op, conn=conn)
 
     async def get_many(self, ids: Iterable[str], conn: AsyncConnection | None = None) -> dict[str, Row]:
         wanted = list(dict.fromkeys(ids))
-        found: dict[str, Row] = {}
-        async with self.transaction(conn) as c:
+
+        def op(c: Connection) -> dict[str, Row]:
+            found: dict[str, Row] = {}
             for chunk in _chunks(wanted):
-                for row in await c.execute(select(T).where(T.c.id.in_(chunk))):
+                for row in c.execute(select(T).where(T.c.id.in_(chunk))):
                     found[row.id] = dict(row._mapping)
-        return found
+            return found
+
+        return await self._run(op, conn=conn)
 
     async def tree(self, tree_id: str, conn: AsyncConnection | None = None) -> list[Row]:
-        async with self.transaction(conn) as c:
-            result = await c.execute(
-                select(T).where(T.c.task_tree_id == tree_id).order_by(T.c.created_at, T.c.id)
-            )
-            return [dict(row._mapping) for row in result]
+        query = select(T).where(T.c.task_tree_id == tree_id).order_by(T.c.created_at, T.c.id)
+        return await self._run(_rows, query, conn=conn)
 
     async def list(
         self,
         *,
         user_id: str | None = None,
         status: str | None = None,
+        product_id: str | None = None,
         limit: int = 100,
         offset: int = 0,
     ) -> list[Row]:
-        query = select(T)
-        if user_id is not None:
-            query = query.where(T.c.user_id == user_id)
-        if status is not None:
-            query = query.where(T.c.status == status)
+        query = _filtered(select(T), user_id=user_id, status=status, product_id=product_id)
         query = query.order_by(T.c.created_at.desc(), T.c.id.desc()).limit(limit).offset(offset)
-        async with self.engine.connect() as c:
-            return [dict(row._mapping) for row in await c.execute(query)]
+        return await self._run(_rows, query)
 
-    async def count(self, *, user_id: str | None = None, status: str | None = None) -> int:
-        query = select(func.count()).select_from(T)
-        if user_id is not None:
-            query = query.where(T.c.user_id == user_id)
-        if status is not None:
-            query = query.where(T.c.status == status)
-        async with self.engine.connect() as c:
-            return int((await c.execute(query)).scalar_one())
+    async def count(self, *, user_id: str | None = None, status: str | None = None,
+                    product_id: str | None = None) -> int:
+        query = _filtered(select(func.count()).select_from(T), user_id=user_id, status=status,
+                          product_id=product_id)
+        return await self._run(lambda c: int(c.execute(query).scalar_one()))
 
     async def children(self, parent_id: str) -> list[Row]:
-        async with self.engine.connect() as c:
-            result = await c.execute(
-                select(T).where(T.c.parent_id == parent_id).order_by(T.c.created_at, T.c.id)
-            )
-            return [dict(row._mapping) for row in result]
+        query = select(T).where(T.c.parent_id == parent_id).order_by(T.c.created_at, T.c.id)
+        return await self._run(_rows, query)
 
     async def dependents(self, task_id: str, conn: AsyncConnection | None = None) -> list[Row]:
         """Tasks (in any tree) that list `task_id` among their dependencies."""
-        needle = f'%"{task_id}"%'
-        async with self.transaction(conn) as c:
-            result = await c.execute(select(T).where(cast(T.c.dependencies, String).like(needle)))
-            rows = [dict(row._mapping) for row in result]
+        query = select(T).where(cast(T.c.dependencies, String).like(f'%"{task_id}"%'))
+        rows = await self._run(_rows, query, conn=conn)
         return [r for r in rows if any(d.get("id") == task_id for d in r["dependencies"] or ())]
 
     async def stale_in_progress(self, now: str | None) -> list[str]:
@@ -123,17 +134,14 @@ class TaskRepository:
         query = select(T.c.id).where(T.c.status == "in_progress")
         if now is not None:
             query = query.where(or_(T.c.lease_expires_at.is_(None), T.c.lease_expires_at < now))
-        async with self.engine.connect() as c:
-            return list((await c.execute(query)).scalars())
+        return await self._run(lambda c: list(c.execute(query).scalars()))
 
     # --- writes ---------------------------------------------------------------------------
 
     async def insert(self, rows: Sequence[Mapping[str, Any]], conn: AsyncConnection | None = None) -> None:
-        if not rows:
-            return
-        full = [_with_defaults(row) for row in rows]
-        async with self.transaction(conn) as c:
-            await c.execute(insert(T), full)
+        if rows:
+            full = [_with_defaults(row) for row in rows]
+            await self._run(lambda c: c.execute(insert(T), full), conn=conn)
 
     async def update(
         self,
@@ -147,8 +155,7 @@ class TaskRepository:
         query = update(T).where(T.c.id == task_id).values(**values)
         if only_status is not None:
             query = query.where(T.c.status.in_(list(only_status)))
-        async with self.transaction(conn) as c:
-            return (await c.execute(query)).rowcount > 0
+        return await self._run(lambda c: c.execute(query).rowcount > 0, conn=conn)
 
     async def update_many(
         self,
@@ -159,34 +166,8 @@ class TaskRepository:
         conn: AsyncConnection | None = None,
     ) -> list[str]:
         """Compare-and-set on many tasks at once; returns the ids that actually changed."""
-        query = _update_many_statement(tuple(values), tuple(only_status) if only_status is not None else None)
-        params = {f"_v_{key}": value for key, value in values.items()}
-        changed: list[str] = []
-        async with self.transaction(conn) as c:
-            for chunk in _chunks(list(ids)):
-                result = await c.execute(query, {**params, "_ids": list(chunk)})
-                changed.extend(result.scalars())
-        return changed
-
-    async def finish_many(
-        self,
-        outcomes: Sequence[Mapping[str, Any]],
-        *,
-        only_status: Sequence[str] = ("in_progress",),
-        conn: AsyncConnection | None = None,
-    ) -> None:
-        """Write many per-task outcomes in one executemany (each row its own values).
-
-        Each outcome has `id` plus the same set of column keys. Guarded by `only_status`, so a
-        task cancelled meanwhile keeps its `cancelled`.
-        """
-        if not outcomes:
-            return
-        keys = tuple(key for key in outcomes[0] if key != "id")
-        query = _finish_many_statement(keys, tuple(only_status))
-        params = [{"_id": o["id"], **{f"_v_{key}": o[key] for key in keys}} for o in outcomes]
-        async with self.transaction(conn) as c:
-            await c.execute(query, params)
+        status = tuple(only_status) if only_status is not None else None
+        return await self._run(lambda c: _update_many(c, list(ids), values, status), conn=conn)
 
     async def write_batch(
         self,
@@ -196,23 +177,35 @@ class TaskRepository:
         claim_values: Mapping[str, Any],
     ) -> set[str]:
         """The engine's pass in one transaction: outcomes, progress, then claims (CAS pending ->
-        in_progress). Returns the claimed ids. The same statements run on every backend."""
-        if self._batch_engine is not None:
-            def in_thread() -> set[str]:
-                with self._batch_engine.begin() as conn:  # type: ignore[union-attr]
-                    return _write_batch(conn, outcomes, progress, claims, claim_values)
-
-            loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self._batch_thread, in_thread)
-        async with self.engine.begin() as conn:
-            return await conn.run_sync(_write_batch, outcomes, progress, claims, claim_values)
+        in_progress). Returns the claimed ids."""
+        return await self._run(_write_batch, outcomes, progress, claims, claim_values)
 
     async def delete(self, ids: Sequence[str], conn: AsyncConnection | None = None) -> int:
-        deleted = 0
-        async with self.transaction(conn) as c:
-            for chunk in _chunks(list(ids)):
-                deleted += (await c.execute(delete(T).where(T.c.id.in_(chunk)))).rowcount
-        return deleted
+        def op(c: Connection) -> int:
+            return sum(c.execute(delete(T).where(T.c.id.in_(chunk))).rowcount for chunk in _chunks(list(ids)))
+
+        return await self._run(op, conn=conn)
+
+
+def _rows(c: Connection, query: Any) -> list[Row]:
+    return [dict(row._mapping) for row in c.execute(query)]
+
+
+def _filtered(query: Any, **equal: Any) -> Any:
+    for column, value in equal.items():
+        if value is not None:
+            query = query.where(T.c[column] == value)
+    return query
+
+
+def _update_many(c: Connection, ids: list[str], values: Mapping[str, Any],
+                 only_status: tuple[str, ...] | None) -> list[str]:
+    query = _update_many_statement(tuple(values), only_status)
+    params = {f"_v_{key}": value for key, value in values.items()}
+    changed: list[str] = []
+    for chunk in _chunks(ids):
+        changed.extend(c.execute(query, {**params, "_ids": list(chunk)}).scalars())
+    return changed
 
 
 # The engine's hot statements are built once per shape: constructing a statement costs more
@@ -248,13 +241,7 @@ def _write_batch(
                 _finish_many_statement(keys, ("in_progress",)),
                 [{"_id": r["id"], **{f"_v_{key}": r[key] for key in keys}} for r in rows],
             )
-    claimed: set[str] = set()
-    if claims:
-        query = _update_many_statement(tuple(claim_values), ("pending",))
-        params = {f"_v_{key}": value for key, value in claim_values.items()}
-        for chunk in _chunks(list(claims)):
-            claimed.update(conn.execute(query, {**params, "_ids": list(chunk)}).scalars())
-    return claimed
+    return set(_update_many(conn, list(claims), claim_values, ("pending",))) if claims else set()
 
 
 _DEFAULTS: dict[str, Any] = {

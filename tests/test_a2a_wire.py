@@ -15,6 +15,8 @@ from agent.settings import Settings
 from tests.conftest import Client, running_app
 from tests.servers import receiver
 
+SECRET = "a2a-test-secret-of-at-least-32-bytes!"
+
 
 def tree(*, seconds: float | None = None) -> list[dict[str, Any]]:
     """A root that aggregates two children's results; ids unique per call."""
@@ -67,7 +69,8 @@ async def test_card_served_on_both_paths_with_runtime_url_and_version(app_factor
     card = cards[0]
     assert card["url"] == "http://agents.example:9000"
     assert card["version"] == "0.1.0"
-    assert card["capabilities"] == {"streaming": True, "pushNotifications": True, "push_notifications": True}
+    # camelCase only: the official client refuses a card that also has `push_notifications`
+    assert card["capabilities"] == {"streaming": True, "pushNotifications": True}
     interfaces = {(i["protocolBinding"], i["protocolVersion"], i["url"]) for i in card["supportedInterfaces"]}
     assert interfaces == {("JSONRPC", "1.0", "http://agents.example:9000"),
                           ("JSONRPC", "0.3", "http://agents.example:9000")}
@@ -76,7 +79,7 @@ async def test_card_served_on_both_paths_with_runtime_url_and_version(app_factor
 
 
 async def test_card_is_public_while_agent_calls_need_a_token(app_factory: Any) -> None:
-    async with app_factory(env={"SERVICE_JWT_SECRET": "s3cret"}) as client:
+    async with app_factory(env={"SERVICE_JWT_SECRET": SECRET}) as client:
         assert (await client.http.get("/.well-known/agent-card")).status_code == 200
         denied = await client.http.post("/", json=send_body(tree()))
     assert denied.status_code == 401
@@ -148,8 +151,7 @@ async def test_message_send_copy_execution_leaves_the_original_unchanged(client:
 
 
 async def test_agent_tasks_are_scoped_to_their_user(app_factory: Any) -> None:
-    secret = "s3cret"
-    async with app_factory(env={"SERVICE_JWT_SECRET": secret}) as client:
+    async with app_factory(env={"SERVICE_JWT_SECRET": SECRET}) as client:
         settings = client.services.settings
         alice = {"Authorization": f"Bearer {mint_token(settings, 'alice')}"}
         bob = {"Authorization": f"Bearer {mint_token(settings, 'bob')}"}

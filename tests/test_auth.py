@@ -425,6 +425,7 @@ async def test_a2a_tasks_are_isolated_between_users(jwt_client: Client) -> None:
     from a2a.client import A2AClientError
     from a2a.helpers.proto_helpers import new_data_message
     from a2a.types.a2a_pb2 import GetTaskRequest, ListTasksRequest, Role, SendMessageRequest
+    from a2a.utils.errors import TaskNotFoundError
 
     alice, alice_http = a2a_client(jwt_client, ALICE)
     bob, bob_http = a2a_client(jwt_client, BOB)
@@ -437,11 +438,11 @@ async def test_a2a_tasks_are_isolated_between_users(jwt_client: Client) -> None:
         assert agent_task.metadata["user_id"] == "alice"
 
         assert (await alice.get_task(GetTaskRequest(id=agent_task.id))).id == agent_task.id
-        with pytest.raises(A2AClientError):  # the SDK's task store is scoped to the caller
+        with pytest.raises(TaskNotFoundError):  # the SDK's task store is scoped to the caller
             await bob.get_task(GetTaskRequest(id=agent_task.id))
         assert agent_task.id not in [t.id for t in (await bob.list_tasks(ListTasksRequest())).tasks]
         assert agent_task.id in [t.id for t in (await alice.list_tasks(ListTasksRequest())).tasks]
-        with pytest.raises(A2AClientError):
+        with pytest.raises(A2AClientError, match="401"):
             [answer async for answer in nobody.send_message(request)]
 
     # The task tree behind it is alice's on every surface; tasks.* on / follow the same rules.

@@ -62,14 +62,12 @@ def build_card(settings: Settings, template: dict[str, Any] | None = None) -> Ag
 
 
 def card_json(card: AgentCard) -> dict[str, Any]:
-    """The SDK's card JSON (1.0 fields plus the 0.3 `url`, `protocolVersion`, ...), with the
-    snake_case spelling SPEC.md uses for `capabilities.push_notifications` added beside the
-    standard camelCase one (clients ignore keys they do not know)."""
-    data = agent_card_to_dict(card)
-    capabilities = data.setdefault("capabilities", {})
-    capabilities["push_notifications"] = capabilities.get("pushNotifications", False)
-    capabilities.setdefault("streaming", False)
-    return data
+    """The SDK's card JSON: 1.0 fields plus the 0.3 ones (`url`, `protocolVersion`, ...).
+
+    Capabilities stay camelCase only (`pushNotifications`): ProtoJSON parsers accept the proto
+    field name `push_notifications` as well, and the official client refuses a card that has both.
+    """
+    return agent_card_to_dict(card)
 
 
 def card_routes(card: AgentCard) -> list[Route]:
