@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import sys
 import tempfile
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -76,26 +79,55 @@ def _count_completed(node: dict[str, Any]) -> int:
     return (node["status"] == "completed") + sum(_count_completed(c) for c in node["children"])
 
 
-async def main() -> None:
+async def measure(url: str, args: argparse.Namespace) -> tuple[dict[str, list[float]], list[float]]:
+    app = build_app(Settings.from_env({"SERVICE_DATABASE_URL": url}))
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://bench", timeout=60) as http:
+            await run_tree(http, with_prefix(fan_out(10), "warm-"))
+            results = {}
+            for label, shape in (("fan-out 1000", fan_out(1000)), ("chain 1000", chain(1000))):
+                results[label] = [await run_tree(http, with_prefix(shape, f"{label[:3]}{i}-"))
+                                  for i in range(args.repeat)]
+            singles = [await run_tree(http, [{"id": f"one{i}", "name": "one", "schemas": NOOP}])
+                       for i in range(args.single)]
+    return results, singles
+
+
+@contextlib.contextmanager
+def fresh_postgres(admin_url: str | None) -> Iterator[str | None]:
+    """A scratch database on the given server, dropped afterwards (None without --postgres)."""
+    if admin_url is None:
+        yield None
+        return
+    import asyncpg
+
+    name = f"tg_bench_{uuid.uuid4().hex[:8]}"
+
+    async def admin(sql: str) -> None:
+        conn = await asyncpg.connect(admin_url)
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+
+    asyncio.run(admin(f'CREATE DATABASE "{name}"'))
+    try:
+        yield admin_url.rsplit("/", 1)[0] + "/" + name
+    finally:
+        asyncio.run(admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--single", type=int, default=200, help="one-task trees for the p50")
     parser.add_argument("--postgres", help="PostgreSQL URL instead of a SQLite file")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        url = args.postgres or f"sqlite:///{tmp}/bench.db"
-        settings = Settings.from_env({"SERVICE_DATABASE_URL": url})
-        app = build_app(settings)
-        async with app.router.lifespan_context(app):
-            transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://bench", timeout=60) as http:
-                await run_tree(http, with_prefix(fan_out(10), "warm-"))
-                results = {}
-                for label, shape in (("fan-out 1000", fan_out(1000)), ("chain 1000", chain(1000))):
-                    times = [await run_tree(http, with_prefix(shape, f"{label[:3]}{i}-")) for i in range(args.repeat)]
-                    results[label] = times
-                singles = [await run_tree(http, [{"id": f"one{i}", "name": "one", "schemas": NOOP}])
-                           for i in range(args.single)]
+    with tempfile.TemporaryDirectory() as tmp, fresh_postgres(args.postgres) as pg_url:
+        url = pg_url or f"sqlite:///{tmp}/bench.db"
+        results, singles = asyncio.run(measure(url, args))
+    backend = "postgresql" if args.postgres else "sqlite"
     backend = "postgresql" if args.postgres else "sqlite"
     print(f"backend: {backend}")
     for label, times in results.items():
@@ -106,4 +138,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()

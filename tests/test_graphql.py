@@ -214,6 +214,11 @@ async def test_errors_carry_json_rpc_codes(live: Callable[..., Any]) -> None:
         assert syntax["extensions"]["code"] == -32600
         field = await error(server, "{ task(taskId: \"x\") { nope } }")
         assert field["extensions"]["code"] == -32600 and "nope" in field["message"]
+        # the X-LLM-API-KEY header is read as on /tasks; a malformed one is refused up front
+        response = await server.http.post("/graphql", json={"query": "{ tasks { id } }"},
+                                          headers={"X-LLM-API-KEY": "openai:"})
+        assert response.status_code == 400
+        assert response.json()["errors"][0]["extensions"]["code"] == -32602
 
 
 async def test_permissions_and_authentication(live: Callable[..., Any]) -> None:

@@ -89,7 +89,15 @@ def classify_errors(errors: Iterable[GraphQLError]) -> None:
         error.extensions = extensions(INTERNAL_ERROR)
 
 
+def error_response(exc: RpcError, status_code: int) -> JSONResponse:
+    """A request refused before GraphQL execution, with a GraphQL-shaped body."""
+    error = from_rpc(exc)
+    body = {"data": None, "errors": [{"message": error.message, "extensions": error.extensions}]}
+    return JSONResponse(body, status_code=status_code)
+
+
 def unauthorized_response(message: str) -> JSONResponse:
     """HTTP 401 with a GraphQL-shaped body: a missing or invalid token while JWT is on."""
-    body = {"data": None, "errors": [{"message": message, "extensions": extensions(PERMISSION_DENIED)}]}
-    return JSONResponse(body, status_code=401, headers={"WWW-Authenticate": "Bearer"})
+    response = error_response(RpcError(PERMISSION_DENIED, "Permission denied", message), 401)
+    response.headers["WWW-Authenticate"] = "Bearer"
+    return response

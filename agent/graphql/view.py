@@ -10,6 +10,7 @@ it sends carry one (its headers editor).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
@@ -19,8 +20,10 @@ from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
 
-from agent.auth import AuthError, Caller, authenticate
-from agent.graphql.errors import unauthorized_response
+from agent.app import call_context
+from agent.auth import AuthError
+from agent.errors import RpcError
+from agent.graphql.errors import error_response, unauthorized_response
 from agent.graphql.resolvers import GraphQLContext
 from agent.graphql.schema import build_schema
 from agent.rpc.jsonrpc import CallContext
@@ -30,6 +33,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from agent.app import Services
 
 SURFACE = "graphql"
+# Close code for a handshake whose headers are malformed (not an authentication problem).
+CLOSE_BAD_REQUEST = 4400
 
 
 class TaskGraphQL(GraphQL):
@@ -40,10 +45,8 @@ class TaskGraphQL(GraphQL):
         self.services = services
 
     async def get_context(self, request: Request | WebSocket, response: Any) -> GraphQLContext:
-        # GraphQLEndpoint authenticated the request and left the caller in the scope's state.
-        caller: Caller = request.state.caller
-        call = CallContext(caller=caller, surface=SURFACE,
-                           request=request if isinstance(request, Request) else None)
+        # GraphQLEndpoint authenticated the request and left its CallContext in the scope's state.
+        call: CallContext = request.state.call_context
         return GraphQLContext(services=self.services, call=call, request=request, response=response)
 
 
@@ -51,31 +54,38 @@ class GraphQLEndpoint:
     """ASGI app for `/graphql`: authenticates, then hands the request to strawberry."""
 
     def __init__(self, services: "Services") -> None:
-        self.settings = services.settings
+        self.services = services
         self.view = TaskGraphQL(services, graphql_ide="graphiql" if services.settings.enable_docs else None)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "websocket":
             websocket = WebSocket(scope, receive, send)
             try:
-                caller = authenticate(websocket.headers, websocket.cookies, self.settings)
-            except AuthError as exc:
-                await deny_handshake(websocket, exc)
+                call = call_context(websocket, self.services, SURFACE)  # type: ignore[arg-type]
+            except RpcError as exc:  # a malformed X-LLM-API-KEY header
+                await websocket.close(code=CLOSE_BAD_REQUEST, reason=str(exc.data)[:120])
                 return
+            if isinstance(call, AuthError):
+                await deny_handshake(websocket, call)
+                return
+            call = replace(call, request=None)
         else:
             request = Request(scope, receive)
             if self.view.should_render_graphql_ide(_Adapter(request)):
-                await self._playground(request)(scope, receive, send)
+                await self._playground()(scope, receive, send)
                 return
             try:
-                caller = authenticate(request.headers, request.cookies, self.settings)
-            except AuthError as exc:
-                await unauthorized_response(str(exc))(scope, receive, send)
+                call = call_context(request, self.services, SURFACE)
+            except RpcError as exc:
+                await error_response(exc, status_code=400)(scope, receive, send)
                 return
-        scope.setdefault("state", {})["caller"] = caller
+            if isinstance(call, AuthError):
+                await unauthorized_response(str(call))(scope, receive, send)
+                return
+        scope.setdefault("state", {})["call_context"] = call
         await self.view(scope, receive, send)
 
-    def _playground(self, request: Request) -> Response:
+    def _playground(self) -> Response:
         """The GraphiQL page (static, no data: served without a token), or 404 with docs off."""
         if self.view.graphql_ide is None:
             return PlainTextResponse("Not Found: the GraphQL playground is off (SERVICE_ENABLE_DOCS=false)",
