@@ -198,6 +198,30 @@ async def _read_capped(stream: asyncio.StreamReader, cap: int) -> tuple[bytes, b
     return bytes(kept), truncated
 
 
+async def _leader_exit(process: asyncio.subprocess.Process) -> int:
+    """The leader's exit code, as soon as it exits.
+
+    `Process.wait()` alone is not enough: it also waits for the pipes to close, which a
+    background child the command left behind can keep open for ever. So the return code is
+    also polled (cheaply, backing off to 0.1 s) and whichever answers first wins.
+    """
+
+    async def poll() -> int:
+        delay = 0.005
+        while process.returncode is None:
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.1)
+        return process.returncode
+
+    waiters = {asyncio.ensure_future(process.wait()), asyncio.ensure_future(poll())}
+    try:
+        done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+    return next(iter(done)).result()
+
+
 def _kill_group(pgid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
@@ -272,10 +296,11 @@ class CommandExecutor(Executor):
         )
         try:
             async with asyncio.timeout(timeout):
-                return_code = await process.wait()
+                return_code = await _leader_exit(process)
                 # The leader is gone; kill what it left in its group so the pipes close.
                 _kill_group(process.pid)
                 (stdout, out_cut), (stderr, err_cut) = await readers
+                await process.wait()
         except TimeoutError:
             await self._stop(readers)
             raise ExecutorError(f"command {argv[0]!r} timed out after {timeout:g}s") from None

@@ -7,6 +7,7 @@ The official-client tests against a real server are in test_a2a_client.py.
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -144,6 +145,10 @@ async def test_message_send_copy_execution_leaves_the_original_unchanged(client:
     assert {k: after[k] for k in ("status", "result", "completed_at")} == \
         {k: before[k] for k in ("status", "result", "completed_at")}
 
+    rerun = (await post(client, send_body(metadata={"task_id": root_id})))["result"]
+    assert rerun["context_id"] == root_id and rerun["status"]["state"] == "completed"
+    assert "original_task_id" not in rerun["metadata"]
+
     error = (await post(client, send_body(tasks=tree(), metadata={"copy_execution": True})))["error"]
     assert error["code"] == -32602 and "copy_execution needs metadata.task_id" in error["message"]
     error = (await post(client, send_body(metadata={"task_id": "no-such-task"})))["error"]
@@ -210,6 +215,39 @@ async def test_tasks_execute_on_root_with_tasks_is_an_agent_execution(client: Cl
 
     legacy = await client.result("execute_task_tree", {"tasks": tree()}, path="/")
     assert legacy["kind"] == "task" and legacy["status"]["state"] == "completed"
+
+
+async def test_tasks_execute_on_root_streams_with_metadata_stream(client: Client) -> None:
+    tasks = tree(seconds=0.2)
+    body = {"jsonrpc": "2.0", "id": 5, "method": "tasks.execute", "params": {"tasks": tasks},
+            "metadata": {"stream": True}}
+    response = await client.http.post("/", json=body)
+    assert response.headers["content-type"].startswith("text/event-stream")
+    events = [json.loads(line[len("data: "):]) for line in response.text.splitlines() if line.startswith("data: ")]
+    first, updates = events[0], events[1:]
+    assert first["id"] == 5 and first["result"]["kind"] == "task"
+    assert first["result"]["status"]["state"] == "working"
+    statuses = [e for e in updates if e["kind"] == "status-update"]
+    assert len(statuses) >= 2
+    assert all(e["context_id"] == tasks[0]["id"] and e["task_id"] == first["result"]["id"] for e in statuses)
+    assert [e["final"] for e in statuses] == [False] * (len(statuses) - 1) + [True]
+    assert statuses[-1]["status"]["state"] == "completed"
+    assert any(e["kind"] == "artifact-update" for e in updates)
+
+
+async def test_tasks_execute_on_root_with_push_config_answers_at_once(client: Client) -> None:
+    tasks = tree(seconds=0.2)
+    async with receiver() as rec:
+        body = {"jsonrpc": "2.0", "id": 6, "method": "tasks.execute", "params": {"tasks": tasks},
+                "configuration": {"push_notification_config": {"url": f"{rec.url}/cb", "headers": {"X-Key": "k"}}}}
+        result = (await post(client, body))["result"]
+        assert result["status"]["state"] == "working"
+        assert summary(result["status"]["message"]) == {
+            "protocol": "a2a", "status": "in_progress", "progress": 0.0, "root_task_id": tasks[0]["id"],
+            "task_count": 3}
+        await rec.wait_for(lambda reqs: any(r["json"]["final"] for r in reqs))
+    assert all(r["method"] == "POST" and r["headers"]["x-key"] == "k" for r in rec.requests)
+    assert rec.requests[-1]["json"]["status"]["state"] == "completed"
 
 
 async def test_tasks_execute_on_root_with_task_id_answers_like_tasks(app_factory: Any) -> None:

@@ -407,18 +407,15 @@ async def test_websocket_handshake_uses_the_same_rules(make_settings: Callable[.
 
 # --- the agent surface (POST /) ----------------------------------------------------------------
 
-def a2a_client(client: Client, headers: dict[str, str]) -> tuple[Any, httpx.AsyncClient]:
-    """The official a2a-sdk client over the ASGI app, sending `headers` on every request.
-
-    The card is given (`minimal_agent_card`, JSON-RPC at `/`) rather than fetched, so this test is
-    about authentication only; the card itself is tested with the agent surface.
-    """
-    from a2a.client import ClientConfig, ClientFactory, minimal_agent_card
+async def a2a_client(client: Client, headers: dict[str, str]) -> tuple[Any, httpx.AsyncClient]:
+    """The official a2a-sdk client over the ASGI app (card fetched from the public well-known path),
+    sending `headers` on every request."""
+    from a2a.client import ClientConfig, ClientFactory
 
     http = httpx.AsyncClient(transport=httpx.ASGITransport(app=client.app), base_url="http://testserver",
                              headers=headers, timeout=30)
     factory = ClientFactory(ClientConfig(httpx_client=http, streaming=False))
-    return factory.create(minimal_agent_card("http://testserver/", ["JSONRPC"])), http
+    return await factory.create_from_url("http://testserver"), http
 
 
 async def test_a2a_tasks_are_isolated_between_users(jwt_client: Client) -> None:
@@ -427,10 +424,10 @@ async def test_a2a_tasks_are_isolated_between_users(jwt_client: Client) -> None:
     from a2a.types.a2a_pb2 import GetTaskRequest, ListTasksRequest, Role, SendMessageRequest
     from a2a.utils.errors import TaskNotFoundError
 
-    alice, alice_http = a2a_client(jwt_client, ALICE)
-    bob, bob_http = a2a_client(jwt_client, BOB)
-    nobody, nobody_http = a2a_client(jwt_client, {})
-    async with alice_http, bob_http, nobody_http:
+    alice, alice_http = await a2a_client(jwt_client, ALICE)
+    bob, bob_http = await a2a_client(jwt_client, BOB)
+    nobody, nobody_http = await a2a_client(jwt_client, {})  # the card is public
+    try:
         request = SendMessageRequest(message=new_data_message({"tasks": [{"name": "agent-task"}]}, role=Role.ROLE_USER))
         answers = [answer async for answer in alice.send_message(request)]
         agent_task = answers[-1].task
@@ -444,6 +441,9 @@ async def test_a2a_tasks_are_isolated_between_users(jwt_client: Client) -> None:
         assert agent_task.id in [t.id for t in (await alice.list_tasks(ListTasksRequest())).tasks]
         with pytest.raises(A2AClientError, match="401"):
             [answer async for answer in nobody.send_message(request)]
+    finally:
+        for http in (alice_http, bob_http, nobody_http):
+            await http.aclose()
 
     # The task tree behind it is alice's on every surface; tasks.* on / follow the same rules.
     assert (await jwt_client.result("tasks.get", {"task_id": root_id}, path="/", headers=ALICE))["user_id"] == "alice"

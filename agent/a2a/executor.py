@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # pragma: no cover
 CANCEL_REASON = "Cancelled through the agent protocol (tasks/cancel)"
 LIVE_STATUSES = ("in_progress", "pending")  # in this order: stop running work first
 CANCEL_PASSES = 3  # a cancelled task can make a pending one runnable for a moment; look again
+STATUS_INTERVAL = 0.1  # seconds between two streamed status updates of one agent task
 
 
 class TaskTreeAgentExecutor(AgentExecutor):
@@ -72,10 +73,21 @@ class TaskTreeAgentExecutor(AgentExecutor):
 
     async def _follow(self, subscription: Subscription, updater: TaskUpdater, plan: TreePlan,
                       task_id: str) -> Event | None:
-        """Report engine events until the run's `final` event (returned), or None once cancelled."""
+        """Report engine events until the run's `final` event (returned), or None once cancelled.
+
+        Every status update is a write of the agent task (whose history grows by one message),
+        so updates are sent at most every STATUS_INTERVAL seconds; events in between are
+        coalesced into the next update, which reports the latest state.
+        """
+        loop = asyncio.get_running_loop()
+        last_sent = -STATUS_INTERVAL
         while True:
             batch = [await subscription.get()]
-            while not subscription.queue.empty():  # coalesce a backlog into one status update
+            if plan.stream and batch[0]["type"] != ev.FINAL:
+                delay = last_sent + STATUS_INTERVAL - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            while not subscription.queue.empty():
                 batch.append(subscription.queue.get_nowait())
             cancelled = self._cancelling.get(task_id)
             if cancelled is not None:
@@ -90,6 +102,7 @@ class TaskTreeAgentExecutor(AgentExecutor):
                     plan, "in_progress", last.get("tree_progress", 0.0), task_id=last["task_id"],
                     task_status=last.get("status"), task_progress=last.get("progress"),
                     event=last["type"], message=last.get("message")))
+                last_sent = loop.time()
 
     async def _finish(self, updater: TaskUpdater, plan: TreePlan, final: Event) -> None:
         rows = await self._services.repo.tree(plan.root_task_id)

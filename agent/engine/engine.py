@@ -24,6 +24,7 @@ import jsonschema
 
 from agent.engine import bus as ev
 from agent.engine.bus import EventBus
+from agent.engine.notify import PgNotifier, asyncpg_dsn
 from agent.engine.run import TreeRun, select_for_execution
 from agent.settings import Settings
 from executors.base import ExecutionContext, Executor, ExecutorError
@@ -123,17 +124,25 @@ class Engine:
         self._wake = asyncio.Event()
         self._lock = asyncio.Lock()  # serialises the loop's writes with cancels
         self._tasks: list[asyncio.Task[None]] = []
+        # PostgreSQL only: carries events and cancels to the other instances (engine/notify.py).
+        self.notifier: PgNotifier | None = None
 
     # --- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
         await self.recover()
+        if self.repo.engine.dialect.name == "postgresql":
+            self.notifier = PgNotifier(asyncpg_dsn(self.settings.database_url), self.instance_id, self.bus,
+                                       self.cancelled_elsewhere)
+            await self.notifier.start()
         self._tasks = [
             asyncio.create_task(self._loop(), name="taskgrove-engine"),
             asyncio.create_task(self._heartbeat(), name="taskgrove-leases"),
         ]
 
     async def stop(self) -> None:
+        if self.notifier is not None:
+            await self.notifier.stop()
         for job in self._tasks:
             job.cancel()
         for running in list(self.running.values()):
@@ -366,6 +375,8 @@ class Engine:
             **data,
         }
         self.bus.publish(event)
+        if self.notifier is not None:
+            self.notifier.event(event)
 
     # --- running one task -----------------------------------------------------------------
 
@@ -478,6 +489,32 @@ class Engine:
         row = await self.repo.get(task_id)
         if not changed:
             return {"status": row["status"] if row else "not_found", "token_usage": None, "result": None}
+        if running is None and self.notifier is not None:
+            self.notifier.cancel(task_id)  # it may be running on another instance
+        self._forget(task_id, row)
+        return {"status": "cancelled", "token_usage": token_usage, "result": partial}
+
+    async def cancelled_elsewhere(self, task_id: str) -> None:
+        """Another instance cancelled `task_id` in the database: stop our work on it, if any."""
+        running = self.running.get(task_id)
+        if running is None:
+            return
+        if running.executor is not None:
+            try:
+                await asyncio.wait_for(running.executor.cancel(), CANCEL_HOOK_TIMEOUT)
+            except Exception as exc:
+                log.warning("cancel hook of task %s failed: %s", task_id, exc)
+        async with self._lock:
+            running.cancelled = True
+            self.running.pop(task_id, None)
+            if running.job is not None:
+                running.job.cancel()
+        row = await self.repo.get(task_id)
+        if row is not None:
+            self._forget(task_id, row)
+
+    def _forget(self, task_id: str, row: Mapping[str, Any]) -> None:
+        """A cancelled task leaves every execution that counted on it."""
         for run in list(self.runs.values()):
             if task_id in run.rows:
                 run.rows[task_id].update(status="cancelled", error=row["error"])
@@ -487,7 +524,6 @@ class Engine:
                                   progress=row["progress"], error=row["error"], message=row["error"])
                 self._settle(run)
         self._wake.set()
-        return {"status": "cancelled", "token_usage": token_usage, "result": partial}
 
     def status_changed(self, row: Mapping[str, Any]) -> None:
         """A status set through tasks.update: live executions re-evaluate what may run now."""

@@ -1,0 +1,137 @@
+"""Between instances on one PostgreSQL database: events and cancel requests over LISTEN/NOTIFY.
+
+Each instance publishes its engine events on the bus of every other instance, so a WebSocket or
+GraphQL subscriber connected to instance B sees a tree that instance A executes, and a cancel
+received by B stops the work on A. Events are sent in batches (one NOTIFY per engine pass);
+PostgreSQL caps a payload near 8000 bytes, so large results are left out of remote events
+(`result_omitted: true`) — subscribers read them with tasks.get.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from agent.engine.bus import Event, EventBus
+
+log = logging.getLogger(__name__)
+CHANNEL = "taskgrove"
+MAX_PAYLOAD = 7500
+
+
+def asyncpg_dsn(url: str) -> str:
+    return url.replace("postgresql+asyncpg://", "postgresql://", 1)
+
+
+class PgNotifier:
+    def __init__(self, dsn: str, instance_id: str, bus: EventBus,
+                 on_cancel: Callable[[str], Awaitable[None]]) -> None:
+        self.dsn = dsn
+        self.instance_id = instance_id
+        self.bus = bus
+        self.on_cancel = on_cancel
+        self._outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=10_000)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._listener: Any = None
+        self.ready = asyncio.Event()
+
+    async def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._listen(), name="taskgrove-listen"),
+                       asyncio.create_task(self._send(), name="taskgrove-notify")]
+        await asyncio.wait_for(self.ready.wait(), 10)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    # --- outgoing -------------------------------------------------------------------------
+
+    def event(self, event: Event) -> None:
+        self._queue({"kind": "event", "event": _small(event)})
+
+    def cancel(self, task_id: str) -> None:
+        self._queue({"kind": "cancel", "task_id": task_id})
+
+    def _queue(self, message: dict[str, Any]) -> None:
+        try:
+            self._outbox.put_nowait(message)
+        except asyncio.QueueFull:
+            log.warning("notify outbox full: a cross-instance message was dropped")
+
+    async def _send(self) -> None:
+        import asyncpg
+
+        conn = None
+        while True:
+            batch = [await self._outbox.get()]
+            while not self._outbox.empty():
+                batch.append(self._outbox.get_nowait())
+            try:
+                if conn is None or conn.is_closed():
+                    conn = await asyncpg.connect(self.dsn)
+                for payload in _payloads(self.instance_id, batch):
+                    await conn.execute("SELECT pg_notify($1, $2)", CHANNEL, payload)
+            except (OSError, asyncpg.PostgresError) as exc:
+                log.warning("cross-instance notify failed: %s", exc)
+                conn = None
+
+    # --- incoming -------------------------------------------------------------------------
+
+    async def _listen(self) -> None:
+        import asyncpg
+
+        while True:
+            try:
+                conn = await asyncpg.connect(self.dsn)
+                await conn.add_listener(CHANNEL, self._received)
+                self.ready.set()
+                while not conn.is_closed():
+                    await asyncio.sleep(1)
+            except (OSError, asyncpg.PostgresError) as exc:
+                log.warning("cross-instance listener lost its connection: %s", exc)
+                await asyncio.sleep(1)
+
+    def _received(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        try:
+            data = json.loads(payload)
+        except ValueError:
+            return
+        if data.get("from") == self.instance_id:
+            return
+        for message in data.get("messages", ()):
+            if message.get("kind") == "event":
+                self.bus.publish({**message["event"], "remote": True})
+            elif message.get("kind") == "cancel":
+                asyncio.get_running_loop().create_task(self.on_cancel(message["task_id"]))
+
+
+def _small(event: Event) -> Event:
+    if len(json.dumps(event, default=str)) <= MAX_PAYLOAD - 200:
+        return event
+    return {**{k: v for k, v in event.items() if k not in ("result", "error", "message")},
+            "result_omitted": True}
+
+
+def _payloads(instance_id: str, batch: list[dict[str, Any]]) -> list[str]:
+    """Pack messages into as few NOTIFY payloads as fit under PostgreSQL's limit."""
+    out: list[str] = []
+    current: list[str] = []
+    size = 0
+    for message in batch:
+        text = json.dumps(message, default=str)
+        if current and size + len(text) > MAX_PAYLOAD:
+            out.append(_wrap(instance_id, current))
+            current, size = [], 0
+        current.append(text)
+        size += len(text) + 1
+    if current:
+        out.append(_wrap(instance_id, current))
+    return out
+
+
+def _wrap(instance_id: str, messages: list[str]) -> str:
+    return f'{{"from": {json.dumps(instance_id)}, "messages": [{",".join(messages)}]}}'

@@ -1,0 +1,92 @@
+"""Several instances on one PostgreSQL database: no task runs twice, cancels and events cross."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from contextlib import AsyncExitStack
+from typing import Any
+
+import pytest
+
+from agent.auth import ANONYMOUS
+from agent.settings import Settings
+from executors.base import ExecutionContext, Executor
+from executors.core import SleepExecutor
+from executors.registry import ExecutorRegistry
+from tests.conftest import POSTGRES_URL, postgres_database, running_app
+
+pytestmark = pytest.mark.skipif(not POSTGRES_URL, reason="needs TASKGROVE_TEST_POSTGRES_URL (set by .ci/run)")
+
+RUNS: Counter[str] = Counter()
+
+
+class CountingExecutor(Executor):
+    id = "counting_executor"
+    name = "Counting"
+    extension = "test"
+
+    async def execute(self, inputs: dict[str, Any], context: ExecutionContext) -> Any:
+        RUNS[context.task_id] += 1
+        await asyncio.sleep(0.001)
+        return {"ran": True}
+
+
+def registry() -> ExecutorRegistry:
+    return ExecutorRegistry([CountingExecutor, SleepExecutor])
+
+
+async def test_two_instances_never_run_a_task_twice() -> None:
+    RUNS.clear()
+    async with postgres_database() as url, AsyncExitStack() as stack:
+        settings = Settings.from_env({"SERVICE_DATABASE_URL": url, "SERVICE_CREATE_WAIT_TIMEOUT": "0"})
+        a = await stack.enter_async_context(running_app(settings, registry=registry()))
+        b = await stack.enter_async_context(running_app(settings, registry=registry()))
+        tasks = [{"id": "root", "name": "root", "schemas": {"method": "counting_executor"}}]
+        tasks += [{"id": f"t{i}", "name": f"t{i}", "parent_id": "root", "schemas": {"method": "counting_executor"},
+                   "dependencies": [{"id": f"t{i - 1}"}] if i % 3 else []} for i in range(150)]
+        # stored through A without running...
+        await a.services.tasks.create_tree(tasks, ANONYMOUS)
+        # ...then executed by both instances at once
+        await asyncio.gather(a.result("tasks.execute", {"task_id": "root"}),
+                             b.result("tasks.execute", {"task_id": "root"}))
+        deadline = asyncio.get_running_loop().time() + 30
+        while True:
+            tree = await a.result("tasks.tree", {"task_id": "root"})
+            statuses = Counter(_statuses(tree))
+            if statuses == Counter({"completed": 151}) or asyncio.get_running_loop().time() > deadline:
+                break
+            await asyncio.sleep(0.05)
+        assert statuses == Counter({"completed": 151})
+        assert set(RUNS.values()) == {1}, "every task ran exactly once"
+        assert len(RUNS) == 151
+
+
+def _statuses(node: dict[str, Any]) -> list[str]:
+    return [node["status"]] + [s for child in node["children"] for s in _statuses(child)]
+
+
+async def test_cancel_and_events_cross_instances() -> None:
+    async with postgres_database() as url, AsyncExitStack() as stack:
+        settings = Settings.from_env({"SERVICE_DATABASE_URL": url, "SERVICE_CREATE_WAIT_TIMEOUT": "0"})
+        a = await stack.enter_async_context(running_app(settings, registry=registry()))
+        b = await stack.enter_async_context(running_app(settings, registry=registry()))
+        seen_on_b = b.services.bus.subscribe(lambda e: e["task_id"] == "long")
+        await a.result("tasks.create", [{"id": "long", "name": "long", "schemas": {"method": "sleep_executor"},
+                                         "inputs": {"seconds": 60}}])
+        await a.wait_status("long", ("in_progress",))
+        assert "long" in a.services.engine.running
+        [answer] = await b.result("tasks.cancel", {"task_ids": ["long"]})
+        assert answer["status"] == "cancelled"
+        for _ in range(200):
+            if "long" not in a.services.engine.running:
+                break
+            await asyncio.sleep(0.02)
+        assert "long" not in a.services.engine.running, "the work on instance A stopped"
+        assert (await a.result("tasks.get", {"task_id": "long"}))["status"] == "cancelled"
+        kinds: list[str] = []
+        while not kinds or kinds[-1] != "final":
+            event = await asyncio.wait_for(seen_on_b.get(), 5)
+            assert event.get("remote") is True, "B only learns of A's work through PostgreSQL"
+            kinds.append(event["type"])
+        assert kinds[0] == "task_start" and kinds[-2:] == ["task_cancelled", "final"]
