@@ -119,6 +119,7 @@ class RestExecutor(Executor):
     def __init__(self, params: Any = None) -> None:
         super().__init__(params)
         self._client: httpx.AsyncClient | None = None
+        self._cancelled = False
 
     async def execute(self, inputs: dict[str, Any], context: ExecutionContext) -> Any:
         url = inputs.get("url")
@@ -159,7 +160,11 @@ class RestExecutor(Executor):
             for attempt in range(retries + 1):
                 try:
                     result = await self._attempt(method, url, request_kwargs, timeout, cap)
-                except _Retryable as exc:
+                except (_Retryable, RuntimeError) as exc:
+                    if self._cancelled:  # cancel() closed the client under the request
+                        raise ExecutorError("request cancelled") from None
+                    if isinstance(exc, RuntimeError):
+                        raise
                     if attempt == retries:
                         raise ExecutorError(str(exc)) from None
                     await asyncio.sleep(self.backoff_base * 2**attempt)
@@ -230,6 +235,7 @@ class RestExecutor(Executor):
 
     async def cancel(self) -> dict[str, Any] | None:
         """Close the client so the in-flight request is aborted at once."""
+        self._cancelled = True
         if self._client is not None:
             await self._client.aclose()
         return None

@@ -333,3 +333,36 @@ async def test_agent_tasks_survive_in_the_database_between_apps(make_settings: A
         again = await post(client, {"jsonrpc": "2.0", "id": 9, "method": "tasks/get", "params": {"id": task["id"]}})
     assert again["result"]["status"] == task["status"]
     assert again["result"]["artifacts"] == task["artifacts"]
+
+
+async def test_agent_task_cut_off_by_shutdown_is_failed_after_restart(make_settings: Any) -> None:
+    settings: Settings = make_settings()
+    async with running_app(settings) as client:
+        tasks = tree(seconds=60)
+        body = send_body(tasks, configuration={"blocking": False})  # answered at once, runs on
+        task = (await post(client, body))["result"]
+        assert task["status"]["state"] == "working"
+        await client.wait_status(tasks[2]["id"], ("in_progress",))
+    async with running_app(settings) as client:
+        again = (await post(client, {"jsonrpc": "2.0", "id": 9, "method": "tasks/get",
+                                     "params": {"id": task["id"]}}))["result"]
+        sleeper = await client.result("tasks.get", {"task_id": tasks[2]["id"]})
+    assert again["status"]["state"] == "failed"
+    data = summary(again["status"]["message"])
+    assert data["status"] == "failed" and "service stopped" in data["message"]
+    assert data["root_task_id"] == tasks[0]["id"] and data["task_count"] == 3
+    assert sleeper["status"] == "failed"
+
+
+async def test_push_config_set_on_a_running_task_gets_the_rest(client: Client) -> None:
+    tasks = tree(seconds=1.0)
+    async with receiver() as rec:
+        task = (await post(client, send_body(tasks, configuration={"blocking": False})))["result"]
+        config = {"url": f"{rec.url}/late", "headers": {"X-Late": "1"}, "method": "PUT"}
+        answer = await post(client, {"jsonrpc": "2.0", "id": 4, "method": "tasks/pushNotificationConfig/set",
+                                     "params": {"taskId": task["id"], "pushNotificationConfig": config}})
+        assert answer["result"]["pushNotificationConfig"]["url"] == config["url"]
+        await rec.wait_for(lambda reqs: any(r["json"]["final"] for r in reqs))
+    assert all(r["method"] == "PUT" and r["headers"]["x-late"] == "1" for r in rec.requests)
+    states = [r["json"]["status"]["state"] for r in rec.requests]
+    assert states[-1] == "completed" and "working" in states  # progress after the config was set

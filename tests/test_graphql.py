@@ -15,6 +15,7 @@ import websockets
 from websockets.exceptions import InvalidStatus
 
 from agent.auth import mint_token
+from agent.settings import Settings
 from tests.test_ws import SECRET, Live, live_server, recv, send, sleep
 
 GRAPHQL = {"SERVICE_API_PROTOCOL": "graphql"}
@@ -23,8 +24,21 @@ TASK_FIELDS = "id name status priority progress result error createdAt updatedAt
 
 @pytest.fixture
 def live(make_settings: Callable[..., Any]) -> Callable[..., Any]:
+    """A server with the GraphQL surface on, on every storage backend."""
+
     def start(env: dict[str, str] | None = None) -> Any:
         return live_server(make_settings({**GRAPHQL, "SERVICE_CREATE_WAIT_TIMEOUT": "0", **(env or {})}))
+
+    return start
+
+
+@pytest.fixture
+def live_sqlite(tmp_path: Any) -> Callable[..., Any]:
+    """The same on SQLite only, for tests of the surface itself (schema, switches)."""
+
+    def start(env: dict[str, str] | None = None) -> Any:
+        return live_server(Settings.from_env({"SERVICE_DATABASE_URL": f"sqlite:///{tmp_path / 'live.db'}",
+                                              **GRAPHQL, "SERVICE_CREATE_WAIT_TIMEOUT": "0", **(env or {})}))
 
     return start
 
@@ -63,14 +77,14 @@ async def wait_graphql_status(server: Live, task_id: str, status: str) -> dict[s
 # --- schema -----------------------------------------------------------------------------------
 
 
-async def test_introspection_shows_the_spec_types(live: Callable[..., Any]) -> None:
+async def test_introspection_shows_the_spec_types(live_sqlite: Callable[..., Any]) -> None:
     ref = "kind name ofType { kind name ofType { kind name ofType { kind name } } }"
     query = f"""{{ __schema {{
         queryType {{ name }} mutationType {{ name }} subscriptionType {{ name }}
         types {{ name kind enumValues {{ name }}
                 fields {{ name args {{ name type {{ {ref} }} }} type {{ {ref} }} }}
                 inputFields {{ name type {{ {ref} }} }} }} }} }}"""
-    async with live() as server:
+    async with live_sqlite() as server:
         schema = (await data(server, query))["__schema"]
     types = {t["name"]: t for t in schema["types"]}
 
@@ -197,8 +211,8 @@ async def test_update_delete_and_cancel(live: Callable[..., Any]) -> None:
         assert gone["extensions"]["code"] == -32602 and "not found" in gone["message"]
 
 
-async def test_errors_carry_json_rpc_codes(live: Callable[..., Any]) -> None:
-    async with live() as server:
+async def test_errors_carry_json_rpc_codes(live_sqlite: Callable[..., Any]) -> None:
+    async with live_sqlite() as server:
         unknown = await error(server, CREATE, {"input": {"name": "x", "executor": "no_such_executor"}})
         assert unknown["extensions"]["code"] == -32602 and "no_such_executor" in unknown["message"]
         assert unknown["path"] == ["createTask"]
@@ -343,21 +357,21 @@ async def test_subscription_to_a_missing_task_is_an_error(live: Callable[..., An
 # --- switches ---------------------------------------------------------------------------------
 
 
-async def test_graphiql_follows_enable_docs(live: Callable[..., Any]) -> None:
+async def test_graphiql_follows_enable_docs(live_sqlite: Callable[..., Any]) -> None:
     browser = {"Accept": "text/html,application/xhtml+xml"}
-    async with live({"SERVICE_ENABLE_DOCS": "true", "SERVICE_JWT_SECRET": SECRET}) as server:
+    async with live_sqlite({"SERVICE_ENABLE_DOCS": "true", "SERVICE_JWT_SECRET": SECRET}) as server:
         page = await server.http.get("/graphql", headers=browser)
         assert page.status_code == 200 and "text/html" in page.headers["content-type"]
         assert "graphiql" in page.text.lower()
-    async with live({"SERVICE_ENABLE_DOCS": "false"}) as server:
+    async with live_sqlite({"SERVICE_ENABLE_DOCS": "false"}) as server:
         page = await server.http.get("/graphql", headers=browser)
         assert page.status_code == 404 and "graphiql" not in page.text.lower()
         # the API itself stays on
         assert (await data(server, "{ tasks { id } }"))["tasks"] == []
 
 
-async def test_graphql_absent_under_the_a2a_protocol(make_settings: Callable[..., Any]) -> None:
-    async with live_server(make_settings({"SERVICE_API_PROTOCOL": "a2a"})) as server:
+async def test_graphql_absent_under_the_a2a_protocol(live_sqlite: Callable[..., Any]) -> None:
+    async with live_sqlite({"SERVICE_API_PROTOCOL": "a2a"}) as server:
         response = await server.http.post("/graphql", json={"query": "{ tasks { id } }"})
         assert response.status_code in (404, 405)
         assert "data" not in response.text

@@ -80,10 +80,22 @@ async def live_server(settings: Settings) -> AsyncIterator[Live]:
 
 @pytest.fixture
 def live(make_settings: Callable[..., Settings]) -> Callable[..., Any]:
-    """`async with live(env={...}) as server:` — tasks.create answers at once unless told otherwise."""
+    """`async with live(env={...}) as server:` — tasks.create answers at once unless told otherwise.
+    Runs on every storage backend (see conftest)."""
 
     def start(env: dict[str, str] | None = None) -> Any:
         return live_server(make_settings({"SERVICE_CREATE_WAIT_TIMEOUT": "0", **(env or {})}))
+
+    return start
+
+
+@pytest.fixture
+def live_sqlite(tmp_path: Any) -> Callable[..., Any]:
+    """Like `live`, on SQLite only: for protocol tests that storage cannot affect."""
+
+    def start(env: dict[str, str] | None = None) -> Any:
+        return live_server(Settings.from_env({"SERVICE_DATABASE_URL": f"sqlite:///{tmp_path / 'live.db'}",
+                                              "SERVICE_CREATE_WAIT_TIMEOUT": "0", **(env or {})}))
 
     return start
 
@@ -218,7 +230,7 @@ async def test_subscribing_to_a_running_task_starts_with_in_progress(live: Calla
 # --- protocol hygiene -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("bad, phrase", [
+BAD_MESSAGES = [
     ("this is not json", "not valid JSON"),
     ("[1, 2]", "JSON object"),
     (json.dumps({"action": "dance", "task_id": "x"}), "Unknown action 'dance'"),
@@ -226,19 +238,21 @@ async def test_subscribing_to_a_running_task_starts_with_in_progress(live: Calla
     (json.dumps({"action": "subscribe"}), "'subscribe' needs a 'task_id'"),
     (json.dumps({"action": "unsubscribe", "task_id": ""}), "'unsubscribe' needs a 'task_id'"),
     (json.dumps({"action": "subscribe", "task_id": 7}), "'subscribe' needs a 'task_id'"),
-])
-async def test_bad_messages_get_an_error_and_the_connection_stays_usable(
-        live: Callable[..., Any], bad: str, phrase: str) -> None:
-    async with live() as server, websockets.connect(f"{server.ws_url}/ws") as ws:
-        await send(ws, bad)
-        error = await recv(ws)
-        assert error["type"] == "error" and phrase in error["message"], error
-        await send(ws, {"action": "ping"})
-        assert (await recv(ws))["type"] == "pong"
+]
 
 
-async def test_ping_pong_binary_frames_and_unknown_tasks(live: Callable[..., Any]) -> None:
-    async with live() as server, websockets.connect(f"{server.ws_url}/ws") as ws:
+async def test_bad_messages_get_an_error_and_the_connection_stays_usable(live_sqlite: Callable[..., Any]) -> None:
+    async with live_sqlite() as server, websockets.connect(f"{server.ws_url}/ws") as ws:
+        for bad, phrase in BAD_MESSAGES:
+            await send(ws, bad)
+            error = await recv(ws)
+            assert error["type"] == "error" and phrase in error["message"], (bad, error)
+            await send(ws, {"action": "ping"})
+            assert (await recv(ws))["type"] == "pong"
+
+
+async def test_ping_pong_binary_frames_and_unknown_tasks(live_sqlite: Callable[..., Any]) -> None:
+    async with live_sqlite() as server, websockets.connect(f"{server.ws_url}/ws") as ws:
         await send(ws, {"action": "ping", "task_id": "whatever"})
         pong = await recv(ws)
         assert pong["type"] == "pong" and pong["task_id"] == "whatever" and pong["data"]["timestamp"]
@@ -270,9 +284,9 @@ async def test_unsubscribe_stops_the_events(live: Callable[..., Any]) -> None:
             assert (await recv(ws))["type"] == "pong"  # nothing about "slow" came in between
 
 
-async def test_one_bounded_bus_subscription_per_connection(live: Callable[..., Any]) -> None:
+async def test_one_bounded_bus_subscription_per_connection(live_sqlite: Callable[..., Any]) -> None:
     """A client that reads nothing costs one bounded queue; publishing never waits for it."""
-    async with live() as server:
+    async with live_sqlite() as server:
         bus = server.services.bus
         await server.rpc("tasks.create", {"tasks": [{"id": "t", "name": "t"}]})
         await server.wait_status("t", ("completed",))

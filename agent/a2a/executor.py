@@ -19,13 +19,15 @@ from typing import TYPE_CHECKING, Any
 
 from a2a.helpers.proto_helpers import new_data_part
 from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.context import ServerCallContext
 from a2a.server.events import EventQueue
-from a2a.server.tasks import TaskUpdater
+from a2a.server.tasks import TaskStore, TaskUpdater
 from a2a.types.a2a_pb2 import Task, TaskState, TaskStatus
 from a2a.utils.errors import InvalidParamsError
 
 from agent.a2a.plan import TreePlan, TreeRequestContext
-from agent.a2a.wire import data_message, run_data
+from agent.a2a.push import PushTargets
+from agent.a2a.wire import TERMINAL_STATES, data_message, message_data, run_data
 from agent.engine import bus as ev
 from agent.engine.bus import Event, Subscription
 from agent.engine.engine import AlreadyRunning, NotExecutable
@@ -37,13 +39,19 @@ CANCEL_REASON = "Cancelled through the agent protocol (tasks/cancel)"
 LIVE_STATUSES = ("in_progress", "pending")  # in this order: stop running work first
 CANCEL_PASSES = 3  # a cancelled task can make a pending one runnable for a moment; look again
 STATUS_INTERVAL = 0.1  # seconds between two streamed status updates of one agent task
+STOPPED_ERROR = "The service stopped while this task was running; send the message again to retry"
 
 
 class TaskTreeAgentExecutor(AgentExecutor):
-    def __init__(self, services: "Services") -> None:
+    def __init__(self, services: "Services", task_store: TaskStore, push_targets: PushTargets) -> None:
         self._services = services
+        self._task_store = task_store
+        self._push = push_targets
         # Agent task id -> set once cancel() has reported the canceled state.
         self._cancelling: dict[str, asyncio.Event] = {}
+        # Agent tasks executing here, with the call context their store rows are scoped by.
+        self._live: dict[str, ServerCallContext] = {}
+        self._stopping = False
 
     # --- execute --------------------------------------------------------------------------
 
@@ -55,6 +63,7 @@ class TaskTreeAgentExecutor(AgentExecutor):
         updater = TaskUpdater(event_queue, task_id, plan.root_task_id)
         subscription = self._services.bus.subscribe(
             lambda e: e["root_task_id"] == plan.root_task_id, maxsize=10_000)
+        self._live[task_id] = context.call_context
         try:
             await event_queue.enqueue_event(_initial_task(context, plan))
             try:
@@ -70,6 +79,8 @@ class TaskTreeAgentExecutor(AgentExecutor):
         finally:
             subscription.close()
             self._cancelling.pop(task_id, None)
+            if not self._stopping:  # on shutdown, fail_unfinished() still needs the entry
+                self._live.pop(task_id, None)
 
     async def _follow(self, subscription: Subscription, updater: TaskUpdater, plan: TreePlan,
                       task_id: str) -> Event | None:
@@ -83,7 +94,9 @@ class TaskTreeAgentExecutor(AgentExecutor):
         last_sent = -STATUS_INTERVAL
         while True:
             batch = [await subscription.get()]
-            if plan.stream and batch[0]["type"] != ev.FINAL:
+            # A push config may also be set while the tree runs (tasks/pushNotificationConfig/set).
+            streaming = plan.stream or self._push.enabled(task_id)
+            if streaming and batch[0]["type"] != ev.FINAL:
                 delay = last_sent + STATUS_INTERVAL - loop.time()
                 if delay > 0:
                     await asyncio.sleep(delay)
@@ -96,7 +109,7 @@ class TaskTreeAgentExecutor(AgentExecutor):
             final = next((e for e in batch if e["type"] == ev.FINAL), None)
             if final is not None:
                 return final
-            if plan.stream:
+            if streaming:
                 last = batch[-1]
                 await updater.update_status(TaskState.TASK_STATE_WORKING, message=_message(
                     plan, "in_progress", last.get("tree_progress", 0.0), task_id=last["task_id"],
@@ -132,6 +145,7 @@ class TaskTreeAgentExecutor(AgentExecutor):
         if not task_id or not root:
             raise InvalidParamsError(message="tasks/cancel needs the agent task id")
         reported = self._cancelling.setdefault(task_id, asyncio.Event())
+        self._live.pop(task_id, None)
         try:
             cancelled, rows = await self._cancel_tree(root)
             progress = sum(1 for r in rows if r["status"] in ("completed", "failed", "cancelled")) / max(len(rows), 1)
@@ -141,6 +155,34 @@ class TaskTreeAgentExecutor(AgentExecutor):
                 plan, "cancelled", progress, message=f"Cancelled {cancelled} task(s) of tree {root}"))
         finally:
             reported.set()
+
+    # --- shutdown -------------------------------------------------------------------------
+
+    def stopping(self) -> None:
+        """The service is shutting down: executions about to be cancelled stay listed as live."""
+        self._stopping = True
+
+    async def fail_unfinished(self) -> None:
+        """Record agent tasks cut off by shutdown as failed (after the SDK stopped writing them).
+
+        The engine fails their tree tasks the same way; without this a restarted service would
+        show such agent tasks `working` for ever.
+        """
+        for task_id, call_context in list(self._live.items()):
+            task = await self._task_store.get(task_id, call_context)
+            if task is None or task.status.state in TERMINAL_STATES:
+                continue
+            last = message_data(task.status.message) if task.status.HasField("message") else {}
+            data = run_data("failed", last.get("progress", 0.0), task.context_id, last.get("task_count", 0),
+                            message=STOPPED_ERROR)
+            status = TaskStatus(state=TaskState.TASK_STATE_FAILED,
+                                message=data_message(data, context_id=task.context_id))
+            status.timestamp.FromDatetime(datetime.now(timezone.utc))
+            if task.status.HasField("message"):
+                task.history.append(task.status.message)
+            task.status.CopyFrom(status)
+            await self._task_store.save(task, call_context)
+        self._live.clear()
 
     async def _cancel_tree(self, root: str) -> tuple[int, list[dict[str, Any]]]:
         repo, engine = self._services.repo, self._services.engine

@@ -7,6 +7,7 @@ immediate result has status in_progress"), whatever the client's `blocking` flag
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from a2a.server.context import ServerCallContext
@@ -41,10 +42,28 @@ class TaskgroveRequestHandler(DefaultRequestHandler):
         return stored
 
 
-def build_handler(services: "Services", card: AgentCard) -> tuple[TaskgroveRequestHandler, SpecPushSender]:
+@dataclass
+class AgentSurface:
+    """The SDK handler and the parts of it that own background work."""
+
+    handler: TaskgroveRequestHandler
+    executor: TaskTreeAgentExecutor
+    push_sender: SpecPushSender
+
+    async def shutdown(self) -> None:
+        """Stop agent executions (recording them failed) and undelivered notifications."""
+        self.executor.stopping()
+        await self.handler.aclose()
+        await self.executor.fail_unfinished()
+        await self.push_sender.aclose()
+
+
+def build_surface(services: "Services", card: AgentCard) -> AgentSurface:
     engine = services.repo.engine
+    tasks = store.task_store(engine)
     configs = store.push_config_store(engine, store.push_encryption_key(services.settings.secret_key))
     targets = PushTargets()
+    executor = TaskTreeAgentExecutor(services, tasks, targets)
     sender = SpecPushSender(configs, targets, allow_private=services.settings.allow_private_urls)
 
     async def url_allowed(url: str) -> bool:
@@ -55,8 +74,8 @@ def build_handler(services: "Services", card: AgentCard) -> tuple[TaskgroveReque
         return True
 
     handler = TaskgroveRequestHandler(
-        agent_executor=TaskTreeAgentExecutor(services),
-        task_store=store.task_store(engine),
+        agent_executor=executor,
+        task_store=tasks,
         agent_card=card,
         push_config_store=configs,
         push_sender=sender,
@@ -64,4 +83,4 @@ def build_handler(services: "Services", card: AgentCard) -> tuple[TaskgroveReque
         push_url_validator=url_allowed,
         push_targets=targets,
     )
-    return handler, sender
+    return AgentSurface(handler, executor, sender)

@@ -18,12 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from a2a.server.routes import ServerCallContextBuilder
 from a2a.types.a2a_pb2 import Message, Part, Role, SendMessageRequest
-from a2a.utils.errors import (
-    JSON_RPC_ERROR_CODE_MAP,
-    A2AError,
-    InvalidParamsError,
-    TaskNotFoundError,
-)
+from a2a.utils.errors import JSON_RPC_ERROR_CODE_MAP, A2AError
 from google.protobuf import struct_pb2
 from google.protobuf.json_format import ParseDict
 
@@ -31,7 +26,7 @@ from agent.a2a.calls import CALL_KEY, PUSH_KEY
 from agent.a2a.handler import TaskgroveRequestHandler
 from agent.a2a.push import PushConfigError, parse_target
 from agent.a2a.wire import PROTOCOL, event_json, task_json
-from agent.errors import INVALID_PARAMS, PERMISSION_DENIED, RpcError, invalid_params
+from agent.errors import INTERNAL_ERROR, RpcError, invalid_params
 from agent.rpc.jsonrpc import CallContext, Handler, StreamReply
 from storage.trees import now_iso
 
@@ -63,13 +58,8 @@ def _object(value: Any, where: str) -> dict[str, Any]:
 
 
 def rpc_error(exc: A2AError) -> RpcError:
-    """An SDK error as our JSON-RPC error (same code the SDK would send)."""
-    code = JSON_RPC_ERROR_CODE_MAP.get(type(exc), -32603)
-    if isinstance(exc, TaskNotFoundError) and exc.message.startswith("Permission denied"):
-        code = PERMISSION_DENIED
-    if isinstance(exc, InvalidParamsError):
-        code = INVALID_PARAMS
-    return RpcError(code, "Invalid params" if code == INVALID_PARAMS else exc.message, exc.message)
+    """An SDK error as our JSON-RPC error, with the code the SDK would send for it."""
+    return RpcError(JSON_RPC_ERROR_CODE_MAP.get(type(exc), INTERNAL_ERROR), exc.message, exc.message)
 
 
 class AgentMethods:

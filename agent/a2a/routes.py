@@ -21,7 +21,7 @@ from starlette.routing import Route
 
 from agent.a2a.calls import CALL_KEY, PUSH_KEY, CallerContextBuilder
 from agent.a2a.card import build_card, card_routes
-from agent.a2a.handler import build_handler
+from agent.a2a.handler import build_surface
 from agent.a2a.methods import PUSH_CONFIG_KEYS, AgentMethods
 from agent.a2a.push import PushConfigError, PushTarget, parse_target
 from agent.a2a.wire import spec_json
@@ -39,13 +39,13 @@ TASK_RESULT_METHODS = frozenset({"message/send", "tasks/get", "tasks/cancel"})
 
 def a2a_routes(services: "Services") -> list[Route]:
     card = build_card(services.settings)
-    handler, push_sender = build_handler(services, card)
+    surface = build_surface(services, card)
     context_builder = CallerContextBuilder()
     sdk_endpoint = create_jsonrpc_routes(
-        handler, "/", context_builder=context_builder, enable_v0_3_compat=True,
+        surface.handler, "/", context_builder=context_builder, enable_v0_3_compat=True,
     )[0].endpoint
-    methods = AgentMethods(services, handler, context_builder).table()
-    services.shutdown_hooks.extend([handler.aclose, push_sender.aclose])
+    methods = AgentMethods(services, surface.handler, context_builder).table()
+    services.shutdown_hooks.append(surface.shutdown)
     return [
         Route("/", agent_endpoint(services, methods, sdk_endpoint), methods=["POST"]),
         *card_routes(card),

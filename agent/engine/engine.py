@@ -224,11 +224,10 @@ class Engine:
                 only_status=("pending", "failed", "completed", "cancelled"),
             )
         if run is None:
-            run = TreeRun(tree_id=tree_id, rows=rows, call=dict(call or {}))
+            run = TreeRun(tree_id=tree_id, rows=rows)
             self.runs[tree_id] = run
-        else:
-            run.call.update(call or {})
         run.add(chosen)
+        run.calls.update(dict.fromkeys(chosen, dict(call or {})))
         self._schedule(run)
         if run.is_over():
             self._finish_run(run)
@@ -440,14 +439,15 @@ class Engine:
                           message=message or f"Task '{row['name']}' at {progress:.0%}")
             self._wake.set()
 
+        call = run.calls.get(running.task_id, {})
         context = ExecutionContext(
             task_id=running.task_id,
             task=public(row),
             settings=self.settings,
             dependency_results=dep_results,
             user_id=row.get("user_id"),
-            llm_api_key=run.call.get("llm_api_key"),
-            llm_provider=run.call.get("llm_provider"),
+            llm_api_key=call.get("llm_api_key"),
+            llm_provider=call.get("llm_provider"),
             services=self.services,
             _progress=report,
         )

@@ -50,7 +50,10 @@ class TreeRun:
     tree_id: str
     rows: dict[str, dict[str, Any]]
     # Per-execution context handed to executors (user, LLM key from the request header).
-    call: dict[str, Any] = field(default_factory=dict, repr=False)  # holds the header LLM key
+    # Per task: the context of the request that asked for its execution (user, LLM key from the
+    # request header). Kept per task so a second request joining the run never changes the key
+    # the first request's tasks run with; dropped when the task ends.
+    calls: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
     waiting: set[str] = field(default_factory=set)
     queued: set[str] = field(default_factory=set)
     active: set[str] = field(default_factory=set)
@@ -144,6 +147,7 @@ class TreeRun:
         self.waiting.discard(tid)
         self.outcome[tid] = status
         self.rows[tid]["status"] = status
+        self.calls.pop(tid, None)
         self._dirty.update(self.dependents.get(tid, ()))
 
     def is_over(self) -> bool:
