@@ -7,8 +7,10 @@ permissions, messages) live only in this module and in storage.trees.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any
+
+from sqlalchemy.exc import IntegrityError
 
 from agent.auth import Caller
 from agent.engine.bus import EventBus
@@ -20,7 +22,6 @@ from agent.rpc import params as p
 from agent.rpc.jsonrpc import CallContext, StreamReply
 from agent.settings import Settings
 from executors.registry import ExecutorRegistry
-from sqlalchemy.exc import IntegrityError
 from storage import trees
 from storage.models import TASK_STATUSES
 from storage.repository import TaskRepository
@@ -86,13 +87,13 @@ class TaskService:
 
     async def create_tree(self, params: Any, caller: Caller) -> list[dict[str, Any]]:
         rows = self.prepare(params, caller)
-        taken = await self.repo.get_many(row["id"] for row in rows)
-        for index, row in enumerate(rows):
-            if row["id"] in taken:
-                raise invalid_params(f"{trees.label(row, index)}: id '{row['id']}' already exists")
         try:
             await self.repo.insert(rows)
-        except IntegrityError:  # a concurrent create took one of the ids in the meantime
+        except IntegrityError:  # rolled back whole; find which id was taken, for the message
+            taken = await self.repo.get_many(row["id"] for row in rows)
+            for index, row in enumerate(rows):
+                if row["id"] in taken:
+                    raise invalid_params(f"{trees.label(row, index)}: id '{row['id']}' already exists") from None
             raise invalid_params("One of the task ids already exists; nothing was created") from None
         return rows
 

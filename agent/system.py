@@ -7,7 +7,6 @@ from typing import Any
 from sqlalchemy import text
 
 from agent import __version__
-from agent.auth import Caller
 from agent.engine.engine import Engine
 from agent.examples import EXAMPLE_PRODUCT, example_trees
 from agent.rpc import params as p

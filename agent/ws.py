@@ -195,15 +195,22 @@ class Session:
 
     async def _pump(self) -> None:
         """Bus events of watched tasks -> the socket, in order."""
-        while True:
-            event = await self.subscription.get()
-            async with self.lock:
-                # Re-checked under the lock: an unsubscribe processed meanwhile wins.
-                if event["task_id"] not in self.watched:
-                    continue
-                message = event_message(event)
-                if message is not None:
-                    await self.send(message)
+        try:
+            while True:
+                event = await self.subscription.get()
+                async with self.lock:
+                    # Re-checked under the lock: an unsubscribe processed meanwhile wins.
+                    if event["task_id"] not in self.watched:
+                        continue
+                    message = event_message(event)
+                    if message is not None:
+                        await self.send(message)
+        except (WebSocketDisconnect, OSError):
+            return  # the client went away; the reader sees the disconnect and ends the session
+        except Exception:
+            # Never leave a client connected to a stream that has silently stopped.
+            log.exception("WebSocket event pump failed; closing the connection")
+            await self.websocket.close(code=1011, reason="internal error")
 
     async def _read(self) -> None:
         while True:

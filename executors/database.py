@@ -232,6 +232,7 @@ class DatabaseExecutor(Executor):
             await self._stop(run, state)
             raise
         except TimeoutError:
+            await self._stop(run, state)
             raise ExecutorError(f"query timed out after {timeout:g}s") from None
         except _driver_errors() as exc:
             if _is_timeout_error(exc, state["timed_out"]):
@@ -246,12 +247,17 @@ class DatabaseExecutor(Executor):
         gets `interrupt()`; asyncpg turns the task cancellation into a server-side cancel.
         """
         state["timed_out"] = True
-        driver = state["driver"]
-        if driver is not None and hasattr(driver, "interrupt"):
-            with contextlib.suppress(Exception):
-                await driver.interrupt()
         run.cancel()
-        await asyncio.wait({run}, timeout=STOP_WAIT)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + STOP_WAIT
+        while not run.done() and loop.time() < deadline:
+            # Interrupt repeatedly: an interrupt sent between two statements is a no-op, and
+            # the query may only just be starting.
+            driver = state["driver"]
+            if driver is not None and hasattr(driver, "interrupt"):
+                with contextlib.suppress(Exception):
+                    await driver.interrupt()
+            await asyncio.wait({run}, timeout=0.05)
         if run.done() and not run.cancelled():
             run.exception()  # retrieved, so asyncio does not log "exception never retrieved"
 

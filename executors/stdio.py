@@ -122,6 +122,8 @@ _INHERITED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR")
 _FORBIDDEN_ENV_PREFIXES = ("LD_", "DYLD_")
 _READ_CHUNK = 64 * 1024
 _STDERR_TAIL = 500
+# A SIGKILLed leader is reaped at once; this only bounds the wait if something is badly wrong.
+_REAP_WAIT = 5.0
 
 
 def _argv(command: Any) -> list[str]:
@@ -329,9 +331,10 @@ class CommandExecutor(Executor):
         if process is not None:
             _kill_group(process.pid)
             with contextlib.suppress(ProcessLookupError):
-                process.kill()  # in case the group id was not ours (start failed half-way)
+                process.kill()  # the leader itself, should killpg have been refused
+            # Not process.wait(): a process that left our group could hold the pipes open.
             with contextlib.suppress(Exception):
-                await asyncio.shield(process.wait())
+                await asyncio.wait_for(asyncio.shield(_leader_exit(process)), _REAP_WAIT)
         readers.cancel()
         with contextlib.suppress(BaseException):
             await readers

@@ -244,7 +244,7 @@ async def test_pg_read_types(pg_ctx: tuple[ExecutionContext, str]) -> None:
     ctx, schema = pg_ctx
     result = await run(ctx, connection="ro", sql=f"SELECT * FROM {schema}.items ORDER BY id")
     assert result["columns"] == ["id", "name", "price", "at", "raw", "doc", "tags"]
-    assert result["rows"][0] == [1, "item1", 1.25, "2024-01-02T00:00:00+00:00", "AQI=", '{"n": 1}', ["a", "b"]]
+    assert result["rows"][0] == [1, "item1", 1.25, "2024-01-02T00:00:00+00:00", "AQI=", {"n": 1}, ["a", "b"]]
     json.dumps(result)
 
 

@@ -108,6 +108,15 @@ async def test_unparsable_body_is_32700(client, body):
     assert answer["error"]["data"].startswith("body is not valid JSON: ")
 
 
+async def test_oversized_body_is_refused_unread(client):
+    body = b'{"jsonrpc": "2.0", "method": "tasks.create", "id": 1, "params": {"name": "' \
+        + b"x" * (32 * 1024 * 1024) + b'"}}'
+    answer = await post(client, body)
+    assert answer == {"jsonrpc": "2.0", "id": None, "error": {
+        "code": -32600, "message": "Invalid Request", "data": "request body larger than 33554432 bytes"}}
+    assert await count(client) == 0
+
+
 @pytest.mark.parametrize("value", [b"NaN", b"Infinity", b"-Infinity"])
 async def test_non_json_numbers_are_refused_and_nothing_is_stored(client, value):
     body = b'{"jsonrpc": "2.0", "method": "tasks.create", "id": 1, "params": {"name": "n", "inputs": {"x": ' \

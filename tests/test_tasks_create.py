@@ -245,6 +245,12 @@ INVALID = [
      r"task 'R' \(id 'r'\): product_id is longer than 255 characters"),
     ("started-at-huge", {"id": "r", "name": "R", "started_at": "2026-01-01T00:00:00+00:00" + "0" * 20},
      r"task 'R' \(id 'r'\): started_at is longer than 40 characters"),
+    ("original-task-id-huge", {"id": "r", "name": "R", "original_task_id": "o" * 65},
+     r"task 'R' \(id 'r'\): original_task_id is longer than 64 characters"),
+    ("error-with-nul", {"id": "r", "name": "R", "error": "bad\x00"},
+     r"task 'R' \(id 'r'\): error must not contain NUL characters"),
+    ("description-huge", {"id": "r", "name": "R", "description": "d" * 1_000_001},
+     r"task 'R' \(id 'r'\): description is longer than 1000000 characters"),
     ("description-not-string", {"id": "r", "name": "R", "description": {"a": 1}},
      r"task 'R' \(id 'r'\): description must be a string, got dict"),
     ("description-with-nul", {"id": "r", "name": "R", "description": "x\x00"},
@@ -297,3 +303,19 @@ async def test_wide_tree_is_created_in_one_request(client):
     root = await client.result("tasks.create", {"tasks": tasks})
     assert [c["id"] for c in root["children"]] == [f"t{i:03d}" for i in range(150)]
     assert all(c["status"] == "completed" for c in root["children"])
+
+
+async def test_create_is_atomic_when_the_database_refuses_a_row(client, monkeypatch):
+    """Even past validation (here: the id pre-check is bypassed), a refused row stores nothing."""
+    before = await seeded(client)
+
+    async def nothing_taken(_ids, conn=None):
+        return {}
+
+    monkeypatch.setattr(client.services.repo, "get_many", nothing_taken)
+    error = await client.error("tasks.create", [{"id": "fresh", "name": "Fresh"},
+                                                {"id": "fresh-1", "name": "Fresh 1", "parent_id": "fresh"},
+                                                {"id": "seed-1", "name": "Clash", "parent_id": "fresh"}])
+    assert error["code"] == -32602
+    assert error["data"] == "One of the task ids already exists; nothing was created"
+    assert await snapshot(client) == before

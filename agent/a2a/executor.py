@@ -22,7 +22,7 @@ from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.context import ServerCallContext
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskStore, TaskUpdater
-from a2a.types.a2a_pb2 import Task, TaskState, TaskStatus
+from a2a.types.a2a_pb2 import Message, Task, TaskState, TaskStatus
 from a2a.utils.errors import InvalidParamsError
 
 from agent.a2a.plan import TreePlan, TreeRequestContext
@@ -71,7 +71,8 @@ class TaskTreeAgentExecutor(AgentExecutor):
             except (AlreadyRunning, NotExecutable, KeyError) as exc:
                 reason = f"Task '{plan.task_id}' is already running" if isinstance(exc, AlreadyRunning) \
                     else f"Task '{plan.task_id}' cannot be executed: {exc}"
-                await updater.failed(message=_message(plan, "failed", 0.0, message=reason))
+                await updater.failed(message=_status_message(plan.root_task_id, plan.task_count, "failed", 0.0,
+                                                             message=reason))
                 return
             final = await self._follow(subscription, updater, plan, task_id)
             if final is not None:
@@ -111,8 +112,9 @@ class TaskTreeAgentExecutor(AgentExecutor):
                 return final
             if streaming:
                 last = batch[-1]
-                await updater.update_status(TaskState.TASK_STATE_WORKING, message=_message(
-                    plan, "in_progress", last.get("tree_progress", 0.0), task_id=last["task_id"],
+                await updater.update_status(TaskState.TASK_STATE_WORKING, message=_status_message(
+                    plan.root_task_id, plan.task_count, "in_progress", last.get("tree_progress", 0.0),
+                    task_id=last["task_id"],
                     task_status=last.get("status"), task_progress=last.get("progress"),
                     event=last["type"], message=last.get("message")))
                 last_sent = loop.time()
@@ -131,7 +133,7 @@ class TaskTreeAgentExecutor(AgentExecutor):
             ],
         }
         await updater.add_artifact([new_data_part(results)], name="task_results")
-        message = _message(plan, status, final.get("progress", 0.0), task_count=len(rows))
+        message = _status_message(plan.root_task_id, len(rows), status, final.get("progress", 0.0))
         if status == "completed":
             await updater.complete(message=message)
         else:
@@ -149,10 +151,8 @@ class TaskTreeAgentExecutor(AgentExecutor):
         try:
             cancelled, rows = await self._cancel_tree(root)
             progress = sum(1 for r in rows if r["status"] in ("completed", "failed", "cancelled")) / max(len(rows), 1)
-            plan = TreePlan(task_id=root, root_task_id=root, task_count=len(rows),
-                            user_id=rows[0]["user_id"] if rows else None)
-            await TaskUpdater(event_queue, task_id, root).cancel(message=_message(
-                plan, "cancelled", progress, message=f"Cancelled {cancelled} task(s) of tree {root}"))
+            await TaskUpdater(event_queue, task_id, root).cancel(message=_status_message(
+                root, len(rows), "cancelled", progress, message=f"Cancelled {cancelled} task(s) of tree {root}"))
         finally:
             reported.set()
 
@@ -173,10 +173,9 @@ class TaskTreeAgentExecutor(AgentExecutor):
             if task is None or task.status.state in TERMINAL_STATES:
                 continue
             last = message_data(task.status.message) if task.status.HasField("message") else {}
-            data = run_data("failed", last.get("progress", 0.0), task.context_id, last.get("task_count", 0),
-                            message=STOPPED_ERROR)
-            status = TaskStatus(state=TaskState.TASK_STATE_FAILED,
-                                message=data_message(data, context_id=task.context_id))
+            status = TaskStatus(state=TaskState.TASK_STATE_FAILED, message=_status_message(
+                task.context_id, last.get("task_count", 0), "failed", last.get("progress", 0.0),
+                message=STOPPED_ERROR))
             status.timestamp.FromDatetime(datetime.now(timezone.utc))
             if task.status.HasField("message"):
                 task.history.append(task.status.message)
@@ -199,15 +198,15 @@ class TaskTreeAgentExecutor(AgentExecutor):
         return cancelled, rows
 
 
-def _message(plan: TreePlan, status: str, progress: float, *, task_count: int | None = None, **extra: Any):  # type: ignore[no-untyped-def]
-    data = run_data(status, progress, plan.root_task_id,
-                    plan.task_count if task_count is None else task_count, **extra)
-    return data_message(data, context_id=plan.root_task_id)
+def _status_message(root_task_id: str, task_count: int, status: str, progress: float, **extra: Any) -> Message:
+    """A status message whose data part is the run summary (SPEC.md, Agent-surface task object)."""
+    return data_message(run_data(status, progress, root_task_id, task_count, **extra), context_id=root_task_id)
 
 
 def _initial_task(context: RequestContext, plan: TreePlan) -> Task:
     """The agent task as first reported: working, nothing done yet (the push answer's shape)."""
-    status = TaskStatus(state=TaskState.TASK_STATE_WORKING, message=_message(plan, "in_progress", 0.0))
+    status = TaskStatus(state=TaskState.TASK_STATE_WORKING,
+                        message=_status_message(plan.root_task_id, plan.task_count, "in_progress", 0.0))
     status.message.task_id = context.task_id or ""
     status.timestamp.FromDatetime(datetime.now(timezone.utc))
     task = Task(id=context.task_id, context_id=plan.root_task_id, status=status)

@@ -20,7 +20,7 @@ from a2a.server.routes import ServerCallContextBuilder
 from a2a.types.a2a_pb2 import Message, Part, Role, SendMessageRequest
 from a2a.utils.errors import JSON_RPC_ERROR_CODE_MAP, A2AError
 from google.protobuf import struct_pb2
-from google.protobuf.json_format import ParseDict
+from google.protobuf.json_format import ParseDict, ParseError
 
 from agent.a2a.calls import CALL_KEY, PUSH_KEY
 from agent.a2a.handler import TaskgroveRequestHandler
@@ -91,12 +91,15 @@ class AgentMethods:
     async def _agent_execute(self, params: dict[str, Any], metadata: dict[str, Any], ctx: CallContext,
                              message: Mapping[str, Any]) -> Any:
         request = SendMessageRequest(message=Message(role=Role.ROLE_USER, message_id=str(uuid.uuid4())))
-        if "tasks" in params:
-            request.message.parts.append(Part(data=ParseDict({"tasks": params["tasks"]}, struct_pb2.Value())))
-        else:  # a message needs a part; the stored tree is named by metadata.task_id
-            request.message.parts.append(Part(text=f"execute task {metadata.get('task_id')}"))
-        if metadata:
-            ParseDict(metadata, request.metadata)
+        try:
+            if "tasks" in params:
+                request.message.parts.append(Part(data=ParseDict({"tasks": params["tasks"]}, struct_pb2.Value())))
+            else:  # a message needs a part; the stored tree is named by metadata.task_id
+                request.message.parts.append(Part(text=f"execute task {metadata.get('task_id')}"))
+            if metadata:
+                ParseDict(metadata, request.metadata)
+        except (ParseError, TypeError, ValueError) as exc:
+            raise invalid_params(f"tasks and metadata must be plain JSON: {exc}") from None
         configuration = {**_object(message.get("configuration"), "configuration"),
                          **_object(params.get("configuration"), "params.configuration")}
         raw_push = next((configuration[k] for k in PUSH_CONFIG_KEYS if configuration.get(k) is not None), None)

@@ -380,7 +380,7 @@ class Engine:
     # --- running one task -----------------------------------------------------------------
 
     async def _execute(self, running: Running) -> None:
-        row, run = running.row, running.run
+        row = running.row
         try:
             result = await self._call_executor(running)
             outcome = {"status": "completed", "progress": 1.0, "result": _json_safe(result), "error": None}
