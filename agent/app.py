@@ -29,6 +29,7 @@ from agent.service import TaskService
 from agent.settings import Settings
 from agent.system import SystemService
 from agent.ws import ws_route
+from executors.database import dispose_engines
 from executors.registry import ExecutorRegistry
 from llm.client import parse_key_header
 from storage.db import create_batch_engine, create_engine, migrate
@@ -91,6 +92,7 @@ class Services:
         for hook in self.shutdown_hooks:
             await hook()
         await self.engine.stop()
+        await dispose_engines()  # database_executor's connection pools
         await self.repo.close()
 
 
