@@ -38,7 +38,6 @@ from storage.trees import now_iso
 
 if TYPE_CHECKING:  # pragma: no cover
     from agent.app import Services
-    from agent.engine.engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -63,21 +62,6 @@ WIRE_TYPES = {
 
 
 # --- shared with the GraphQL subscription ---------------------------------------------------
-
-
-def live_state(engine: "Engine", task_id: str) -> dict[str, Any] | None:
-    """Status and progress of a task that is part of an execution in this process, else None.
-
-    Read synchronously from the engine's memory, so a caller that starts matching bus events in
-    the same step gets a snapshot with no gap and no overlap with the events that follow.
-    """
-    running = engine.running.get(task_id)
-    if running is not None:
-        return {"status": "in_progress", "progress": float(running.row.get("progress") or 0.0)}
-    for run in engine.runs.values():
-        if task_id in run.waiting or task_id in run.queued:
-            return {"status": "pending", "progress": 0.0}
-    return None
 
 
 async def deny_handshake(websocket: WebSocket, exc: AuthError) -> None:
@@ -252,7 +236,7 @@ class Session:
             already = task_id in self.watched
             # Start matching and take the in-memory state in one synchronous step (no gap).
             self.watched.add(task_id)
-            live = live_state(self.services.engine, task_id)
+            live = self.services.engine.live_state(task_id)
             try:
                 task = await self.services.tasks.get({"task_id": task_id}, self.ctx)
                 if task is None:

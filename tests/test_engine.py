@@ -292,3 +292,12 @@ async def test_restart_fails_tasks_left_in_progress(make_settings: Any) -> None:
         answer = await client.result("tasks.execute", {"task_id": "long"})
         assert answer["status"] == "started"
         await client.result("tasks.cancel", {"task_ids": ["long"]})
+
+
+async def test_status_set_by_update_is_published(client: Client) -> None:
+    await client.result("tasks.create", [task("t")])
+    with client.services.bus.subscribe(lambda e: e["task_id"] == "t") as sub:
+        await client.result("tasks.update", {"task_id": "t", "status": "failed", "error": "set by hand"})
+        event = await asyncio.wait_for(sub.get(), 5)
+    assert event["type"] == "task_failed" and event["status"] == "failed" and event["error"] == "set by hand"
+    assert event["root_task_id"] == "t"

@@ -47,9 +47,15 @@ def request_call(request: Request) -> CallContext:
     return call
 
 
+# Credentials stay out of the SDK's call context: it is logged (at debug level) by the SDK.
+SECRET_HEADERS = frozenset({"authorization", "cookie", "x-llm-api-key"})
+
+
 class CallerContextBuilder(DefaultServerCallContextBuilder):
     def build(self, request: Request) -> ServerCallContext:
         context = super().build(request)
+        headers = context.state.get("headers") or {}
+        context.state["headers"] = {k: v for k, v in headers.items() if k.lower() not in SECRET_HEADERS}
         context.state[CALL_KEY] = request_call(request)
         context.state[PUSH_KEY] = list(getattr(request.state, PUSH_KEY, None) or [])
         return context

@@ -15,7 +15,7 @@ from typing import Any
 
 from a2a.compat.v0_3 import conversions
 from a2a.helpers.proto_helpers import new_data_message
-from a2a.types.a2a_pb2 import Message, Task, TaskArtifactUpdateEvent, TaskState, TaskStatusUpdateEvent
+from a2a.types.a2a_pb2 import Message, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus, TaskStatusUpdateEvent
 from google.protobuf.json_format import MessageToDict
 
 PROTOCOL = "a2a"
@@ -103,6 +103,4 @@ def event_json(event: Task | TaskStatusUpdateEvent | TaskArtifactUpdateEvent | M
 
 def state_name(state: int) -> str:
     """`working`, `completed`, `failed`, `canceled`, ... (the 0.3 spelling SPEC.md uses)."""
-    from a2a.types.a2a_pb2 import TaskStatus
-
     return conversions.to_compat_task_status(TaskStatus(state=state)).state.value

@@ -42,6 +42,9 @@ OUTCOME_KEYS = ("status", "progress", "result", "error", "completed_at", "update
                 "token_success", "token_failed", "lease_owner", "lease_expires_at")
 
 
+_KIND_OF_STATUS = {"completed": ev.TASK_COMPLETED, "failed": ev.TASK_FAILED, "cancelled": ev.TASK_CANCELLED}
+
+
 class AlreadyRunning(Exception):
     pass
 
@@ -373,6 +376,9 @@ class Engine:
             "timestamp": now_iso(),
             **data,
         }
+        self._emit(event)
+
+    def _emit(self, event: dict[str, Any]) -> None:
         self.bus.publish(event)
         if self.notifier is not None:
             self.notifier.event(event)
@@ -526,14 +532,39 @@ class Engine:
         self._wake.set()
 
     def status_changed(self, row: Mapping[str, Any]) -> None:
-        """A status set through tasks.update: live executions re-evaluate what may run now."""
+        """A status set through tasks.update: published like any other change, and live
+        executions re-evaluate what may run now."""
+        kind = _KIND_OF_STATUS.get(row["status"], ev.PROGRESS)
+        event = {key: row.get(key) for key in ("status", "progress", "result", "error")}
+        published = False
         for run in list(self.runs.values()):
             if row["id"] in run.rows and row["id"] not in run.active:
                 run.rows[row["id"]].update(status=row["status"], result=row.get("result"))
+                if not published:
+                    self._publish(run, kind, row["id"], **event, message=f"Status set to {row['status']}")
+                    published = True
                 if row["status"] == "completed":
                     run.unblock()
                 self._settle(run)
+        if not published:
+            self._emit({"type": kind, "task_id": row["id"], "root_task_id": row["task_tree_id"],
+                        "name": row["name"], "user_id": row["user_id"], "timestamp": now_iso(),
+                        **event, "message": f"Status set to {row['status']}"})
         self._wake.set()
+
+    def live_state(self, task_id: str) -> dict[str, Any] | None:
+        """Status and progress of a task taking part in an execution here, else None.
+
+        Synchronous, so a subscriber that starts matching bus events in the same step gets a
+        snapshot with no gap before the events that follow.
+        """
+        running = self.running.get(task_id)
+        if running is not None:
+            return {"status": "in_progress", "progress": float(running.row.get("progress") or 0.0)}
+        for run in self.runs.values():
+            if task_id in run.waiting or task_id in run.queued:
+                return {"status": "pending", "progress": 0.0}
+        return None
 
     # --- leases ---------------------------------------------------------------------------
 

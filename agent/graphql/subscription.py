@@ -19,7 +19,6 @@ from agent.errors import task_not_found
 from agent.graphql.errors import from_rpc, service_call
 from agent.graphql.resolvers import GraphQLContext, required
 from agent.graphql.types import TERMINAL, TaskStatusEnum, TaskType
-from agent.ws import live_state
 
 STATUS_EVENTS = frozenset({ev.TASK_START, ev.TASK_COMPLETED, ev.TASK_FAILED, ev.TASK_CANCELLED})
 # Status changes are a handful per task; the queue only has to bridge a slow consumer.
@@ -46,7 +45,7 @@ async def task_status_changes(info: strawberry.Info, task_id: str | None) -> Asy
         lambda e: e["task_id"] == tid and e["type"] in STATUS_EVENTS, maxsize=BUFFER_EVENTS
     )
     try:
-        live = live_state(ctx.services.engine, tid)  # same step as subscribing: no gap
+        live = ctx.services.engine.live_state(tid)  # same step as subscribing: no gap
         current = await service_call(service.get, {"task_id": tid}, ctx.call)
         if current is None:
             raise from_rpc(task_not_found(tid))
