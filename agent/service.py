@@ -103,6 +103,18 @@ class TaskService:
         caller = Caller(user_id=user_id, authenticated=user_id is not None)
         return await self.create_tree(tasks, caller)
 
+    async def add_child(self, parent_id: str, task: Mapping[str, Any], caller: Caller) -> list[dict[str, Any]]:
+        """One new task under an existing task (GraphQL createTask with parentId); not executed.
+
+        The tree's owner owns the new task; an admin may add under anyone's task."""
+        parent = await self._task_for(parent_id, caller)
+        if parent["origin_type"] == "archive":
+            raise invalid_params(f"Task '{parent_id}' is an archive (read-only): no task can be added under it")
+        rows = self.prepare({"tasks": [dict(task)]}, caller)
+        rows[0].update(parent_id=parent_id, task_tree_id=parent["task_tree_id"], user_id=parent["user_id"])
+        await self.repo.insert(rows)
+        return rows
+
     async def create(self, params: Any, ctx: CallContext) -> dict[str, Any]:
         """tasks.create: store the tree, execute it, answer the tree once it finished (or timed out)."""
         rows = await self.create_tree(params, ctx.caller)

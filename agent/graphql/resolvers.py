@@ -2,10 +2,8 @@
 
 Each resolver only renames: it builds the params dict the JSON-RPC method would receive and calls
 the same service method with a CallContext, so validation, permission rules and messages are
-the ones of `/tasks`. The one addition is createTask under an existing parent (`parentId`),
-which `tasks.create` cannot express (it takes whole trees); it validates the task with
-`TaskService.prepare` and checks the parent with `TaskService.get`, then inserts the row into the
-parent's tree.
+the ones of `/tasks`. createTask under an existing parent (`parentId`), which `tasks.create`
+cannot express (it takes whole trees), uses `TaskService.add_child`.
 """
 
 from __future__ import annotations
@@ -99,26 +97,12 @@ async def create_task(info: strawberry.Info, task_input: CreateTaskInput | None)
     if parent_id is None:
         rows = await service_call(service.create_tree, {"tasks": [new]}, ctx.call.caller)
     else:
-        rows = await service_call(_create_child, ctx, parent_id, new)
+        rows = await service_call(service.add_child, parent_id, new, ctx.call.caller)
     task_id = rows[0]["id"]
     await service_call(service.execute, {"task_id": task_id}, ctx.call)
     created = await service_call(service.get, {"task_id": task_id}, ctx.call)
     assert created is not None
     return TaskType.from_wire(created)
-
-
-async def _create_child(ctx: GraphQLContext, parent_id: str, new: dict[str, Any]) -> list[dict[str, Any]]:
-    service = ctx.services.tasks
-    parent = await service.get({"task_id": parent_id}, ctx.call)
-    if parent is None:
-        raise task_not_found(parent_id)
-    if parent.get("origin_type") == "archive":
-        raise invalid_params(f"Task '{parent_id}' is an archive (read-only): no task can be added under it")
-    rows = service.prepare({"tasks": [new]}, ctx.call.caller)
-    # The tree's owner owns the new task (an admin may add under anyone's task: get() checked).
-    rows[0].update(parent_id=parent_id, task_tree_id=parent["task_tree_id"], user_id=parent["user_id"])
-    await ctx.services.repo.insert(rows)
-    return rows
 
 
 async def update_task(info: strawberry.Info, task_id: str | None,
