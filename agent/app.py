@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from agent.a2a.routes import a2a_routes
 from agent.auth import AuthError, authenticate, check_settings
 from agent.engine.bus import EventBus
 from agent.engine.engine import Engine
@@ -185,16 +186,9 @@ def build_app(settings: Settings, *, registry: ExecutorRegistry | None = None) -
         from agent.graphql import graphql_routes  # lazy: strawberry loads only when enabled
 
         routes.extend(graphql_routes(services))
-    routes.extend(_agent_routes(services))
+    routes.extend(a2a_routes(services))
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.services = services
     return app
 
 
-def _agent_routes(services: Services) -> list[Any]:
-    """POST / : every tasks.* method (the A2A surface mounts here too, see agent/a2a)."""
-    try:
-        from agent.a2a.routes import a2a_routes
-    except ImportError:
-        return [Route("/", rpc_endpoint(services, services.task_methods, "a2a"), methods=["POST"])]
-    return a2a_routes(services)

@@ -270,8 +270,8 @@ async def test_clone_mixed_links_the_listed_tasks_and_copies_the_rest(client):
     ({"recursive": "no"}, "recursive must be true or false, got 'no'"),
     ({"save": 0}, "save must be true or false, got 0"),
     ({"reset_fields": ["status", "bogus"]},
-     "reset_fields: cannot reset ['bogus']; resettable fields are ['completed_at', 'error', 'progress', 'result', "
-     "'started_at', 'status', 'token_failed', 'token_success']"),
+     ("reset_fields: cannot reset ['bogus']; resettable fields are ['completed_at', 'error', 'progress', 'result', "
+      "'started_at', 'status', 'token_failed', 'token_success']")),
     ({"reset_fields": {"id": "x"}}, None),
     ({"reset_fields": "status"}, "reset_fields must be an array of field names or an object of field values"),
     ({"reset_fields": {"priority": 9}}, "reset_fields: priority must be an integer from 0 (urgent) to 3 (low), got 9"),

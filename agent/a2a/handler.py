@@ -1,8 +1,9 @@
 """The SDK request handler, wired to our executor, database stores and push sender.
 
-One behaviour is added to the SDK's DefaultRequestHandler: a send that carries a push config is
+Two behaviours are added to the SDK's DefaultRequestHandler: a send that carries a push config is
 answered at once (SPEC.md: "With push_notification_config, execution is asynchronous and the
-immediate result has status in_progress"), whatever the client's `blocking` flag says.
+immediate result has status in_progress"), whatever the client's `blocking` flag says; and a push
+config set on a running agent task (with its headers and method) starts notifications for it.
 """
 
 from __future__ import annotations
