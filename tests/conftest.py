@@ -19,6 +19,8 @@ import pytest
 from agent.app import build_app
 from agent.settings import Settings
 
+pytest_plugins = ["tests.fakellm"]  # the fake OpenAI-compatible server fixtures
+
 POSTGRES_URL = os.environ.get("TASKGROVE_TEST_POSTGRES_URL")
 BACKENDS = ["sqlite"] + (["postgres"] if POSTGRES_URL else [])
 

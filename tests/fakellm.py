@@ -18,7 +18,7 @@ with `content`, `status`, `usage`, `delay` (seconds before answering), `chunk_de
 Every request body (plus its `authorization` header) is appended to `fake.requests`.
 
 Fixtures: `fake_llm_server` (one server per test session) and `fake_llm` (the same server, reset
-for each test). Import both into a test module: `from tests.fakellm import fake_llm, fake_llm_server`.
+for each test). tests/conftest.py registers this module as a plugin, so every test can use them.
 """
 
 from __future__ import annotations

@@ -16,7 +16,6 @@ from typing import Any
 import jwt
 import pytest
 
-from tests.fakellm import fake_llm, fake_llm_server  # noqa: F401  (fixtures)
 
 HEADER_KEY = "sk-header-secret-0123456789"
 ENV_KEY = "sk-env-secret-0123456789"

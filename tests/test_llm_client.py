@@ -24,7 +24,6 @@ from llm.client import (
     parse_key_header,
     redact,
 )
-from tests.fakellm import fake_llm, fake_llm_server  # noqa: F401  (fixtures)
 
 ROOT = Path(__file__).resolve().parents[1]
 USER = [{"role": "user", "content": "hello there"}]

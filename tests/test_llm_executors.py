@@ -11,7 +11,6 @@ from agent.settings import Settings
 from executors.base import ExecutionContext, Executor, ExecutorError
 from executors.llm import CrewExecutor, GenerateExecutor, LLMExecutor
 from executors.registry import ExecutorRegistry
-from tests.fakellm import fake_llm, fake_llm_server  # noqa: F401  (fixtures)
 
 
 class AggregateStub(Executor):

@@ -16,7 +16,7 @@ from llm.generate import (
     generate_tree,
     validate_tree,
 )
-from tests.fakellm import VALID_TREE, fake_llm, fake_llm_server  # noqa: F401  (fixtures)
+from tests.fakellm import VALID_TREE
 
 EXECUTORS = [
     {"id": "llm_executor", "description": "Calls an LLM", "input_schema": {"type": "object", "properties": {"prompt": {"type": "string"}}}},
