@@ -6,8 +6,6 @@ import asyncio
 import os
 from typing import Any
 
-import pytest
-
 from tests.conftest import Client
 
 
