@@ -299,3 +299,18 @@ async def test_status_set_by_update_is_published(client: Client) -> None:
         event = await asyncio.wait_for(sub.get(), 5)
     assert event["type"] == "task_failed" and event["status"] == "failed" and event["error"] == "set by hand"
     assert event["root_task_id"] == "t"
+
+
+async def test_execute_with_copy_execution_leaves_the_original_unchanged(client: Client) -> None:
+    original = await client.result("tasks.create", [
+        task("orig", deps=["kid"], method="aggregate_results_executor"), task("kid", "orig"),
+    ])
+    answer = await client.result("tasks.execute", {"task_id": "orig", "copy_execution": True, "copy_children": True})
+    assert answer["success"] is True and answer["original_task_id"] == "orig"
+    assert answer["task_id"] == answer["root_task_id"] != "orig"
+    copy = await client.wait_status(answer["task_id"], ("completed",))
+    assert copy["original_task_id"] == "orig" and copy["started_at"] > original["completed_at"]
+    tree = flatten(await client.result("tasks.tree", {"task_id": answer["task_id"]}))
+    assert len(tree) == 2 and {t["status"] for t in tree.values()} == {"completed"}
+    again = await client.result("tasks.get", {"task_id": "orig"})
+    assert again["started_at"] == original["started_at"] and again["has_copy"] is True
