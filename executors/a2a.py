@@ -60,7 +60,7 @@ from a2a.utils.errors import A2AError
 from google.protobuf.json_format import MessageToDict
 
 from executors.base import ExecutionContext, Executor, ExecutorError
-from executors.netguard import UnsafeURLError, ensure_public_url, request_guard
+from executors.netguard import UnsafeURLError, ensure_public_url, redact_url, request_guard
 
 log = logging.getLogger(__name__)
 
@@ -167,17 +167,6 @@ def _card_location(url: str) -> tuple[str, str | None]:
     return url.rstrip("/"), None
 
 
-def _redact(url: str) -> str:
-    """The URL without user:password, for messages and results."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    netloc = parts.hostname or ""
-    if parts.port is not None:
-        netloc += f":{parts.port}"
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
 def _error_text(exc: BaseException) -> str:
     """The error's first line (httpx appends a documentation link on a second one)."""
     text = str(getattr(exc, "message", None) or str(exc) or type(exc).__name__).strip()
@@ -250,7 +239,7 @@ class A2AAgentExecutor(Executor):
         url = str(inputs.get("agent_url") or "").strip()
         if not url:
             raise ExecutorError("agent_url is required")
-        self._url = _redact(url)
+        self._url = redact_url(url)
         if inputs.get("message") is None and inputs.get("data") is None:
             raise ExecutorError("give message (text) and/or data (object) to send to the agent")
         timeout = float(inputs.get("timeout", 300))

@@ -15,30 +15,15 @@ import asyncio
 import json
 import time
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
 from executors.base import ExecutionContext, Executor, ExecutorError
-from executors.netguard import UnsafeURLError, ensure_public_url, request_guard
+from executors.netguard import UnsafeURLError, ensure_public_url, redact_url, request_guard
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 DEFAULT_MAX_BYTES = 1024 * 1024
 _BODY_HEAD = 300
-
-
-def _redact(url: str) -> str:
-    """The URL without user:password, for error messages."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return url
-    if parts.username is None and parts.password is None:
-        return url
-    netloc = parts.hostname or ""
-    if parts.port is not None:
-        netloc += f":{parts.port}"
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def _is_json(content_type: str) -> bool:
@@ -181,7 +166,7 @@ class RestExecutor(Executor):
     ) -> dict[str, Any]:
         """One request. Returns the result, raises _Retryable or ExecutorError."""
         assert self._client is not None
-        shown = _redact(url)
+        shown = redact_url(url)
         try:
             # asyncio.timeout bounds the whole attempt; httpx's timeout only bounds each phase.
             async with asyncio.timeout(timeout):

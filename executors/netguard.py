@@ -18,7 +18,7 @@ import ipaddress
 import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 ALLOWED_SCHEMES = ("http", "https")
 _OVERRIDE_HINT = "set SERVICE_ALLOW_PRIVATE_URLS=true to allow private addresses"
@@ -126,3 +126,17 @@ def request_guard(allow_private: bool) -> Callable[[Any], Awaitable[None]]:
         await ensure_public_url(str(request.url), allow_private)
 
     return guard
+
+
+def redact_url(url: str) -> str:
+    """The URL without user:password, for error messages and results."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    if parts.username is None and parts.password is None:
+        return url
+    netloc = parts.hostname or ""
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    return urlunsplit(parts._replace(netloc=netloc))
