@@ -1,7 +1,9 @@
 """Shared fixtures: an app per test on a fresh database, driven over HTTP through httpx.
 
 Storage-backed tests run on SQLite, and again on PostgreSQL when TASKGROVE_TEST_POSTGRES_URL is
-set (`.ci/run` sets it). Each PostgreSQL test gets a database of its own, dropped afterwards.
+set (`.ci/run` sets it). The PostgreSQL tests share one scratch database per session, emptied
+before each test (creating a database per test tripled the suite's time); tests that need a
+database of their own (several instances) use `postgres_database()`.
 """
 
 from __future__ import annotations
@@ -9,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -30,18 +33,46 @@ def backend(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
+@pytest.fixture(scope="session")
+def postgres_session_url() -> Iterator[str]:
+    # Its own event loop, in a thread: the first user is an async fixture whose loop is running.
+    url = _in_thread(create_postgres_database)
+    try:
+        yield url
+    finally:
+        _in_thread(lambda: drop_postgres_database(url))
+
+
+def _in_thread(make: Callable[[], Any]) -> Any:
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(lambda: asyncio.run(make())).result()
+
+
 @pytest.fixture
-async def db_url(backend: str, tmp_path: Any) -> AsyncIterator[str]:
+async def db_url(backend: str, tmp_path: Any, request: pytest.FixtureRequest) -> AsyncIterator[str]:
     if backend == "sqlite":
         yield f"sqlite:///{tmp_path / 'test.db'}"
         return
-    async with postgres_database() as url:
-        yield url
+    url = request.getfixturevalue("postgres_session_url")
+    await empty_database(url)
+    yield url
 
 
-@asynccontextmanager
-async def postgres_database() -> AsyncIterator[str]:
-    """A fresh PostgreSQL database for one test, dropped afterwards."""
+async def empty_database(url: str) -> None:
+    """Remove every row the previous test left (the schema and its migrations stay)."""
+    import asyncpg
+
+    conn = await asyncpg.connect(url)
+    try:
+        tables = [r["tablename"] for r in await conn.fetch(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'alembic_version'")]
+        if tables:
+            await conn.execute("TRUNCATE " + ", ".join(f'"{t}"' for t in tables) + " CASCADE")
+    finally:
+        await conn.close()
+
+
+async def create_postgres_database() -> str:
     import asyncpg
 
     assert POSTGRES_URL is not None
@@ -52,15 +83,28 @@ async def postgres_database() -> AsyncIterator[str]:
         await conn.execute(f'CREATE DATABASE "{name}"')
     finally:
         await conn.close()
-    base, _, _ = admin_url.rpartition("/")
+    return f"{admin_url.rpartition('/')[0]}/{name}"
+
+
+async def drop_postgres_database(url: str) -> None:
+    import asyncpg
+
+    assert POSTGRES_URL is not None
+    conn = await asyncpg.connect(POSTGRES_URL.replace("postgresql+asyncpg://", "postgresql://"))
     try:
-        yield f"{base}/{name}"
+        await conn.execute(f'DROP DATABASE IF EXISTS "{url.rpartition("/")[2]}" WITH (FORCE)')
     finally:
-        conn = await asyncpg.connect(admin_url)
-        try:
-            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await conn.close()
+        await conn.close()
+
+
+@asynccontextmanager
+async def postgres_database() -> AsyncIterator[str]:
+    """A fresh PostgreSQL database, dropped afterwards."""
+    url = await create_postgres_database()
+    try:
+        yield url
+    finally:
+        await drop_postgres_database(url)
 
 
 @pytest.fixture

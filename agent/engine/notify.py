@@ -66,18 +66,22 @@ class PgNotifier:
         import asyncpg
 
         conn = None
-        while True:
-            batch = [await self._outbox.get()]
-            while not self._outbox.empty():
-                batch.append(self._outbox.get_nowait())
-            try:
-                if conn is None or conn.is_closed():
-                    conn = await asyncpg.connect(self.dsn)
-                for payload in _payloads(self.instance_id, batch):
-                    await conn.execute("SELECT pg_notify($1, $2)", CHANNEL, payload)
-            except (OSError, asyncpg.PostgresError) as exc:
-                log.warning("cross-instance notify failed: %s", exc)
-                conn = None
+        try:
+            while True:
+                batch = [await self._outbox.get()]
+                while not self._outbox.empty():
+                    batch.append(self._outbox.get_nowait())
+                try:
+                    if conn is None or conn.is_closed():
+                        conn = await asyncpg.connect(self.dsn)
+                    for payload in _payloads(self.instance_id, batch):
+                        await conn.execute("SELECT pg_notify($1, $2)", CHANNEL, payload)
+                except (OSError, asyncpg.PostgresError) as exc:
+                    log.warning("cross-instance notify failed: %s", exc)
+                    conn = None
+        finally:
+            if conn is not None:
+                conn.terminate()
 
     # --- incoming -------------------------------------------------------------------------
 
@@ -85,6 +89,7 @@ class PgNotifier:
         import asyncpg
 
         while True:
+            conn = None
             try:
                 conn = await asyncpg.connect(self.dsn)
                 await conn.add_listener(CHANNEL, self._received)
@@ -94,6 +99,9 @@ class PgNotifier:
             except (OSError, asyncpg.PostgresError) as exc:
                 log.warning("cross-instance listener lost its connection: %s", exc)
                 await asyncio.sleep(1)
+            finally:
+                if conn is not None and not conn.is_closed():
+                    conn.terminate()
 
     def _received(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
         try:
