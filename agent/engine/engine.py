@@ -216,7 +216,7 @@ class Engine:
                     run.rows[tid] = row
         chosen = select_for_execution(rows, task_id)
         if run is not None:
-            chosen -= run.active | run.queued
+            chosen -= run.waiting | run.queued | run.active  # already scheduled in this run
         reset = sorted(tid for tid in chosen if rows[tid]["status"] != "pending")
         if reset:
             stamp = now_iso()
@@ -286,14 +286,17 @@ class Engine:
         touched = {id(run): run for run, _ in ended}
         for run, outcome in ended:
             self._publish_outcome(run, outcome)
+        # Start every claimed task before the next await, so no cancel can slip in between.
         for tid, run in taken:
             touched[id(run)] = run
             if tid in claimed:
                 self._start_task(tid, run, stamp)
-            else:  # someone else moved it (a cancel, another instance): read what it became
+        for tid, run in taken:
+            if tid not in claimed:  # someone else moved it (a cancel, another instance)
                 row = await self.repo.get(tid)
-                run.finished(tid, row["status"] if row else "cancelled")
-                self._schedule(run)
+                if tid in run.queued:
+                    run.finished(tid, row["status"] if row else "cancelled")
+                    self._schedule(run)
         for run in touched.values():
             if run.is_over() and not run.done.is_set():
                 self._finish_run(run)
