@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -61,16 +61,6 @@ class AuthError(Exception):
 
 class AuthConfigError(ValueError):
     """The JWT settings cannot work (raised at start-up, so no request ever meets it)."""
-
-
-class _HasHeaders(Protocol):
-    """A Starlette Request or WebSocket (anything with headers and cookies)."""
-
-    @property
-    def headers(self) -> Mapping[str, str]: ...  # pragma: no cover
-
-    @property
-    def cookies(self) -> Mapping[str, str]: ...  # pragma: no cover
 
 
 def check_settings(settings: "Settings") -> None:
@@ -120,11 +110,6 @@ def authenticate(headers: Mapping[str, str], cookies: Mapping[str, str], setting
             "Missing token: send 'Authorization: Bearer <token>' (or an 'Authorization' cookie)"
         )
     return caller_from_token(token, settings)
-
-
-def authenticate_connection(conn: _HasHeaders, settings: "Settings") -> Caller:
-    """`authenticate` for a Starlette Request or WebSocket handshake (same headers, same cookie)."""
-    return authenticate(conn.headers, conn.cookies, settings)
 
 
 def caller_from_token(token: str, settings: "Settings") -> Caller:

@@ -16,7 +16,7 @@ import json
 import logging
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -38,8 +38,6 @@ LEASE_SECONDS = 60.0
 HEARTBEAT_SECONDS = 15.0
 CANCEL_HOOK_TIMEOUT = 5.0
 RESTART_ERROR = "The service restarted while this task was running; execute it again to retry"
-OUTCOME_KEYS = ("status", "progress", "result", "error", "completed_at", "updated_at",
-                "token_success", "token_failed", "lease_owner", "lease_expires_at")
 
 
 _KIND_OF_STATUS = {"completed": ev.TASK_COMPLETED, "failed": ev.TASK_FAILED, "cancelled": ev.TASK_CANCELLED}
@@ -63,7 +61,6 @@ class Running:
     executor: Executor | None = None
     job: asyncio.Task[None] | None = None
     cancelled: bool = False
-    started_at: str = field(default_factory=now_iso)
 
 
 def _lease_until() -> str:
@@ -326,7 +323,7 @@ class Engine:
         run.started(tid)
         row = run.rows[tid]
         row.update(started_at=stamp, progress=0.0, result=None, error=None)
-        running = Running(task_id=tid, run=run, row=row, started_at=stamp)
+        running = Running(task_id=tid, run=run, row=row)
         self.running[tid] = running
         self._publish(run, ev.TASK_START, tid, status="in_progress", progress=0.0,
                       message=f"Task '{row['name']}' started")

@@ -35,7 +35,6 @@ class PgNotifier:
         self.on_cancel = on_cancel
         self._outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=10_000)
         self._tasks: list[asyncio.Task[None]] = []
-        self._listener: Any = None
         self.ready = asyncio.Event()
 
     async def start(self) -> None:

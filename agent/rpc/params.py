@@ -54,17 +54,6 @@ def integer(params: Mapping[str, Any], name: str, default: int, *, low: int, hig
     return value
 
 
-def number(params: Mapping[str, Any], name: str, default: float, *, low: float, high: float) -> float:
-    value = _lookup(params, name, ())
-    if value is _MISSING:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise invalid_params(f"{name} must be a number, got {value!r}"[:300])
-    if not low <= float(value) <= high:
-        raise invalid_params(f"{name} must be between {low} and {high}, got {value}")
-    return float(value)
-
-
 def string_list(params: Mapping[str, Any], name: str, *, aliases: Sequence[str] = (),
                 required: bool = False) -> list[str] | None:
     value = _lookup(params, name, aliases)
