@@ -193,6 +193,18 @@ async def test_raw_push_config_headers_and_method_reach_the_receiver(client: Cli
     assert all(r["json"]["final"] is False for r in rec.requests[:-1])
 
 
+async def test_push_retries_5xx_like_webhooks(client: Client) -> None:
+    async with receiver() as rec:
+        rec.script = [503]  # the first post fails once, then every post is accepted
+        config = {"url": f"{rec.url}/hooks/a2a"}
+        await post(client, send_body(tree(), configuration={"pushNotificationConfig": config}))
+        await rec.wait_for(lambda reqs: any(r["json"]["final"] for r in reqs))
+    first, second = rec.requests[0], rec.requests[1]
+    assert first["json"] == second["json"], "the failed notification is sent again"
+    assert second["at"] - first["at"] >= 0.9, "after the 1 s backoff"
+    assert rec.requests[-1]["json"]["final"] is True
+
+
 async def test_push_url_is_checked_against_ssrf(app_factory: Any) -> None:
     async with app_factory(env={"SERVICE_ALLOW_PRIVATE_URLS": "false"}) as client:
         config = {"url": "http://127.0.0.1:9/hook"}

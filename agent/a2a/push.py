@@ -23,6 +23,7 @@ from a2a.server.tasks import PushNotificationConfigStore, PushNotificationEvent,
 from a2a.types.a2a_pb2 import Task, TaskPushNotificationConfig, TaskStatusUpdateEvent
 
 from agent.a2a.wire import TERMINAL_STATES, message_data, state_name
+from agent.engine.webhooks import post_with_retries
 from executors.netguard import UnsafeURLError, ensure_public_url
 
 log = logging.getLogger(__name__)
@@ -142,11 +143,12 @@ class SpecPushSender(PushNotificationSender):
     """The SDK calls `send_notification` for every task event; we queue and post in order."""
 
     def __init__(self, config_store: PushNotificationConfigStore, targets: PushTargets, *,
-                 allow_private: bool, timeout: float = 10.0) -> None:
+                 allow_private: bool, timeout: float = 10.0, max_retries: int = 3) -> None:
         self._config_store = config_store
         self._targets = targets
         self._allow_private = allow_private
         self._timeout = timeout
+        self._max_retries = max_retries
         self._client: httpx.AsyncClient | None = None
         self._queues: dict[str, asyncio.Queue[dict[str, Any]]] = {}
         self._workers: set[asyncio.Task[None]] = set()
@@ -192,14 +194,8 @@ class SpecPushSender(PushNotificationSender):
             return
         if self._client is None:
             self._client = httpx.AsyncClient(timeout=self._timeout, follow_redirects=False)
-        try:
-            response = await self._client.request(target.method, target.url, json=payload,
-                                                  headers=dict(target.headers))
-        except httpx.HTTPError as exc:
-            log.warning("push notification to %s failed: %s", target.url, type(exc).__name__)
-            return
-        if response.status_code >= 400:
-            log.warning("push notification to %s answered %d", target.url, response.status_code)
+        await post_with_retries(self._client, target.method, target.url, payload, target.headers,
+                                max_retries=self._max_retries)
 
     async def aclose(self) -> None:
         """Stop undelivered notifications and close the HTTP client (service shutdown)."""

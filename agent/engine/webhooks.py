@@ -86,26 +86,30 @@ async def deliver_webhooks(subscription: Subscription, config: WebhookConfig) ->
     async with httpx.AsyncClient(timeout=config.timeout, follow_redirects=False) as client:
         try:
             async for event in subscription:
-                await _post(client, config, webhook_payload(event))
+                await post_with_retries(client, config.method, config.url, webhook_payload(event), config.headers,
+                                        max_retries=config.max_retries, backoff=config.backoff)
                 if event["type"] == ev.FINAL:
                     return
         finally:
             subscription.close()
 
 
-async def _post(client: httpx.AsyncClient, config: WebhookConfig, payload: dict[str, Any]) -> bool:
-    for attempt in range(config.max_retries + 1):
+async def post_with_retries(client: httpx.AsyncClient, method: str, url: str, payload: dict[str, Any],
+                            headers: Mapping[str, str], *, max_retries: int = 3, backoff: float = 1.0) -> bool:
+    """One callback, retried on 5xx and network errors after backoff, 2*backoff, 4*backoff ...
+    seconds, never on 4xx. Shared by webhooks and A2A push notifications. True if delivered."""
+    for attempt in range(max_retries + 1):
         if attempt:
-            await asyncio.sleep(config.backoff * 2 ** (attempt - 1))
+            await asyncio.sleep(backoff * 2 ** (attempt - 1))
         try:
-            response = await client.request(config.method, config.url, json=payload, headers=dict(config.headers))
+            response = await client.request(method, url, json=payload, headers=dict(headers))
         except httpx.HTTPError as exc:
-            log.warning("webhook %s attempt %d failed: %s", config.url, attempt + 1, type(exc).__name__)
+            log.warning("callback %s attempt %d failed: %s", url, attempt + 1, type(exc).__name__)
             continue
         if response.status_code < 400:
             return True
         if response.status_code < 500:
-            log.warning("webhook %s answered %d; not retried", config.url, response.status_code)
+            log.warning("callback %s answered %d; not retried", url, response.status_code)
             return False
-        log.warning("webhook %s answered %d (attempt %d)", config.url, response.status_code, attempt + 1)
+        log.warning("callback %s answered %d (attempt %d)", url, response.status_code, attempt + 1)
     return False
