@@ -314,3 +314,23 @@ async def test_execute_with_copy_execution_leaves_the_original_unchanged(client:
     assert len(tree) == 2 and {t["status"] for t in tree.values()} == {"completed"}
     again = await client.result("tasks.get", {"task_id": "orig"})
     assert again["started_at"] == original["started_at"] and again["has_copy"] is True
+
+
+async def test_concurrent_executes_of_one_tree_make_one_run(app_factory: Any) -> None:
+    async with app_factory({"SERVICE_CREATE_WAIT_TIMEOUT": "0"}) as client:
+        await client.result("tasks.create", [
+            task("root", deps=["gate"]), task("gate", "root", method=None, **FAIL),
+            task("a", "root", method="sleep_executor", inputs={"seconds": 0.2}), task("b", "root", deps=["a"]),
+        ])
+        await client.wait_status("gate", ("failed",))
+        await client.result("tasks.update", {"task_id": "root", "dependencies": []})
+        await client.result("tasks.update", {"task_id": "gate", "schemas": {"method": "noop_executor"}})
+        bodies = [{"jsonrpc": "2.0", "id": n, "method": "tasks.execute", "params": {"task_id": "root"}}
+                  for n in range(3)]
+        responses = await asyncio.gather(*(client.http.post("/tasks", json=body) for body in bodies))
+        answers = [r.json()["result"] for r in responses]
+        assert sorted(a["status"] for a in answers) == ["already_running", "already_running", "started"]
+        assert len(client.services.engine.runs) == 1
+        for tid in ("root", "gate", "a", "b"):
+            await client.wait_status(tid, ("completed",))
+        assert client.services.engine.runs == {}

@@ -123,6 +123,7 @@ class Engine:
         self._progress: dict[str, float] = {}
         self._wake = asyncio.Event()
         self._lock = asyncio.Lock()  # serialises the loop's writes with cancels
+        self._execute_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
         # PostgreSQL only: carries events and cancels to the other instances (engine/notify.py).
         self.notifier: PgNotifier | None = None
@@ -197,23 +198,23 @@ class Engine:
         if target["status"] == "in_progress" or task_id in self.running:
             raise AlreadyRunning(task_id)
         tree_id = target["task_tree_id"]
+        async with self._execute_lock:  # one start at a time: two must not both create a run
+            return await self._start(task_id, tree_id, fresh_rows, dict(call or {}))
+
+    async def _start(self, task_id: str, tree_id: str, fresh_rows: list[dict[str, Any]] | None,
+                     call: dict[str, Any]) -> TreeRun:
         run = self.runs.get(tree_id)
-        if run is not None and task_id in (run.waiting | run.queued | run.active):
+        if run is not None and task_id in run.waiting | run.queued | run.active:
             raise AlreadyRunning(task_id)
         rows = {row["id"]: dict(row) for row in fresh_rows or await self.repo.tree(tree_id)}
         outside = {d["id"] for row in rows.values() for d in row["dependencies"]} - set(rows)
         if outside:
             rows.update(await self.repo.get_many(outside))
-        if run is not None:  # join the live execution: its members keep their live rows
-            live = run.waiting | run.queued | run.active
-            for tid, row in rows.items():
-                if tid in live:
-                    rows[tid] = run.rows[tid]
-                else:
-                    run.rows[tid] = row
-        chosen = select_for_execution(rows, task_id)
-        if run is not None:
-            chosen -= run.waiting | run.queued | run.active  # already scheduled in this run
+        run = self.runs.get(tree_id)  # it may have ended meanwhile
+        live = (run.waiting | run.queued | run.active) if run is not None else set()
+        for tid in live & set(rows):  # tasks of the live execution count with their live status
+            rows[tid] = run.rows[tid]  # type: ignore[union-attr]
+        chosen = select_for_execution(rows, task_id) - live
         reset = sorted(tid for tid in chosen if rows[tid]["status"] != "pending")
         if reset:
             stamp = now_iso()
@@ -223,11 +224,15 @@ class Engine:
                  "started_at": None, "completed_at": None, "updated_at": stamp},
                 only_status=("pending", "failed", "completed", "cancelled"),
             )
+        # From here on no await: the run found now is the one the chosen tasks join.
+        run = self.runs.get(tree_id)
         if run is None:
-            run = TreeRun(tree_id=tree_id, rows=rows)
-            self.runs[tree_id] = run
+            run = self.runs[tree_id] = TreeRun(tree_id=tree_id, rows=rows)
+        else:
+            chosen -= run.waiting | run.queued | run.active
+            run.refresh(rows)
         run.add(chosen)
-        run.calls.update(dict.fromkeys(chosen, dict(call or {})))
+        run.calls.update(dict.fromkeys(chosen, call))
         self._schedule(run)
         if run.is_over():
             self._finish_run(run)

@@ -63,9 +63,16 @@ class TreeRun:
     status: str | None = None
 
     def __post_init__(self) -> None:
+        self._dirty: set[str] = set()
+        self.refresh(self.rows)
+
+    def refresh(self, rows: dict[str, dict[str, Any]]) -> None:
+        """Take fresh rows for the tasks not live in this run (their dependencies may have been
+        changed by tasks.update since) and rebuild the dependents index."""
+        live = self.waiting | self.queued | self.active
+        self.rows.update({tid: row for tid, row in rows.items() if tid not in live})
         self.task_count = sum(1 for row in self.rows.values() if row["task_tree_id"] == self.tree_id)
         self.dependents: dict[str, list[str]] = {}
-        self._dirty: set[str] = set()
         for tid, row in self.rows.items():
             for dep in row.get("dependencies") or ():
                 self.dependents.setdefault(dep["id"], []).append(tid)
