@@ -15,7 +15,7 @@ from typing import Any
 from agent.errors import SERVER_ERROR, RpcError, invalid_params, permission_denied
 from agent.rpc import params as p
 from agent.rpc.jsonrpc import CallContext, Handler
-from llm.client import PROVIDERS, normalize_provider, parse_key_header
+from llm.client import PROVIDERS, LLMError, normalize_provider, parse_key_header
 from storage.keys import KeyStore, KeyStoreError
 
 log = logging.getLogger(__name__)
@@ -171,7 +171,7 @@ class KeyConfigService:
             return await self.store.get(user_id or DEFAULT_USER, name)
         except KeyStoreError as exc:
             log.warning("%s", exc)  # the message names user and provider, never the key
-            raise
+            raise LLMError(str(exc)) from None  # safe to show: it says what to do
 
 
 def _mapping(params: Any) -> Mapping[str, Any]:

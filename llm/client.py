@@ -287,6 +287,8 @@ class LLMClient:
             for name in (provider, "default"):
                 try:
                     stored = await self.key_lookup(user_id, name)
+                except LLMError:  # a lookup that explains itself (e.g. the secret was changed)
+                    raise
                 except Exception as exc:  # the store's own error text may not be safe to show
                     raise LLMError(f"could not read the stored LLM key for provider {provider!r}: "
                                    f"{type(exc).__name__}") from None

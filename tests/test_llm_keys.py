@@ -23,7 +23,7 @@ from sqlalchemy import text
 from agent.settings import Settings
 from executors.base import ExecutionContext, Executor
 from executors.registry import ExecutorRegistry
-from llm.client import LLMClient
+from llm.client import LLMError, LLMClient
 from storage.keys import KeyStore, KeyStoreError, derive_fernet_key
 from tests.conftest import Client, running_app
 
@@ -195,7 +195,7 @@ async def test_keys_are_encrypted_at_rest(keys_client: Client) -> None:
     async with keys_client.services.repo.engine.begin() as conn:
         await conn.execute(text("INSERT INTO llm_keys (user_id, provider, ciphertext, created_at, updated_at) "
                                 "VALUES ('mallory', 'openai', :c, 'x', 'x')"), {"c": ciphertext})
-    with pytest.raises(KeyStoreError, match="does not belong"):
+    with pytest.raises(LLMError, match="does not belong"):  # the lookup the LLM client calls
         await keys_client.services.keys.lookup("mallory", "openai")
     # Another server secret cannot read it, and says why.
     other = KeyStore(keys_client.services.repo.engine, "a-different-secret-" + "x" * 32)
