@@ -119,8 +119,12 @@ class TaskService:
         """tasks.create: store the tree, execute it, answer the tree once it finished (or timed out)."""
         rows = await self.create_tree(params, ctx.caller)
         root_id = rows[0]["id"]
-        run = await self.engine.execute(root_id, _call(ctx), fresh_rows=rows)
-        await self.engine.wait(run, self.settings.create_wait_timeout)
+        try:
+            run = await self.engine.execute(root_id, _call(ctx), fresh_rows=rows)
+        except NotExecutable:  # e.g. an archive made from a clone preview: stored, not run
+            pass
+        else:
+            await self.engine.wait(run, self.settings.create_wait_timeout)
         return trees.nest(await self.repo.tree(root_id), root_id)
 
     async def get(self, params: Any, ctx: CallContext) -> dict[str, Any] | None:
@@ -183,6 +187,8 @@ class TaskService:
         assert updated is not None
         if "status" in values:
             self.engine.status_changed(updated)
+        if "dependencies" in values:
+            self.engine.dependencies_changed(updated)
         return public(updated)
 
     async def _update_values(self, row: dict[str, Any], params: Mapping[str, Any], conn: Any) -> tuple[list[str], dict[str, Any]]:
@@ -264,7 +270,10 @@ class TaskService:
             if blockers:
                 detail = "; ".join(blockers)
                 raise RpcError(INVALID_PARAMS, detail, detail)
-            deleted = await self.repo.delete(doomed, conn)
+            deleted = await self.repo.delete(doomed, conn, only_status="pending")
+            if deleted != len(doomed):  # one of them started meanwhile: roll back, delete nothing
+                raise invalid_params("Cannot delete task: a task of its subtree started while deleting; "
+                                     "nothing was deleted")
         return {"success": True, "task_id": task_id, "deleted_count": deleted, "children_deleted": deleted - 1}
 
     # --- copy and clone -------------------------------------------------------------------
@@ -377,20 +386,25 @@ class TaskService:
             answer["original_task_id"] = task_id
             task_id = copy_of[task_id]
         row = await self.repo.get(task_id)
-        assert row is not None
+        if row is None:  # deleted meanwhile
+            raise task_not_found(task_id)
         tree_id = row["task_tree_id"]
         # Subscribe before starting, so not even an instant `final` is missed.
         subs = [self.bus.subscribe(lambda e: e["root_task_id"] == tree_id, maxsize=10_000)
                 for wanted in (streaming, webhook is not None) if wanted]
         try:
             await self.engine.execute(task_id, _call(ctx))
-        except (AlreadyRunning, NotExecutable) as exc:
+        except BaseException as exc:
             for sub in subs:
                 sub.close()
+            if isinstance(exc, AlreadyRunning):
+                return {"success": False, **answer, "root_task_id": tree_id, "task_id": task_id,
+                        "status": "already_running", "message": f"Task '{task_id}' is already running"}
             if isinstance(exc, NotExecutable):
                 raise invalid_params(str(exc)) from None
-            return {"success": False, **answer, "root_task_id": tree_id, "task_id": task_id,
-                    "status": "already_running", "message": f"Task '{task_id}' is already running"}
+            if isinstance(exc, KeyError):
+                raise task_not_found(task_id) from None
+            raise
         answer = {"success": True, **answer, "root_task_id": tree_id, "task_id": task_id, "status": "started",
                   "message": f"Execution of task '{task_id}' started"}
         if streaming or webhook:
@@ -399,7 +413,7 @@ class TaskService:
             answer["webhook_url"] = webhook.url
             self._spawn(deliver_webhooks(subs[-1], webhook))
         if streaming:
-            return StreamReply(first=answer, events=sse_events(subs[0], tree_id))
+            return StreamReply(first=answer, events=sse_events(subs[0], tree_id), close=subs[0].close)
         return answer
 
     async def running_list(self, params: Any, ctx: CallContext) -> list[dict[str, Any]]:

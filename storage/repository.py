@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -125,7 +126,9 @@ class TaskRepository:
 
     async def dependents(self, task_id: str, conn: AsyncConnection | None = None) -> list[Row]:
         """Tasks (in any tree) that list `task_id` among their dependencies."""
-        query = select(T).where(cast(T.c.dependencies, String).like(f'%"{task_id}"%'))
+        # The JSON text holds the id as json.dumps writes it (non-ASCII escaped); match that.
+        needle = json.dumps(task_id).replace("!", "!!").replace("%", "!%").replace("_", "!_")
+        query = select(T).where(cast(T.c.dependencies, String).like(f"%{needle}%", escape="!"))
         rows = await self._run(_rows, query, conn=conn)
         return [r for r in rows if any(d.get("id") == task_id for d in r["dependencies"] or ())]
 
@@ -180,9 +183,17 @@ class TaskRepository:
         in_progress). Returns the claimed ids."""
         return await self._run(_write_batch, outcomes, progress, claims, claim_values)
 
-    async def delete(self, ids: Sequence[str], conn: AsyncConnection | None = None) -> int:
+    async def delete(self, ids: Sequence[str], conn: AsyncConnection | None = None, *,
+                     only_status: str | None = None) -> int:
+        """Delete physically; with `only_status`, only rows still in that status (compare-and-set)."""
         def op(c: Connection) -> int:
-            return sum(c.execute(delete(T).where(T.c.id.in_(chunk))).rowcount for chunk in _chunks(list(ids)))
+            deleted = 0
+            for chunk in _chunks(list(ids)):
+                query = delete(T).where(T.c.id.in_(chunk))
+                if only_status is not None:
+                    query = query.where(T.c.status == only_status)
+                deleted += c.execute(query).rowcount
+            return deleted
 
         return await self._run(op, conn=conn)
 

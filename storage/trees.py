@@ -278,6 +278,8 @@ def _row_from_input(raw: Mapping[str, Any], task_id: str, who: str) -> dict[str,
     status = raw.get("status", "pending")
     if (problem := check_status(status)) is not None:
         raise TreeError(f"{who}: {problem}")
+    if status == "in_progress":  # only the engine puts a task in progress, by claiming it
+        raise TreeError(f"{who}: status 'in_progress' cannot be given at creation")
     schemas = _object(raw.get("schemas"), "schemas", who)
     if schemas and not isinstance(schemas.get("method"), str) and not isinstance(schemas.get("type"), str):
         raise TreeError(f"{who}: schemas.method (the executor id) is required when schemas is given")
@@ -535,5 +537,7 @@ def reset_values(reset_fields: Any) -> dict[str, Any]:
         for field, value in reset_fields.items():
             if (problem := check_value(field, value)) is not None:
                 raise TreeError(f"reset_fields: {problem}")
+        if reset_fields.get("status") == "in_progress":
+            raise TreeError("reset_fields: status 'in_progress' cannot be given to a clone")
         return {**RESETTABLE, **dict(reset_fields)}
     raise TreeError("reset_fields must be an array of field names or an object of field values")

@@ -320,7 +320,8 @@ async def test_concurrent_executes_of_one_tree_make_one_run(app_factory: Any) ->
     async with app_factory({"SERVICE_CREATE_WAIT_TIMEOUT": "0"}) as client:
         await client.result("tasks.create", [
             task("root", deps=["gate"]), task("gate", "root", method=None, **FAIL),
-            task("a", "root", method="sleep_executor", inputs={"seconds": 0.2}), task("b", "root", deps=["a"]),
+            task("a", "root", deps=["gate"], method="sleep_executor", inputs={"seconds": 0.2}),
+            task("b", "root", deps=["a"]),
         ])
         await client.wait_status("gate", ("failed",))
         await client.result("tasks.update", {"task_id": "root", "dependencies": []})

@@ -90,3 +90,24 @@ async def test_cancel_and_events_cross_instances() -> None:
             assert event.get("remote") is True, "B only learns of A's work through PostgreSQL"
             kinds.append(event["type"])
         assert kinds[0] == "task_start" and kinds[-2:] == ["task_cancelled", "final"]
+
+
+async def test_an_execution_waits_for_a_dependency_running_on_another_instance() -> None:
+    async with postgres_database() as url, AsyncExitStack() as stack:
+        settings = Settings.from_env({"SERVICE_DATABASE_URL": url, "SERVICE_CREATE_WAIT_TIMEOUT": "0"})
+        a = await stack.enter_async_context(running_app(settings, registry=registry()))
+        b = await stack.enter_async_context(running_app(settings, registry=registry()))
+        await a.services.tasks.create_tree([
+            {"id": "root", "name": "root"},
+            {"id": "dep", "name": "dep", "parent_id": "root", "schemas": {"method": "sleep_executor"},
+             "inputs": {"seconds": 0.5}},
+            {"id": "after", "name": "after", "parent_id": "root", "schemas": {"method": "counting_executor"},
+             "dependencies": [{"id": "dep"}]},
+        ], ANONYMOUS)
+        await a.result("tasks.execute", {"task_id": "dep"})
+        await a.wait_status("dep", ("in_progress",))
+        await b.result("tasks.execute", {"task_id": "after"})  # waits for A's work, does not redo it
+        after = await b.wait_status("after", ("completed",), timeout=10)
+        dep = await b.result("tasks.get", {"task_id": "dep"})
+        assert dep["status"] == "completed" and after["started_at"] >= dep["completed_at"]
+        assert b.services.engine.runs == {}, "B's execution ended"

@@ -124,6 +124,7 @@ class Engine:
         self._wake = asyncio.Event()
         self._lock = asyncio.Lock()  # serialises the loop's writes with cancels
         self._execute_lock = asyncio.Lock()
+        self._background: set[asyncio.Task[Any]] = set()
         self._tasks: list[asyncio.Task[None]] = []
         # PostgreSQL only: carries events and cancels to the other instances (engine/notify.py).
         self.notifier: PgNotifier | None = None
@@ -134,7 +135,7 @@ class Engine:
         await self.recover()
         if self.repo.engine.dialect.name == "postgresql":
             self.notifier = PgNotifier(asyncpg_dsn(self.settings.database_url), self.instance_id, self.bus,
-                                       self.cancelled_elsewhere)
+                                       self.cancelled_elsewhere, self.ended_elsewhere)
             await self.notifier.start()
         self._tasks = [
             asyncio.create_task(self._loop(), name="taskgrove-engine"),
@@ -212,9 +213,19 @@ class Engine:
             rows.update(await self.repo.get_many(outside))
         run = self.runs.get(tree_id)  # it may have ended meanwhile
         live = (run.waiting | run.queued | run.active) if run is not None else set()
-        for tid in live & set(rows):  # tasks of the live execution count with their live status
-            rows[tid] = run.rows[tid]  # type: ignore[union-attr]
+        # A task read as in progress that no longer runs here may have ended while we read.
+        stale = [tid for tid, row in rows.items()
+                 if row["status"] == "in_progress" and tid not in self.running and tid not in live]
+        if stale:
+            rows.update(await self.repo.get_many(stale))
+            run = self.runs.get(tree_id)
+            live = (run.waiting | run.queued | run.active) if run is not None else set()
+        if run is not None:  # the live execution knows its tasks better than rows read before
+            for tid in (live | set(run.outcome)) & set(rows):
+                rows[tid] = run.rows[tid]
         chosen = select_for_execution(rows, task_id) - live
+        if run is not None and not chosen:  # everything it needs is already under way
+            raise AlreadyRunning(task_id)
         reset = sorted(tid for tid in chosen if rows[tid]["status"] != "pending")
         if reset:
             stamp = now_iso()
@@ -314,20 +325,19 @@ class Engine:
         claim_values = {"status": "in_progress", "progress": 0.0, "started_at": stamp, "completed_at": None,
                         "result": None, "error": None, "updated_at": stamp,
                         "lease_owner": self.instance_id, "lease_expires_at": _lease_until()}
-        for attempt in range(5):
+        attempt = 0
+        while True:  # giving up would strand the tasks of this pass: wait for the database
             try:
                 return await self.repo.write_batch(outcomes, progress_rows, claims, claim_values)
             except Exception:
-                if attempt == 4:
-                    raise
-                log.warning("engine write failed (attempt %d), retrying", attempt + 1, exc_info=True)
-                await asyncio.sleep(0.05 * 2 ** attempt)
-        return set()
+                attempt += 1
+                log.warning("engine write failed (attempt %d), retrying", attempt, exc_info=attempt == 1)
+                await asyncio.sleep(min(5.0, 0.05 * 2 ** attempt))
 
     def _start_task(self, tid: str, run: TreeRun, stamp: str) -> None:
         run.started(tid)
         row = run.rows[tid]
-        row.update(started_at=stamp, progress=0.0, result=None, error=None)
+        row.update(started_at=stamp, completed_at=None, progress=0.0, result=None, error=None)
         running = Running(task_id=tid, run=run, row=row)
         self.running[tid] = running
         self._publish(run, ev.TASK_START, tid, status="in_progress", progress=0.0,
@@ -467,39 +477,36 @@ class Engine:
     # --- cancel ---------------------------------------------------------------------------
 
     async def cancel(self, task_id: str, error_message: str | None = None) -> dict[str, Any]:
-        """Cancel a pending or running task. Returns `{status, previous, token_usage, result}`.
+        """Cancel a pending or running task. Returns `{status, token_usage, result}`.
 
-        `status` is `cancelled`, or the status that made cancelling impossible.
+        `status` is `cancelled`, or the status that made cancelling impossible. The database
+        decides first (compare-and-set), then the work is stopped, so a task that starts while
+        the cancel waits for the engine's lock is still found and stopped.
         """
-        running = self.running.get(task_id)
-        hook: dict[str, Any] | None = None
-        if running is not None and running.executor is not None:
-            try:
-                hook = await asyncio.wait_for(running.executor.cancel(), CANCEL_HOOK_TIMEOUT)
-            except Exception as exc:  # a broken cancel hook must not stop the cancel
-                log.warning("cancel hook of task %s failed: %s", task_id, exc)
-        token_usage = (hook or {}).get("token_usage") or (
-            getattr(running.executor, "token_usage", None) if running and running.executor else None
-        )
-        partial = (hook or {}).get("result")
         stamp = now_iso()
         async with self._lock:
             changed = await self.repo.update(
                 task_id,
-                {"status": "cancelled", "error": error_message or "Cancelled by user",
-                 "completed_at": stamp, "updated_at": stamp, "lease_owner": None,
-                 "lease_expires_at": None, **({"result": _json_safe(partial)} if partial is not None else {}),
-                 **({"token_failed": int(token_usage.get("total_tokens") or 0)} if token_usage else {})},
+                {"status": "cancelled", "error": error_message or "Cancelled by user", "completed_at": stamp,
+                 "updated_at": stamp, "lease_owner": None, "lease_expires_at": None},
                 only_status=("pending", "in_progress"),
             )
-            if changed and running is not None:
-                running.cancelled = True
-                self.running.pop(task_id, None)
-                if running.job is not None:
-                    running.job.cancel()
+            running = self._detach(task_id) if changed else None
         row = await self.repo.get(task_id)
-        if not changed:
+        if not changed or row is None:
             return {"status": row["status"] if row else "not_found", "token_usage": None, "result": None}
+        hook = await self._stop(running)
+        token_usage = hook.get("token_usage") or (
+            getattr(running.executor, "token_usage", None) if running is not None else None)
+        partial = hook.get("result")
+        extra: dict[str, Any] = {}
+        if partial is not None:
+            extra["result"] = _json_safe(partial)
+        if token_usage:
+            extra["token_failed"] = (row["token_failed"] or 0) + int(token_usage.get("total_tokens") or 0)
+        if extra:
+            await self.repo.update(task_id, extra, only_status=("cancelled",))
+            row.update(extra)
         if running is None and self.notifier is not None:
             self.notifier.cancel(task_id)  # it may be running on another instance
         self._forget(task_id, row)
@@ -507,55 +514,104 @@ class Engine:
 
     async def cancelled_elsewhere(self, task_id: str) -> None:
         """Another instance cancelled `task_id` in the database: stop our work on it, if any."""
-        running = self.running.get(task_id)
+        async with self._lock:
+            running = self._detach(task_id)
         if running is None:
             return
-        if running.executor is not None:
-            try:
-                await asyncio.wait_for(running.executor.cancel(), CANCEL_HOOK_TIMEOUT)
-            except Exception as exc:
-                log.warning("cancel hook of task %s failed: %s", task_id, exc)
-        async with self._lock:
-            running.cancelled = True
-            self.running.pop(task_id, None)
-            if running.job is not None:
-                running.job.cancel()
+        await self._stop(running)
         row = await self.repo.get(task_id)
         if row is not None:
             self._forget(task_id, row)
 
+    def _detach(self, task_id: str) -> Running | None:
+        """Take a running task out of the engine's hands: its late outcome is discarded."""
+        running = self.running.pop(task_id, None)
+        if running is not None:
+            running.cancelled = True
+        return running
+
+    async def _stop(self, running: Running | None) -> dict[str, Any]:
+        """Stop detached work: the executor's cancel hook first, then its coroutine."""
+        hook: dict[str, Any] = {}
+        if running is None:
+            return hook
+        if running.executor is not None:
+            try:
+                hook = await asyncio.wait_for(running.executor.cancel(), CANCEL_HOOK_TIMEOUT) or {}
+            except Exception as exc:  # a broken cancel hook must not stop the cancel
+                log.warning("cancel hook of task %s failed: %s", running.task_id, exc)
+        if running.job is not None:
+            running.job.cancel()
+        return hook
+
     def _forget(self, task_id: str, row: Mapping[str, Any]) -> None:
-        """A cancelled task leaves every execution that counted on it."""
+        """A task stopped from outside the engine (cancel) leaves every execution counting on it."""
         for run in list(self.runs.values()):
             if task_id in run.rows:
-                run.rows[task_id].update(status="cancelled", error=row["error"])
+                run.rows[task_id].update(status=row["status"], error=row["error"])
                 if task_id in run.members:
-                    run.finished(task_id, "cancelled")
-                    self._publish(run, ev.TASK_CANCELLED, task_id, status="cancelled",
+                    run.finished(task_id, row["status"])
+                    self._publish(run, ev.TASK_CANCELLED, task_id, status=row["status"],
                                   progress=row["progress"], error=row["error"], message=row["error"])
                 self._settle(run)
         self._wake.set()
 
     def status_changed(self, row: Mapping[str, Any]) -> None:
-        """A status set through tasks.update: published like any other change, and live
-        executions re-evaluate what may run now."""
-        kind = _KIND_OF_STATUS.get(row["status"], ev.PROGRESS)
+        """A status set through tasks.update: it wins over a running executor's late result, is
+        published like any other change, and live executions re-evaluate what may run now."""
+        tid, status = row["id"], row["status"]
+        if status != "in_progress" and tid in self.running:
+            self._spawn(self._stop(self._detach(tid)))
+        kind = _KIND_OF_STATUS.get(status, ev.PROGRESS)
         event = {key: row.get(key) for key in ("status", "progress", "result", "error")}
         published = False
         for run in list(self.runs.values()):
-            if row["id"] in run.rows and row["id"] not in run.active:
-                run.rows[row["id"]].update(status=row["status"], result=row.get("result"))
-                if not published:
-                    self._publish(run, kind, row["id"], **event, message=f"Status set to {row['status']}")
-                    published = True
-                if row["status"] == "completed":
-                    run.unblock()
-                self._settle(run)
+            if tid not in run.rows:
+                continue
+            run.changed_outside(tid, status, row.get("result"))
+            if tid in run.active and status != "in_progress":
+                run.finished(tid, status)
+            if not published:
+                self._publish(run, kind, tid, **event, message=f"Status set to {status}")
+                published = True
+            if status == "completed":
+                run.unblock()
+            self._settle(run)
         if not published:
-            self._emit({"type": kind, "task_id": row["id"], "root_task_id": row["task_tree_id"],
+            self._emit({"type": kind, "task_id": tid, "root_task_id": row["task_tree_id"],
                         "name": row["name"], "user_id": row["user_id"], "timestamp": now_iso(),
-                        **event, "message": f"Status set to {row['status']}"})
+                        **event, "message": f"Status set to {status}"})
         self._wake.set()
+
+    def ended_elsewhere(self, event: Mapping[str, Any]) -> None:
+        """A task ended on another instance (PostgreSQL): executions here waiting on it go on."""
+        tid = event["task_id"]
+        if event["type"] in (ev.TASK_COMPLETED, ev.TASK_FAILED, ev.TASK_CANCELLED) and any(
+                tid in run.rows and tid not in run.waiting | run.queued | run.active for run in self.runs.values()):
+            self._spawn(self._reload(tid))
+
+    async def _reload(self, tid: str) -> None:
+        row = await self.repo.get(tid)  # events may leave large results out; the row has them
+        if row is None:
+            return
+        for run in list(self.runs.values()):
+            if tid in run.rows and tid not in run.waiting | run.queued | run.active:
+                run.changed_outside(tid, row["status"], row["result"])
+                self._settle(run)
+        self._wake.set()
+
+    def dependencies_changed(self, row: Mapping[str, Any]) -> None:
+        """New dependencies of a pending task (tasks.update) apply to a live execution at once."""
+        for run in list(self.runs.values()):
+            if row["id"] in run.rows:
+                run.set_dependencies(row["id"], row["dependencies"])
+                self._settle(run)
+        self._wake.set()
+
+    def _spawn(self, coro: Any) -> None:
+        job = asyncio.get_running_loop().create_task(coro)
+        self._background.add(job)
+        job.add_done_callback(self._background.discard)
 
     def live_state(self, task_id: str) -> dict[str, Any] | None:
         """Status and progress of a task taking part in an execution here, else None.

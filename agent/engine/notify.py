@@ -28,11 +28,12 @@ def asyncpg_dsn(url: str) -> str:
 
 class PgNotifier:
     def __init__(self, dsn: str, instance_id: str, bus: EventBus,
-                 on_cancel: Callable[[str], Awaitable[None]]) -> None:
+                 on_cancel: Callable[[str], Awaitable[None]], on_event: Callable[[Event], None]) -> None:
         self.dsn = dsn
         self.instance_id = instance_id
         self.bus = bus
         self.on_cancel = on_cancel
+        self.on_event = on_event
         self._outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=10_000)
         self._tasks: list[asyncio.Task[None]] = []
         self.ready = asyncio.Event()
@@ -111,7 +112,9 @@ class PgNotifier:
             return
         for message in data.get("messages", ()):
             if message.get("kind") == "event":
-                self.bus.publish({**message["event"], "remote": True})
+                event = {**message["event"], "remote": True}
+                self.bus.publish(event)
+                self.on_event(event)
             elif message.get("kind") == "cancel":
                 asyncio.get_running_loop().create_task(self.on_cancel(message["task_id"]))
 

@@ -72,6 +72,24 @@ class TreeRun:
         live = self.waiting | self.queued | self.active
         self.rows.update({tid: row for tid, row in rows.items() if tid not in live})
         self.task_count = sum(1 for row in self.rows.values() if row["task_tree_id"] == self.tree_id)
+        self._index()
+
+    def changed_outside(self, tid: str, status: str, result: Any) -> None:
+        """A task this run does not execute changed status (by hand, or on another instance)."""
+        self.rows[tid].update(status=status, result=result)
+        self._dirty.update(self.dependents.get(tid, ()))
+
+    def set_dependencies(self, tid: str, dependencies: list[dict[str, Any]]) -> None:
+        """New dependencies of a task that has not started: look at it again."""
+        self.rows[tid]["dependencies"] = dependencies
+        for group in (self.queued, self.blocked):
+            if tid in group:
+                group.discard(tid)
+                self.waiting.add(tid)
+        self._dirty.add(tid)
+        self._index()
+
+    def _index(self) -> None:
         self.dependents: dict[str, list[str]] = {}
         for tid, row in self.rows.items():
             for dep in row.get("dependencies") or ():
@@ -152,6 +170,7 @@ class TreeRun:
         self.queued.discard(tid)
         self.active.discard(tid)
         self.waiting.discard(tid)
+        self.blocked.discard(tid)
         self.outcome[tid] = status
         self.rows[tid]["status"] = status
         self.calls.pop(tid, None)

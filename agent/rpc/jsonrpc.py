@@ -53,6 +53,8 @@ class StreamReply:
 
     first: Any
     events: AsyncIterator[Any]
+    # Releases what `events` holds when the stream is never sent (a streaming call in a batch).
+    close: Callable[[], None] | None = None
 
 
 def _error(code: int, message: str, data: Any = None, id_: Any = None) -> dict[str, Any]:
@@ -148,7 +150,10 @@ async def dispatch(body: bytes, methods: Mapping[str, Handler], ctx: CallContext
         for message in payload:
             answer = await call_one(message, methods, ctx)
             if isinstance(answer, tuple):  # no streaming inside a batch: answer the first result
-                answer = {"jsonrpc": "2.0", "id": answer[0], "result": answer[1].first}
+                id_, reply = answer
+                if reply.close is not None:
+                    reply.close()
+                answer = {"jsonrpc": "2.0", "id": id_, "result": reply.first}
             answers.append(answer)
         return JSONResponse(answers)
     answer = await call_one(payload, methods, ctx)

@@ -1,0 +1,157 @@
+"""The engine under awkward timing: cancels, updates and executions racing the engine loop.
+
+Some tests widen a real but short window by slowing one repository call down; the behaviour
+checked is what any timing must give.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from agent.auth import ANONYMOUS
+from tests.conftest import Client
+from tests.test_engine import FAIL, task
+
+
+async def store(client: Client, *tasks: dict[str, Any]) -> None:
+    """Create a tree without executing it."""
+    await client.services.tasks.create_tree(list(tasks), ANONYMOUS)
+
+
+def drain(sub: Any) -> list[str]:
+    kinds = []
+    while not sub.queue.empty():
+        kinds.append(sub.queue.get_nowait()["type"])
+    return kinds
+
+
+async def test_cancel_while_the_task_is_being_claimed_stops_it(client: Client) -> None:
+    engine = client.services.engine
+    await store(client, task("r", method=None), task("b", "r", method="sleep_executor", inputs={"seconds": 0.6}))
+    real = engine.repo.write_batch
+
+    async def slow(*args: Any) -> Any:
+        await asyncio.sleep(0.2)
+        return await real(*args)
+
+    engine.repo.write_batch = slow  # type: ignore[method-assign]
+    with client.services.bus.subscribe(lambda e: e["task_id"] == "b") as sub:
+        await engine.execute("r")
+        await asyncio.sleep(0.05)  # the loop is inside the write that claims b
+        assert (await engine.cancel("b"))["status"] == "cancelled"
+        assert "b" not in engine.running
+        await asyncio.sleep(0.8)
+        kinds = drain(sub)
+    assert kinds[-1] == "task_cancelled" and "task_completed" not in kinds
+    assert (await engine.repo.get("b"))["status"] == "cancelled"
+
+
+async def test_new_dependencies_of_a_waiting_task_apply_to_the_live_execution(client: Client) -> None:
+    await store(client, task("r", method=None), task("a", "r", method="sleep_executor", inputs={"seconds": 0.3}),
+                task("b", "r", deps=["a"]), task("c", "r", method="sleep_executor", inputs={"seconds": 0.8}))
+    await client.result("tasks.execute", {"task_id": "r"})
+    await asyncio.sleep(0.1)
+    await client.result("tasks.update", {"task_id": "b", "dependencies": [{"id": "a"}, {"id": "c"}]})
+    b = await client.wait_status("b", ("completed",))
+    c = await client.result("tasks.get", {"task_id": "c"})
+    assert b["started_at"] >= c["completed_at"]
+
+
+async def test_status_set_on_a_running_task_wins_over_its_result(client: Client) -> None:
+    await store(client, task("r", method=None), task("a", "r", method="sleep_executor", inputs={"seconds": 0.4}),
+                task("b", "r", deps=["a"]))
+    with client.services.bus.subscribe(lambda e: e["task_id"] == "a") as sub:
+        await client.result("tasks.execute", {"task_id": "r"})
+        await client.wait_status("a", ("in_progress",))
+        await client.result("tasks.update", {"task_id": "a", "status": "cancelled"})
+        await asyncio.sleep(0.6)
+        kinds = drain(sub)
+    assert "task_completed" not in kinds
+    assert (await client.result("tasks.get", {"task_id": "a"}))["status"] == "cancelled"
+    assert (await client.result("tasks.get", {"task_id": "b"}))["status"] == "pending"
+    assert "a" not in client.services.engine.running
+
+
+async def test_streaming_call_inside_a_batch_leaves_no_subscription(client: Client) -> None:
+    await store(client, task("r"))
+    body = [{"jsonrpc": "2.0", "id": 1, "method": "tasks.execute", "params": {"task_id": "r", "use_streaming": True}}]
+    answer = (await client.http.post("/tasks", json=body)).json()
+    assert answer[0]["result"]["status"] == "started"
+    assert client.services.bus.subscriber_count == 0
+
+
+async def test_a_failing_database_write_is_retried_until_it_succeeds(client: Client) -> None:
+    engine = client.services.engine
+    await store(client, task("r", method=None), task("a", "r", method="sleep_executor", inputs={"seconds": 0.2}),
+                task("b", "r", deps=["a"]))
+    real = engine.repo.write_batch
+    down = {"now": False}
+
+    async def flaky(outcomes: Any, *rest: Any) -> Any:
+        if down["now"] and outcomes:
+            raise RuntimeError("database unavailable")
+        return await real(outcomes, *rest)
+
+    engine.repo.write_batch = flaky  # type: ignore[method-assign]
+    run = await engine.execute("r")
+    await asyncio.sleep(0.1)
+    down["now"] = True
+    await asyncio.sleep(0.8)
+    down["now"] = False
+    assert await engine.wait(run, 10)
+    assert {t: (await engine.repo.get(t))["status"] for t in "rab"} == dict.fromkeys("rab", "completed")
+
+
+async def test_execution_started_from_rows_read_before_a_task_finished_still_ends(client: Client) -> None:
+    engine = client.services.engine
+    await store(client, task("r", method=None), task("a", "r", method="sleep_executor", inputs={"seconds": 0.3}),
+                task("b", "r", deps=["a"]))
+    await engine.execute("a")
+    await asyncio.sleep(0.1)
+    real = engine.repo.tree
+
+    async def slow_tree(*args: Any, **kw: Any) -> Any:
+        rows = await real(*args, **kw)
+        await asyncio.sleep(0.5)  # "a" finishes meanwhile
+        return rows
+
+    engine.repo.tree = slow_tree  # type: ignore[method-assign]
+    run = await engine.execute("r")
+    engine.repo.tree = real  # type: ignore[method-assign]
+    assert await engine.wait(run, 5)
+    assert (await engine.repo.get("b"))["status"] == "completed"
+
+
+async def test_cancelling_a_blocked_task_counts_it_once(client: Client) -> None:
+    engine = client.services.engine
+    await store(client, task("r", method=None), task("f", "r", method=None, **FAIL), task("d", "r", deps=["f"]),
+                task("s", "r", method="sleep_executor", inputs={"seconds": 0.5}))
+    run = await engine.execute("r")
+    await client.wait_status("f", ("failed",))
+    assert run.blocked == {"d"}
+    await engine.cancel("d")
+    assert run.blocked == set() and run.outcome["d"] == "cancelled"
+    assert run.progress == 0.75  # r, f, d of r, f, d, s
+    await engine.wait(run, 5)
+
+
+async def test_tasks_cannot_be_created_in_progress(client: Client) -> None:
+    error = await client.error("tasks.create", [task("x", status="in_progress")])
+    assert error["code"] == -32602 and "in_progress" in error["message"]
+    await client.result("tasks.create", [task("y")])
+    error = await client.error("tasks.clone", {"task_id": "y", "reset_fields": {"status": "in_progress"}})
+    assert error["code"] == -32602 and "in_progress" in error["message"]
+
+
+async def test_an_archive_preview_can_be_stored_without_running(client: Client) -> None:
+    await client.result("tasks.create", [task("src")])
+    preview = await client.result("tasks.clone", {"task_id": "src", "origin_type": "archive", "save": False})
+    stored = await client.result("tasks.create", preview["tasks"])
+    assert stored["origin_type"] == "archive" and stored["status"] == "completed"
+
+
+async def test_delete_sees_dependents_with_non_ascii_ids(client: Client) -> None:
+    await store(client, task("R", method=None), task("é", "R"), task("X_%!", "R", deps=["é"]))
+    error = await client.error("tasks.delete", {"task_id": "é"})
+    assert "1 tasks depend on this task: [X_%!]" in error["message"]
