@@ -78,7 +78,7 @@ class TaskService:
             raise permission_denied(f"You may not create tasks for user '{owner}'")
         for index, row in enumerate(rows):
             if (row["schemas"] or (row["params"] or {}).get("executor_id")) and self.registry.resolve(row) is None:
-                wanted = (row["params"] or {}).get("executor_id") or row["schemas"].get("method") or row["schemas"].get("type")
+                wanted = self.registry.wanted(row)
                 raise invalid_params(
                     f"{trees.label(row, index)}: executor '{wanted}' is not available "
                     f"(available: {', '.join(self.registry.ids()) or 'none'})"

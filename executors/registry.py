@@ -61,6 +61,13 @@ class ExecutorRegistry:
                     return cls
         return None
 
+    @staticmethod
+    def wanted(task: Mapping[str, Any]) -> str | None:
+        """The executor a task asks for, as it wrote it (for messages)."""
+        params = task.get("params") or {}
+        schemas = task.get("schemas") or {}
+        return params.get("executor_id") or schemas.get("method") or schemas.get("type")
+
     def ids(self) -> list[str]:
         return list(self._by_id)
 

@@ -15,7 +15,6 @@ class Base(DeclarativeBase):
 
 
 TASK_STATUSES = ("pending", "in_progress", "completed", "failed", "cancelled")
-TERMINAL_STATUSES = ("completed", "failed", "cancelled")
 ORIGIN_TYPES = ("own", "clone", "reference", "link", "archive")
 
 

@@ -481,12 +481,11 @@ def plan_copies(
     *,
     origin_for: Mapping[str, str],
     reset: Mapping[str, Any] | None,
-    overrides: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """New rows for the selected tasks: new ids, parent and dependency ids re-pointed.
 
     `origin_for` maps each selected id to its origin_type; `reset` is the set of field values to
-    apply (None keeps the original values, as archive and link do); `overrides` applies to all.
+    apply (None keeps the original values, as archive and link do).
     Dependencies on tasks outside the selection keep pointing at the original task, whose
     result the copy then reuses.
     """
@@ -509,8 +508,6 @@ def plan_copies(
         copy["has_references"] = False
         if reset is not None:
             copy.update(reset)
-        if overrides:
-            copy.update(overrides)
         stamp = now_iso(offset)
         copy["created_at"] = stamp
         copy["updated_at"] = stamp

@@ -335,3 +335,23 @@ async def test_concurrent_executes_of_one_tree_make_one_run(app_factory: Any) ->
         for tid in ("root", "gate", "a", "b"):
             await client.wait_status(tid, ("completed",))
         assert client.services.engine.runs == {}
+
+
+async def test_stopping_the_service_kills_running_commands(make_settings: Any) -> None:
+    from tests.conftest import running_app
+
+    script = "sleep 31; echo never"
+    settings = make_settings({"SERVICE_CREATE_WAIT_TIMEOUT": "0", "SERVICE_COMMAND_ALLOWLIST": "sh"})
+    async with running_app(settings) as client:
+        await client.result("tasks.create", [task("cmd", method="command_executor",
+                                                   inputs={"command": ["sh", "-c", script]})])
+        await client.wait_status("cmd", ("in_progress",))
+        for _ in range(50):
+            if _pids_running(script):
+                break
+            await asyncio.sleep(0.05)
+        assert _pids_running(script)
+    assert not _pids_running(script), "no child process outlives the service"
+    async with running_app(settings) as client:
+        cmd = await client.result("tasks.get", {"task_id": "cmd"})
+        assert cmd["status"] == "failed" and "restarted" in cmd["error"]

@@ -143,24 +143,16 @@ class Engine:
         ]
 
     async def stop(self) -> None:
+        """Stop the loop and every running executor (cancel hooks too, so child processes die);
+        tasks cut off are marked failed, ready to be executed again."""
         if self.notifier is not None:
             await self.notifier.stop()
         for job in self._tasks:
             job.cancel()
-        for running in list(self.running.values()):
-            if running.job is not None:
-                running.cancelled = True
-                running.job.cancel()
-        ids = list(self.running)
-        self.running.clear()
-        if ids:
-            await self.repo.update_many(
-                ids,
-                {"status": "failed", "error": RESTART_ERROR, "completed_at": now_iso(),
-                 "updated_at": now_iso(), "lease_owner": None, "lease_expires_at": None},
-                only_status=("in_progress",),
-            )
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        detached = [self._detach(tid) for tid in list(self.running)]
+        await asyncio.gather(*(self._stop(running) for running in detached))
+        await self._fail_in_progress([running.task_id for running in detached if running is not None])
+        await asyncio.gather(*self._tasks, *self._background, return_exceptions=True)
 
     async def recover(self) -> int:
         """Fail tasks left `in_progress` by a dead instance so they can be executed again.
@@ -171,16 +163,20 @@ class Engine:
         stale = await self.repo.stale_in_progress(
             None if self.repo.engine.dialect.name == "sqlite" else now_iso()
         )
+        await self._fail_in_progress(stale)
         if stale:
+            log.warning("marked %d task(s) left in progress as failed", len(stale))
+        return len(stale)
+
+    async def _fail_in_progress(self, ids: list[str]) -> None:
+        if ids:
             stamp = now_iso()
             await self.repo.update_many(
-                stale,
+                ids,
                 {"status": "failed", "error": RESTART_ERROR, "completed_at": stamp, "updated_at": stamp,
                  "lease_owner": None, "lease_expires_at": None},
                 only_status=("in_progress",),
             )
-            log.warning("marked %d task(s) left in progress as failed", len(stale))
-        return len(stale)
 
     # --- starting executions --------------------------------------------------------------
 
@@ -434,8 +430,7 @@ class Engine:
         if cls is None:
             if not row.get("schemas") and not (row.get("params") or {}).get("executor_id"):
                 return None  # a grouping task: nothing to do, it completes at once
-            wanted = (row.get("params") or {}).get("executor_id") or (row.get("schemas") or {}).get("method") \
-                or (row.get("schemas") or {}).get("type")
+            wanted = self.registry.wanted(row)
             raise ExecutorError(
                 f"No executor '{wanted}' is available (available: {', '.join(self.registry.ids()) or 'none'})"
             )
