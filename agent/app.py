@@ -7,7 +7,6 @@ and bus. Start-up (migrations, crash recovery, the engine loop) runs in the app'
 from __future__ import annotations
 
 import contextlib
-import gc
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -89,9 +88,6 @@ class Services:
     async def start(self) -> None:
         await migrate(self.repo.engine)
         await self.engine.start()
-        # Everything imported and built so far lives as long as the process: keep it out of the
-        # cyclic garbage collector's full passes, which otherwise stall large trees by tens of ms.
-        gc.freeze()
 
     async def stop(self) -> None:
         for hook in self.shutdown_hooks:

@@ -26,6 +26,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent.app import build_app  # noqa: E402
+from agent.cli import freeze_long_lived_objects  # noqa: E402
 from agent.settings import Settings  # noqa: E402
 
 NOOP = {"method": "noop_executor"}
@@ -119,6 +120,7 @@ def fresh_postgres(admin_url: str | None) -> Iterator[str | None]:
 
 
 def main() -> None:
+    freeze_long_lived_objects()  # as `taskgrove serve` does before serving
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--single", type=int, default=200, help="one-task trees for the p50")
