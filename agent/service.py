@@ -258,11 +258,7 @@ class TaskService:
             busy = [f"{tid}: {by_id[tid]['status']}" for tid in doomed[1:] if by_id[tid]["status"] != "pending"]
             if busy:
                 blockers.append(f"Cannot delete task: task has {len(busy)} non-pending children: [{', '.join(busy)}]")
-            dependents: list[str] = []
-            for tid in doomed:
-                for dep in await self.repo.dependents(tid, conn):
-                    if dep["id"] not in doomed and dep["id"] not in dependents:
-                        dependents.append(dep["id"])
+            dependents = [dep["id"] for dep in await self.repo.dependents(doomed, conn) if dep["id"] not in doomed]
             if dependents:
                 blockers.append(
                     f"Cannot delete task: {len(dependents)} tasks depend on this task: [{', '.join(sorted(dependents))}]"

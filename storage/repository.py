@@ -106,11 +106,10 @@ class TaskRepository:
         *,
         user_id: str | None = None,
         status: str | None = None,
-        product_id: str | None = None,
         limit: int = 100,
         offset: int = 0,
     ) -> list[Row]:
-        query = _filtered(select(T), user_id=user_id, status=status, product_id=product_id)
+        query = _filtered(select(T), user_id=user_id, status=status)
         query = query.order_by(T.c.created_at.desc(), T.c.id.desc()).limit(limit).offset(offset)
         return await self._run(_rows, query)
 
@@ -124,13 +123,23 @@ class TaskRepository:
         query = select(T).where(T.c.parent_id == parent_id).order_by(T.c.created_at, T.c.id)
         return await self._run(_rows, query)
 
-    async def dependents(self, task_id: str, conn: AsyncConnection | None = None) -> list[Row]:
-        """Tasks (in any tree) that list `task_id` among their dependencies."""
-        # The JSON text holds the id as json.dumps writes it (non-ASCII escaped); match that.
-        needle = json.dumps(task_id).replace("!", "!!").replace("%", "!%").replace("_", "!_")
-        query = select(T).where(cast(T.c.dependencies, String).like(f"%{needle}%", escape="!"))
-        rows = await self._run(_rows, query, conn=conn)
-        return [r for r in rows if any(d.get("id") == task_id for d in r["dependencies"] or ())]
+    async def dependents(self, task_ids: Sequence[str], conn: AsyncConnection | None = None) -> list[Row]:
+        """Tasks (in any tree) that list one of `task_ids` among their dependencies."""
+        wanted = set(task_ids)
+        text = cast(T.c.dependencies, String)
+
+        def op(c: Connection) -> list[Row]:
+            found: dict[str, Row] = {}
+            for chunk in _chunks(sorted(wanted)):  # one scan per chunk, not per id
+                # The JSON text holds an id as json.dumps writes it (non-ASCII escaped); match that.
+                needles = (json.dumps(tid).replace("!", "!!").replace("%", "!%").replace("_", "!_")
+                           for tid in chunk)
+                query = select(T).where(or_(*(text.like(f"%{n}%", escape="!") for n in needles)))
+                found.update((row["id"], row) for row in _rows(c, query))
+            return list(found.values())
+
+        rows = await self._run(op, conn=conn)
+        return [r for r in rows if any(d.get("id") in wanted for d in r["dependencies"] or ())]
 
     async def stale_in_progress(self, now: str | None) -> list[str]:
         """In-progress task ids; with `now`, only those whose lease expired before it."""

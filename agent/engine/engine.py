@@ -57,10 +57,13 @@ class Running:
 
     task_id: str
     run: TreeRun
-    row: dict[str, Any]
     executor: Executor | None = None
     job: asyncio.Task[None] | None = None
     cancelled: bool = False
+
+    @property
+    def row(self) -> dict[str, Any]:
+        return self.run.rows[self.task_id]
 
 
 def _lease_until() -> str:
@@ -192,7 +195,7 @@ class Engine:
             raise KeyError(task_id)
         if target["origin_type"] == "archive":
             raise NotExecutable(f"Task '{task_id}' is an archive (read-only) and cannot be executed")
-        if target["status"] == "in_progress" or task_id in self.running:
+        if target["status"] == "in_progress":  # here (also caught by _start) or on another instance
             raise AlreadyRunning(task_id)
         tree_id = target["task_tree_id"]
         async with self._execute_lock:  # one start at a time: two must not both create a run
@@ -240,9 +243,7 @@ class Engine:
             run.refresh(rows)
         run.add(chosen)
         run.calls.update(dict.fromkeys(chosen, call))
-        self._schedule(run)
-        if run.is_over():
-            self._finish_run(run)
+        self._settle(run)
         self._wake.set()
         return run
 
@@ -305,10 +306,8 @@ class Engine:
                 row = await self.repo.get(tid)
                 if tid in run.queued:
                     run.finished(tid, row["status"] if row else "cancelled")
-                    self._schedule(run)
         for run in touched.values():
-            if run.is_over() and not run.done.is_set():
-                self._finish_run(run)
+            self._settle(run)
         if self._outcomes or self._progress or (self._ready and len(self.running) < self.settings.max_concurrency):
             self._wake.set()
 
@@ -334,7 +333,7 @@ class Engine:
         run.started(tid)
         row = run.rows[tid]
         row.update(started_at=stamp, completed_at=None, progress=0.0, result=None, error=None)
-        running = Running(task_id=tid, run=run, row=row)
+        running = Running(task_id=tid, run=run)
         self.running[tid] = running
         self._publish(run, ev.TASK_START, tid, status="in_progress", progress=0.0,
                       message=f"Task '{row['name']}' started")

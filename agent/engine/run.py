@@ -60,7 +60,6 @@ class TreeRun:
     blocked: set[str] = field(default_factory=set)
     outcome: dict[str, str] = field(default_factory=dict)
     done: asyncio.Event = field(default_factory=asyncio.Event)
-    status: str | None = None
 
     def __post_init__(self) -> None:
         self._dirty: set[str] = set()
@@ -107,7 +106,6 @@ class TreeRun:
             self.waiting.add(tid)
             self._dirty.add(tid)
         self.done.clear()
-        self.status = None
 
     def _dep_state(self, dep_id: str) -> str:
         """`ok`, `wait` or `blocked` for one dependency edge target."""
@@ -181,9 +179,8 @@ class TreeRun:
 
     def finish(self) -> str:
         bad = self.blocked or any(s != "completed" for s in self.outcome.values())
-        self.status = "failed" if bad else "completed"
         self.done.set()
-        return self.status
+        return "failed" if bad else "completed"
 
     @property
     def progress(self) -> float:
