@@ -3,7 +3,12 @@
 With JWT off (no `SERVICE_JWT_SECRET`) every caller is `ANONYMOUS` and may do everything. With JWT
 on, a valid token gives a `Caller` with the token's user (`user_id`, else `sub`) and roles; `admin`
 grants access to every task. A token that names no user skips permission checks (SPEC.md,
-Authentication 4): it is a service token, signed with our own secret, so it is trusted as such.
+Authentication 4): it is a service token, signed with our own secret, so it is trusted as such,
+unless SERVICE_JWT_REQUIRE_SUBJECT is on, which refuses it.
+
+A claim that is present but malformed makes the token invalid (401), never "no user" (issue 18):
+`user_id` and `sub` must be non-empty strings without surrounding whitespace, `roles` an array of
+strings, each matched exactly (`" admin "` is not `admin`).
 
 Tokens are shared-secret JWTs, so only the HMAC algorithms are accepted (HS256 by default; the list
 is `SERVICE_JWT_ALGORITHMS`). `exp` is enforced whenever the token carries it. Error messages say
@@ -13,6 +18,7 @@ token: they go back to the client and into logs.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +26,9 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 if TYPE_CHECKING:  # pragma: no cover
-    from agent.settings import Settings
+    from taskgrove.agent.settings import Settings
+
+log = logging.getLogger(__name__)
 
 # A shared secret can only sign with HMAC; RS*/ES* would need key pairs, and `none` signs nothing.
 HMAC_ALGORITHMS = ("HS256", "HS384", "HS512")
@@ -136,31 +144,47 @@ def caller_from_token(token: str, settings: "Settings") -> Caller:
     except jwt.DecodeError:
         raise AuthError("Malformed token: not a valid JWT") from None
     except jwt.InvalidTokenError as exc:
-        raise AuthError(f"Invalid token: {type(exc).__name__}") from None
+        if type(exc).__name__ == "InvalidSubjectError":  # PyJWT checks `sub` itself (2.10+)
+            raise AuthError("invalid token: the sub claim must be a non-empty string without surrounding "
+                            "whitespace") from None
+        log.info("token refused: %s: %s", type(exc).__name__, exc)  # the detail goes to the log
+        raise AuthError("invalid token: a registered claim (iat, iss, aud, jti, ...) is malformed") from None
     if not isinstance(claims, dict):  # pragma: no cover - PyJWT always returns a dict
         raise AuthError("Malformed token: the payload is not a JSON object")
-    return Caller(user_id=_user_of(claims), roles=_roles_of(claims.get("roles")), authenticated=True)
+    user = _user_of(claims)
+    if user is None and settings.jwt_require_subject:
+        raise AuthError("invalid token: it names no user (neither user_id nor sub), and this service "
+                        "requires one (SERVICE_JWT_REQUIRE_SUBJECT)")
+    return Caller(user_id=user, roles=_roles_of(claims), authenticated=True)
 
 
 def _user_of(claims: Mapping[str, Any]) -> str | None:
-    """`user_id`, else `sub`; empty or non-scalar values count as absent."""
+    """`user_id`, else `sub`; None only when both are absent. A present claim that is not a
+    usable name is an AuthError: read as "no user", it would skip every permission check."""
     for name in ("user_id", "sub"):
-        value = claims.get(name)
-        if isinstance(value, bool) or not isinstance(value, (str, int)):
+        if name not in claims:
             continue
-        text = str(value).strip()
-        if text:
-            return text
+        value = claims[name]
+        if not isinstance(value, str) or not value or value != value.strip():
+            raise AuthError(f"invalid token: the {name} claim must be a non-empty string without "
+                            "surrounding whitespace")
+        if len(value) > 255 or "\x00" in value:
+            raise AuthError(f"invalid token: the {name} claim must be at most 255 characters, without NUL")
+    for name in ("user_id", "sub"):
+        if name in claims:
+            return claims[name]
     return None
 
 
-def _roles_of(raw: Any) -> frozenset[str]:
-    """`roles` as a set of names: a list of strings, or one string; anything else means none."""
-    if isinstance(raw, str):
-        raw = [raw]
-    if not isinstance(raw, (list, tuple)):
+def _roles_of(claims: Mapping[str, Any]) -> frozenset[str]:
+    """`roles` as a set of names, matched exactly; absent means none, anything but an array of
+    strings is an AuthError."""
+    if "roles" not in claims:
         return frozenset()
-    return frozenset(r.strip() for r in raw if isinstance(r, str) and r.strip())
+    raw = claims["roles"]
+    if not isinstance(raw, list) or not all(isinstance(r, str) for r in raw):
+        raise AuthError("invalid token: the roles claim must be an array of strings")
+    return frozenset(raw)
 
 
 def mint_token(settings: "Settings", user_id: str, roles: Sequence[str] | Iterable[str] | None = None,

@@ -1,4 +1,4 @@
-"""`taskgrove serve | run FILE | token USER`."""
+"""`taskgrove serve | run FILE | token USER | mcp`."""
 
 from __future__ import annotations
 
@@ -6,11 +6,13 @@ import argparse
 import asyncio
 import gc
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
 
-from agent.settings import Settings, SettingsError
+from taskgrove.agent.settings import Settings, SettingsError
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -26,7 +28,17 @@ def main(argv: list[str] | None = None) -> None:
     token.add_argument("user_id")
     token.add_argument("--role", action="append", dest="roles", default=[], help="repeatable, e.g. --role admin")
     token.add_argument("--expires-in", type=float, default=3600.0, help="seconds; 0 for no expiry")
+    mcp = sub.add_parser("mcp", help="an MCP server on stdio forwarding to a running service (desktop MCP clients)")
+    mcp.add_argument("--url", default=os.environ.get("TASKGROVE_URL", "http://127.0.0.1:8000"),
+                     help="the running service (default http://127.0.0.1:8000, or TASKGROVE_URL)")
+    mcp.add_argument("--token", default=os.environ.get("TASKGROVE_TOKEN"),
+                     help="Bearer token when the service has JWT on (or TASKGROVE_TOKEN)")
     args = parser.parse_args(argv)
+    if args.command == "mcp":  # a client of the service: its own SERVICE_* settings do not matter
+        from taskgrove.agent.mcp.stdio import serve_stdio
+
+        asyncio.run(serve_stdio(args.url, args.token))
+        return
 
     try:
         settings = Settings.from_env()
@@ -37,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
     elif args.command == "run":
         sys.exit(asyncio.run(_run(settings, args.file, args.timeout)))
     elif args.command == "token":
-        from agent.auth import mint_token
+        from taskgrove.agent.auth import mint_token
 
         try:
             print(mint_token(settings, args.user_id, args.roles, args.expires_in or None))
@@ -48,12 +60,23 @@ def main(argv: list[str] | None = None) -> None:
 def _serve(settings: Settings, host: str | None, port: int | None) -> None:
     import uvicorn
 
-    from agent.app import build_app
+    from taskgrove.agent.app import build_app
+    from taskgrove.agent.logs import configure as configure_logging
 
     settings = settings.with_(api_host=host or settings.api_host, api_port=port or settings.api_port)
+    configure_logging(settings.log_format, settings.log_level)
     app = build_app(settings)
     freeze_long_lived_objects()
-    uvicorn.run(app, host=settings.api_host, port=settings.api_port, log_level="info")
+    # uvicorn re-raises the signal that stopped it once shutdown is complete, to the handler in
+    # place before it started: make that one a no-op, so a drained SIGTERM exits with status 0.
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: None)
+    # Open connections (an SSE stream, a waiting tasks.create) get the same grace as running tasks.
+    # WebSocket messages over the request limit are closed by uvicorn with 1009 (message too big).
+    uvicorn.run(app, host=settings.api_host, port=settings.api_port, log_config=None,
+                log_level=settings.log_level.lower(),
+                timeout_graceful_shutdown=int(settings.shutdown_grace_seconds) or None,
+                ws_max_size=settings.max_request_bytes)
 
 
 def freeze_long_lived_objects() -> None:
@@ -71,9 +94,9 @@ async def _run(settings: Settings, path: Path, timeout: float | None) -> int:
     from rich.live import Live
     from rich.table import Table
 
-    from agent.app import Services
-    from agent.errors import RpcError
-    from agent.rpc.jsonrpc import CallContext
+    from taskgrove.agent.container import Services
+    from taskgrove.agent.errors import RpcError
+    from taskgrove.agent.rpc.jsonrpc import CallContext
 
     try:
         payload: Any = json.loads(path.read_text())

@@ -26,15 +26,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agent.errors import INVALID_PARAMS, RpcError, invalid_params, permission_denied
-from agent.rpc import params as p
-from agent.rpc.jsonrpc import CallContext
-from agent.service import TaskService
-from agent.settings import Settings
-from executors.base import Executor
-from executors.registry import ExecutorRegistry
-from llm.client import LLMClient, LLMError, LLMKeyMissingError, normalize_provider, redact
-from llm.generate import (
+from taskgrove.agent.errors import INVALID_PARAMS, RpcError, invalid_params, permission_denied
+from taskgrove.agent.rpc import params as p
+from taskgrove.agent.rpc.jsonrpc import CallContext
+from taskgrove.agent.service import TaskService
+from taskgrove.agent.settings import Settings
+from taskgrove.executors.base import Executor
+from taskgrove.executors.registry import ExecutorRegistry
+from taskgrove.llm.client import LLMClient, LLMError, LLMKeyMissingError, normalize_provider, redact
+from taskgrove.llm.generate import (
     GenerationError,
     GenerationInputError,
     GenerationValidationError,

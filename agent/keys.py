@@ -12,11 +12,11 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from agent.errors import SERVER_ERROR, RpcError, invalid_params, permission_denied
-from agent.rpc import params as p
-from agent.rpc.jsonrpc import CallContext, Handler
-from llm.client import PROVIDERS, LLMError, normalize_provider, parse_key_header
-from storage.keys import KeyStore, KeyStoreError
+from taskgrove.agent.errors import SERVER_ERROR, RpcError, invalid_params, permission_denied
+from taskgrove.agent.rpc import params as p
+from taskgrove.agent.rpc.jsonrpc import CallContext, Handler
+from taskgrove.llm.client import PROVIDERS, LLMError, normalize_provider, parse_key_header
+from taskgrove.storage.keys import KeyStore, KeyStoreError
 
 log = logging.getLogger(__name__)
 

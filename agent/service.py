@@ -7,29 +7,31 @@ permissions, messages) live only in this module and in storage.trees.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 
-from agent.auth import Caller
-from agent.engine.bus import EventBus
-from agent.engine.engine import AlreadyRunning, Engine, NotExecutable
-from agent.engine.stream import sse_events
-from agent.engine.webhooks import WebhookConfig, deliver_webhooks
-from agent.errors import INVALID_PARAMS, RpcError, invalid_params, permission_denied, task_not_found
-from agent.rpc import params as p
-from agent.rpc.jsonrpc import CallContext, StreamReply
-from agent.settings import Settings
-from executors.registry import ExecutorRegistry
-from storage import trees
-from storage.models import TASK_STATUSES
-from storage.repository import TaskRepository
-from storage.trees import TreeError, now_iso, public
+from taskgrove.agent.auth import Caller
+from taskgrove.agent.engine.bus import EventBus
+from taskgrove.agent.engine.engine import AlreadyRunning, Engine, NotExecutable
+from taskgrove.agent.engine.retry import PolicyError, RetryPolicy, stored_policy
+from taskgrove.agent.engine.stream import sse_events
+from taskgrove.agent.engine.webhooks import WebhookConfig, deliver_webhooks
+from taskgrove.agent.errors import INVALID_PARAMS, RpcError, invalid_params, permission_denied, task_not_found
+from taskgrove.agent.rpc import params as p
+from taskgrove.agent.rpc.jsonrpc import CallContext, StreamReply
+from taskgrove.agent.settings import Settings
+from taskgrove.executors.registry import ExecutorRegistry
+from taskgrove.storage import jsonvalues, trees
+from taskgrove.storage.models import TASK_STATUSES
+from taskgrove.storage.repository import TaskRepository
+from taskgrove.storage.trees import TreeError, now_iso, public
 
 UPDATABLE = {
     "status", "inputs", "name", "priority", "params", "schemas", "dependencies", "result", "error",
-    "progress", "started_at", "completed_at", "description",
+    "progress", "started_at", "completed_at", "description", "retry", "timeout_seconds",
 }
 CLONE_MODES = ("copy", "link", "archive", "mixed")
 
@@ -70,9 +72,16 @@ class TaskService:
     def prepare(self, params: Any, caller: Caller) -> list[dict[str, Any]]:
         """Validated rows for a new tree (no I/O), permission rules applied."""
         try:
-            rows = trees.prepare_new_tree(trees.tasks_from_params(params), default_user=caller.user_id)
+            raw = trees.tasks_from_params(params, self.settings.max_tree_tasks)
+            rows = trees.prepare_new_tree(raw, default_user=caller.user_id)
         except TreeError as exc:
             raise invalid_params(str(exc)) from None
+        defaults = self.engine.default_retry
+        for index, row in enumerate(rows):
+            try:
+                row["retry"] = RetryPolicy.parse(row.get("retry"), defaults).as_dict()
+            except PolicyError as exc:
+                raise invalid_params(f"{trees.label(row, index)}: {exc}") from None
         owner = rows[0]["user_id"]
         if caller.authenticated and caller.user_id is not None and not caller.is_admin and owner != caller.user_id:
             raise permission_denied(f"You may not create tasks for user '{owner}'")
@@ -86,16 +95,21 @@ class TaskService:
         return rows
 
     async def create_tree(self, params: Any, caller: Caller) -> list[dict[str, Any]]:
+        """Store a new tree without executing it."""
         rows = self.prepare(params, caller)
         try:
             await self.repo.insert(rows)
-        except IntegrityError:  # rolled back whole; find which id was taken, for the message
-            taken = await self.repo.get_many(row["id"] for row in rows)
-            for index, row in enumerate(rows):
-                if row["id"] in taken:
-                    raise invalid_params(f"{trees.label(row, index)}: id '{row['id']}' already exists") from None
-            raise invalid_params("One of the task ids already exists; nothing was created") from None
+        except IntegrityError:  # rolled back whole
+            await self._taken(rows)
         return rows
+
+    async def _taken(self, rows: list[dict[str, Any]]) -> None:
+        """Raise the error naming which id of `rows` is already stored."""
+        taken = await self.repo.get_many(row["id"] for row in rows)
+        for index, row in enumerate(rows):
+            if row["id"] in taken:
+                raise invalid_params(f"{trees.label(row, index)}: id '{row['id']}' already exists") from None
+        raise invalid_params("One of the task ids already exists; nothing was created") from None
 
     async def create_tree_for(self, tasks: Any, user_id: str | None) -> list[dict[str, Any]]:
         """create_tree on behalf of `user_id`, for executors (which know the owner of the task
@@ -116,16 +130,39 @@ class TaskService:
         return rows
 
     async def create(self, params: Any, ctx: CallContext) -> dict[str, Any]:
-        """tasks.create: store the tree, execute it, answer the tree once it finished (or timed out)."""
-        rows = await self.create_tree(params, ctx.caller)
+        """tasks.create: store the tree and its execution in one transaction, execute it, answer
+        the tree once it finished (or the wait timed out)."""
+        rows = self.prepare(params, ctx.caller)
         root_id = rows[0]["id"]
+        if rows[0]["origin_type"] == "archive":  # e.g. an archive made from a clone preview: stored, not run
+            await self.create_tree(params, ctx.caller)
+            return trees.nest(await self.repo.tree(root_id), root_id)
         try:
-            run = await self.engine.execute(root_id, _call(ctx), fresh_rows=rows)
-        except NotExecutable:  # e.g. an archive made from a clone preview: stored, not run
-            pass
-        else:
+            run = await self.engine.create_and_execute(rows, _call(ctx))
+        except IntegrityError:
+            run = await self._resent(rows, ctx)
+        if run is not None:
             await self.engine.wait(run, self.settings.create_wait_timeout)
         return trees.nest(await self.repo.tree(root_id), root_id)
+
+    async def _resent(self, rows: list[dict[str, Any]], ctx: CallContext) -> Any:
+        """The same tree sent again (a client whose first create was cut off): answer as the first
+        call would now, following its execution, instead of refusing the ids. Any difference in
+        what was sent is still an error naming the id that is taken."""
+        stored = {row["id"]: row for row in await self.repo.tree(rows[0]["id"])}
+        if set(stored) != {row["id"] for row in rows} or any(
+                _content(row) != _content(stored[row["id"]]) for row in rows):
+            await self._taken(rows)
+        if not ctx.caller.can_access(rows[0]["user_id"]):
+            raise permission_denied(f"You may not access task '{rows[0]['id']}'")
+        run = await self.engine.following(rows[0]["id"])
+        if run is None and all(row["status"] == "pending" and row["execution_id"] is None
+                               for row in stored.values()):
+            try:  # stored but never executed (tasks.create_tree, a clone): run it as create would have
+                run = await self.engine.execute(rows[0]["id"], _call(ctx))
+            except AlreadyRunning:
+                run = await self.engine.following(rows[0]["id"])
+        return run
 
     async def get(self, params: Any, ctx: CallContext) -> dict[str, Any] | None:
         task_id = p.string(_obj(params), "task_id", aliases=("id",), required=True)
@@ -182,13 +219,15 @@ class TaskService:
             if problems:
                 raise RpcError(INVALID_PARAMS, "Invalid params", "Update failed:\n" + "\n".join(problems))
             values["updated_at"] = now_iso()
+            if "status" in values:  # set by hand: no execution runs it or waits for its retry any more
+                values.update(execution_id=None, next_attempt_at=None, lease_owner=None, lease_expires_at=None)
             await self.repo.update(task_id, values, conn=conn)
             updated = await self.repo.get(task_id, conn)
         assert updated is not None
         if "status" in values:
             self.engine.status_changed(updated)
-        if "dependencies" in values:
-            self.engine.dependencies_changed(updated)
+        else:  # inputs, policy, dependencies...: the next attempt must see them
+            self.engine.task_changed(updated)
         return public(updated)
 
     async def _update_values(self, row: dict[str, Any], params: Mapping[str, Any], conn: Any) -> tuple[list[str], dict[str, Any]]:
@@ -207,8 +246,15 @@ class TaskService:
                 problems.append(f"Cannot update '{key}': unknown field")
             elif (problem := _field_problem(key, value)) is not None:
                 problems.append(f"Cannot update '{key}': {problem}")
+            elif key == "retry":  # fields left out keep the task's current policy; null: the defaults
+                current = stored_policy(row, self.engine.default_retry)
+                try:
+                    values[key] = RetryPolicy.parse(value, current).as_dict() if value is not None \
+                        else self.engine.default_retry.as_dict()
+                except PolicyError as exc:
+                    problems.append(f"Cannot update 'retry': {exc}")
             elif key != "dependencies":
-                values[key] = float(value) if key == "progress" else value
+                values[key] = float(value) if key in ("progress", "timeout_seconds") and value is not None else value
         if "dependencies" in params:
             deps_problems, deps = await self._dependency_problems(row, params["dependencies"], conn)
             problems.extend(deps_problems)
@@ -291,6 +337,7 @@ class TaskService:
                 raise permission_denied(f"You may not copy task '{task_id}'")
             rows = await self.repo.tree(row["task_tree_id"], conn)
             selected, root = trees.connect(rows, trees.copy_selection(rows, task_id, with_children))
+            self._check_tree_size(selected)
             copies = trees.plan_copies(
                 rows, selected, root, origin_for=dict.fromkeys(selected, "clone"), reset=trees.RESETTABLE
             )
@@ -329,6 +376,7 @@ class TaskService:
                 for child in trees.children_index(rows).get(task_id, ()):
                     selected |= trees.transitive([child["id"]], deps)
             selected, root = trees.connect(rows, selected)
+            self._check_tree_size(selected)
             origin_for = self._clone_origins(mode, rows, selected, link_ids)
             copies = trees.plan_copies(rows, selected, root, origin_for=origin_for, reset=None)
             for copy in copies:
@@ -341,6 +389,11 @@ class TaskService:
             await self.repo.insert(copies, conn)
             await self.repo.update_many(sorted(selected), {"has_references": True}, conn=conn)
         return trees.nest(copies, copies[0]["id"])
+
+    def _check_tree_size(self, selected: set[str]) -> None:
+        """SERVICE_MAX_TREE_TASKS bounds what one copy or clone writes, as it bounds a create."""
+        if len(selected) > self.settings.max_tree_tasks:
+            raise invalid_params(str(trees.too_many_tasks(self.settings.max_tree_tasks, len(selected))))
 
     @staticmethod
     def _clone_origins(mode: str, rows: list[dict[str, Any]], selected: set[str], link_ids: list[str]) -> dict[str, str]:
@@ -389,7 +442,7 @@ class TaskService:
         subs = [self.bus.subscribe(lambda e: e["root_task_id"] == tree_id, maxsize=10_000)
                 for wanted in (streaming, webhook is not None) if wanted]
         try:
-            await self.engine.execute(task_id, _call(ctx))
+            await self.engine.execute(task_id, _call(ctx), webhook=dataclasses.asdict(webhook) if webhook else None)
         except BaseException as exc:
             for sub in subs:
                 sub.close()
@@ -486,6 +539,8 @@ def _obj(params: Any) -> dict[str, Any]:
 
 
 def _field_problem(key: str, value: Any) -> str | None:
+    if (bad := jsonvalues.problem(value, key, jsonvalues.STORED_MAX_DEPTH)) is not None:
+        return bad  # the one gate for values: NaN, 1e400, lone surrogates never reach the row
     if key == "status":
         return trees.check_status(value)
     if key == "priority":
@@ -496,11 +551,22 @@ def _field_problem(key: str, value: Any) -> str | None:
         return f"name must be a non-empty string of at most {trees.MAX_NAME} characters"
     if key in ("inputs", "params", "schemas") and not isinstance(value, Mapping):
         return f"{key} must be an object"
+    if key == "timeout_seconds":
+        return trees.check_timeout(value)
     if key in ("error", "started_at", "completed_at", "description") and value is not None and not isinstance(value, str):
         return f"{key} must be a string or null"
     if key in ("name", "error", "started_at", "completed_at", "description") and isinstance(value, str):
         return trees.check_value(key, value)  # NUL characters, column widths
     return None
+
+
+# What a tree's sender decides; a resend must match these to count as the same request.
+_CONTENT = ("name", "description", "user_id", "parent_id", "priority", "dependencies", "inputs", "params",
+            "schemas", "product_id", "retry", "timeout_seconds", "extra")
+
+
+def _content(row: Mapping[str, Any]) -> tuple[Any, ...]:
+    return tuple(row.get(key) for key in _CONTENT)
 
 
 def _preview(row: Mapping[str, Any]) -> dict[str, Any]:

@@ -60,6 +60,35 @@ def _float(env: Mapping[str, str], name: str, default: float, low: float, high: 
     return value
 
 
+def _optional_float(env: Mapping[str, str], name: str, low: float, high: float) -> float | None:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return None
+    return _float(env, name, 0.0, low, high)
+
+
+def _choice(env: Mapping[str, str], name: str, default: str, choices: tuple[str, ...]) -> str:
+    value = (env.get(name) or "").strip().lower() or default
+    if value not in choices:
+        raise SettingsError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
+def _caps(env: Mapping[str, str], name: str) -> dict[str, int]:
+    """`llm_executor=4,rest_executor=16` -> {"llm_executor": 4, "rest_executor": 16}."""
+    caps: dict[str, int] = {}
+    for item in _list(env, name) or ():
+        executor, sep, number = item.partition("=")
+        try:
+            cap = int(number)
+        except ValueError:
+            cap = 0
+        if not sep or not executor.strip() or cap < 1:
+            raise SettingsError(f"{name} must look like 'llm_executor=4,rest_executor=16', got {item!r}")
+        caps[executor.strip()] = cap
+    return caps
+
+
 def _list(env: Mapping[str, str], name: str) -> tuple[str, ...] | None:
     raw = env.get(name)
     if raw is None or raw.strip() == "":
@@ -119,6 +148,8 @@ class Settings:
     api_protocol: str = "a2a"
     enable_docs: bool = True
     enable_system_routes: bool = True
+    # The MCP surface at /mcp (streamable HTTP, agent/mcp/).
+    enable_mcp: bool = True
     api_host: str = "0.0.0.0"
     api_port: int = 8000
     jwt_secret: str | None = None
@@ -150,6 +181,53 @@ class Settings:
     database_allow_input_url: bool = False
     # Server secret from which the key that encrypts stored LLM keys is derived.
     secret_key: str | None = None
+    # --- durable execution (README, "Failures, retries and restarts") ---
+    # Retry policy of tasks that do not give their own `retry` (engine/retry.py).
+    default_max_attempts: int = 1
+    default_backoff: str = "exponential"
+    default_retry_base_seconds: float = 1.0
+    default_retry_max_seconds: float = 300.0
+    default_retry_jitter: bool = True
+    # Seconds one attempt may run when the task gives no timeout_seconds; None: no limit.
+    default_timeout_seconds: float | None = None
+    # How long a claim or an execution stays an instance's without renewal (renewed every third).
+    lease_seconds: float = 30.0
+    # An outcome (result) larger or deeper than this fails its task alone instead of being stored.
+    max_result_bytes: int = 16 * 1024 * 1024
+    max_result_depth: int = 100
+    # Largest checkpoint one executor may store for its task.
+    max_checkpoint_bytes: int = 1024 * 1024
+    # /metrics (Prometheus text); it follows JWT when JWT is on unless metrics_public.
+    enable_metrics: bool = True
+    metrics_public: bool = False
+    # `taskgrove serve` logging: "text" or "json" (one object per line), and the level.
+    log_format: str = "text"
+    log_level: str = "INFO"
+    # On SIGTERM: seconds running tasks may take to finish before the rest are handed back.
+    shutdown_grace_seconds: float = 30.0
+    # How long the first answer to a request with an Idempotency-Key header is kept for resends.
+    idempotency_seconds: float = 86_400.0
+    # Per-executor caps on concurrent executions in this instance, e.g. {"llm_executor": 4}.
+    executor_concurrency: Mapping[str, int] = field(default_factory=dict, hash=False)
+    # --- input limits (README "Input rules and limits"; issue 11 item 7, issue 18) ---
+    # Largest request body on any HTTP surface (HTTP 413 beyond), and the per-message limit of
+    # GraphQL WebSocket messages (closed with 1009 beyond).
+    max_request_bytes: int = 16 * 1024 * 1024
+    # Deepest JSON nesting accepted in a request (see storage.jsonvalues.DEFAULT_MAX_DEPTH for why 100).
+    max_json_depth: int = 100
+    # Most tasks one tasks.create, tasks.copy or tasks.clone may write.
+    max_tree_tasks: int = 10_000
+    # Most calls in one JSON-RPC batch.
+    max_batch: int = 100
+    # Largest /ws client message (an error message beyond; the connection stays open).
+    max_ws_message_bytes: int = 64 * 1024
+    # Refuse tokens that name no user (neither user_id nor sub); recommended in production.
+    jwt_require_subject: bool = False
+    # GraphQL cost limits: selection depth, aliases and tokens per document, list items per request.
+    graphql_max_depth: int = 10
+    graphql_max_aliases: int = 30
+    graphql_max_tokens: int = 5000
+    graphql_max_list_items: int = 5000
     # Every variable as read, for vendor-specific LLM variables (<VENDOR>_API_KEY, <VENDOR>_MODEL).
     environ: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
@@ -164,6 +242,7 @@ class Settings:
             api_protocol=protocol,
             enable_docs=_bool(env, "SERVICE_ENABLE_DOCS", True),
             enable_system_routes=_bool(env, "SERVICE_ENABLE_SYSTEM_ROUTES", True),
+            enable_mcp=_bool(env, "SERVICE_ENABLE_MCP", True),
             api_host=env.get("SERVICE_API_HOST", "0.0.0.0").strip() or "0.0.0.0",
             api_port=_int(env, "SERVICE_API_PORT", 8000, 1, 65535),
             jwt_secret=_optional(env, "SERVICE_JWT_SECRET"),
@@ -181,6 +260,34 @@ class Settings:
             database_connections=_db_connections(env, "SERVICE_DB_CONNECTIONS"),
             database_allow_input_url=_bool(env, "SERVICE_DB_ALLOW_INPUT_URL", False),
             secret_key=_optional(env, "SERVICE_SECRET_KEY"),
+            default_max_attempts=_int(env, "SERVICE_DEFAULT_MAX_ATTEMPTS", 1, 1, 100),
+            default_backoff=_choice(env, "SERVICE_DEFAULT_BACKOFF", "exponential", ("fixed", "exponential", "linear")),
+            default_retry_base_seconds=_float(env, "SERVICE_DEFAULT_RETRY_BASE_SECONDS", 1.0, 0.0, 604_800.0),
+            default_retry_max_seconds=_float(env, "SERVICE_DEFAULT_RETRY_MAX_SECONDS", 300.0, 0.0, 604_800.0),
+            default_retry_jitter=_bool(env, "SERVICE_DEFAULT_RETRY_JITTER", True),
+            default_timeout_seconds=_optional_float(env, "SERVICE_DEFAULT_TIMEOUT_SECONDS", 0.001, 604_800.0),
+            lease_seconds=_float(env, "SERVICE_LEASE_SECONDS", 30.0, 1.0, 3600.0),
+            max_result_bytes=_int(env, "SERVICE_MAX_RESULT_BYTES", 16 * 1024 * 1024, 1024, 2**31 - 1),
+            max_result_depth=_int(env, "SERVICE_MAX_RESULT_DEPTH", 100, 2, 10_000),
+            max_checkpoint_bytes=_int(env, "SERVICE_MAX_CHECKPOINT_BYTES", 1024 * 1024, 64, 2**31 - 1),
+            executor_concurrency=_caps(env, "SERVICE_EXECUTOR_CONCURRENCY"),
+            enable_metrics=_bool(env, "SERVICE_ENABLE_METRICS", True),
+            metrics_public=_bool(env, "SERVICE_METRICS_PUBLIC", False),
+            log_format=_choice(env, "SERVICE_LOG_FORMAT", "text", ("text", "json")),
+            log_level=_choice(env, "SERVICE_LOG_LEVEL", "info", ("debug", "info", "warning", "error", "critical")).upper(),
+            shutdown_grace_seconds=_float(env, "SERVICE_SHUTDOWN_GRACE_SECONDS", 30.0, 0.0, 3600.0),
+            idempotency_seconds=_float(env, "SERVICE_IDEMPOTENCY_SECONDS", 86_400.0, 1.0, 30 * 86_400.0),
+            # input limits
+            max_request_bytes=_int(env, "SERVICE_MAX_REQUEST_BYTES", 16 * 1024 * 1024, 1024, 2**31 - 1),
+            max_json_depth=_int(env, "SERVICE_MAX_JSON_DEPTH", 100, 4, 500),
+            max_tree_tasks=_int(env, "SERVICE_MAX_TREE_TASKS", 10_000, 1, 1_000_000),
+            max_batch=_int(env, "SERVICE_MAX_BATCH", 100, 1, 100_000),
+            max_ws_message_bytes=_int(env, "SERVICE_MAX_WS_MESSAGE_BYTES", 64 * 1024, 256, 2**31 - 1),
+            jwt_require_subject=_bool(env, "SERVICE_JWT_REQUIRE_SUBJECT", False),
+            graphql_max_depth=_int(env, "SERVICE_GRAPHQL_MAX_DEPTH", 10, 1, 100),
+            graphql_max_aliases=_int(env, "SERVICE_GRAPHQL_MAX_ALIASES", 30, 0, 10_000),
+            graphql_max_tokens=_int(env, "SERVICE_GRAPHQL_MAX_TOKENS", 5000, 100, 1_000_000),
+            graphql_max_list_items=_int(env, "SERVICE_GRAPHQL_MAX_LIST_ITEMS", 5000, 1, 10_000_000),
             environ=env,
         )
         if db_raw is not None and db_raw.strip():
@@ -195,6 +302,13 @@ class Settings:
         if "database_url" in changes:
             changes["database_url"] = normalize_database_url(changes["database_url"])
         return replace(self, **changes)
+
+    @property
+    def default_retry(self) -> dict[str, Any]:
+        """The retry policy of a task that gives none (engine/retry.py)."""
+        return {"max_attempts": self.default_max_attempts, "backoff": self.default_backoff,
+                "base_seconds": self.default_retry_base_seconds, "max_seconds": self.default_retry_max_seconds,
+                "jitter": self.default_retry_jitter}
 
     @property
     def jwt_enabled(self) -> bool:

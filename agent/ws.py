@@ -21,7 +21,6 @@ starts matching, so a client never sees an event older than the snapshot after i
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -30,14 +29,15 @@ from starlette.responses import JSONResponse
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from agent.auth import AuthError, authenticate
-from agent.engine import bus as ev
-from agent.errors import PERMISSION_DENIED, RpcError, task_not_found
-from agent.rpc.jsonrpc import CallContext
-from storage.trees import now_iso
+from taskgrove.agent.auth import AuthError, authenticate
+from taskgrove.agent.engine import bus as ev
+from taskgrove.agent.errors import INTERNAL_ERROR, PERMISSION_DENIED, RpcError, task_not_found
+from taskgrove.agent.rpc.jsonrpc import CallContext
+from taskgrove.storage import jsonvalues
+from taskgrove.storage.trees import now_iso
 
 if TYPE_CHECKING:  # pragma: no cover
-    from agent.app import Services
+    from taskgrove.agent.container import Services
 
 log = logging.getLogger(__name__)
 
@@ -127,24 +127,37 @@ def error_message(message: str, task_id: Any = None, code: int | None = None) ->
     return answer
 
 
-def parse_message(raw: str | bytes | None) -> tuple[str, str | None]:
-    """(action, task_id) of one client message; ValueError with a message for the client."""
+def parse_message(raw: str | bytes | None, max_bytes: int = 64 * 1024,
+                  max_depth: int = jsonvalues.DEFAULT_MAX_DEPTH) -> tuple[str, str | None]:
+    """(action, task_id) of one client message; ValueError with a message for the client.
+
+    Parsed by storage.jsonvalues like every request body: size and depth bounded, NaN refused,
+    a task id that is not valid Unicode refused before it reaches the database."""
     if raw is None:
         raise ValueError("Empty message: send a JSON object with an 'action'")
+    size = len(raw.encode("utf-8", "surrogatepass")) if isinstance(raw, str) else len(raw)
+    if size > max_bytes:
+        raise ValueError(f"Message larger than {max_bytes} bytes (the limit is SERVICE_MAX_WS_MESSAGE_BYTES)")
     try:
-        payload = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise ValueError("Message is not valid JSON: send a JSON object with an 'action'") from None
+        payload = jsonvalues.loads(raw, max_depth, what="message").value
+    except jsonvalues.JsonTextError as exc:
+        raise ValueError(f"{exc}; send a JSON object with an 'action'") from None
     if not isinstance(payload, dict):
         raise ValueError("Message must be a JSON object with an 'action'")
     action = payload.get("action")
-    if action not in ACTIONS:
-        raise ValueError(f"Unknown action {action!r}: expected one of {', '.join(ACTIONS)}")
+    if not isinstance(action, str) or action not in ACTIONS:
+        shown = repr(action)[:80] if isinstance(action, (str, int, float, bool)) or action is None \
+            else f"of type {type(action).__name__}"
+        raise ValueError(f"Unknown action {shown}: expected one of {', '.join(ACTIONS)}")
     task_id = payload.get("task_id")
+    if isinstance(task_id, str) and not jsonvalues.is_valid_text(task_id):
+        raise ValueError("task_id is not valid Unicode text (it holds a lone surrogate such as \\ud800)")
     if action == "ping":
-        return action, task_id if isinstance(task_id, str) else None
+        return action, task_id if isinstance(task_id, str) and len(task_id) <= 255 else None
     if not isinstance(task_id, str) or not task_id.strip():
         raise ValueError(f"'{action}' needs a 'task_id' (a non-empty string)")
+    if len(task_id) > 255:
+        raise ValueError("task_id is longer than 255 characters")
     return action, task_id
 
 
@@ -166,7 +179,8 @@ class Session:
         )
 
     async def send(self, message: Mapping[str, Any]) -> None:
-        await self.websocket.send_text(json.dumps(message, default=str))
+        # jsonvalues.dumps: never the token `Infinity` (not JSON) from a stored or reported value.
+        await self.websocket.send_text(jsonvalues.dumps(message))
 
     async def run(self) -> None:
         pump = asyncio.create_task(self._pump(), name="ws-pump")
@@ -202,13 +216,22 @@ class Session:
             if frame["type"] == "websocket.disconnect":
                 return
             raw = frame.get("text") if frame.get("text") is not None else frame.get("bytes")
+            settings = self.services.settings
             try:
-                action, task_id = parse_message(raw)
+                action, task_id = parse_message(raw, settings.max_ws_message_bytes, settings.max_json_depth)
             except ValueError as exc:
                 async with self.lock:
                     await self.send(error_message(str(exc)))
                 continue
-            await self.handle(action, task_id)
+            try:
+                await self.handle(action, task_id)
+            except (WebSocketDisconnect, OSError):
+                raise
+            except Exception:  # one bad message never ends the connection or its other subscriptions
+                log.exception("WebSocket message %s failed", action)
+                async with self.lock:
+                    await self.send(error_message("The server could not handle this message; see the service log",
+                                                  task_id, INTERNAL_ERROR))
 
     async def handle(self, action: str, task_id: str | None) -> None:
         if action == "ping":

@@ -13,21 +13,17 @@ import argparse
 import asyncio
 import contextlib
 import statistics
-import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from agent.app import build_app  # noqa: E402
-from agent.cli import freeze_long_lived_objects  # noqa: E402
-from agent.settings import Settings  # noqa: E402
+from taskgrove.agent.app import build_app
+from taskgrove.agent.cli import freeze_long_lived_objects
+from taskgrove.agent.settings import Settings
 
 NOOP = {"method": "noop_executor"}
 

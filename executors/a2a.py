@@ -59,8 +59,8 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.errors import A2AError
 from google.protobuf.json_format import MessageToDict
 
-from executors.base import ExecutionContext, Executor, ExecutorError
-from executors.netguard import UnsafeURLError, ensure_public_url, redact_url, request_guard
+from taskgrove.executors.base import ExecutionContext, Executor, ExecutorError
+from taskgrove.executors.netguard import UnsafeURLError, ensure_public_url, redact_url, request_guard
 
 log = logging.getLogger(__name__)
 
@@ -214,6 +214,7 @@ class A2AAgentExecutor(Executor):
         self._cancelled = False
         self._closed = False
         self._last_progress: float | None = None
+        self._remembered = False  # the remote task id is in this task's checkpoint
 
     # --- execute --------------------------------------------------------------------------
 
@@ -273,6 +274,10 @@ class A2AAgentExecutor(Executor):
                 self._client = ClientFactory(config).create(self._card)
                 if self._cancelled:
                     raise ExecutorError("cancelled before the message was sent")
+                if await self._reattach(context):  # an earlier attempt had sent it: follow that task
+                    if blocking and not self._finished():
+                        await self._poll(context, poll_interval)
+                    return self._check_outcome()
                 if not blocking:
                     await self._send(request, context)
                     return self._check_outcome()
@@ -320,6 +325,30 @@ class A2AAgentExecutor(Executor):
             message.metadata.update(metadata)
         return message
 
+    async def _reattach(self, context: ExecutionContext) -> bool:
+        """A later attempt (after a crash, a timeout, a lost lease) finds the remote task id the
+        earlier one stored and follows that task instead of sending the work a second time. A
+        remote task that was cancelled (our own shutdown cancels what it cuts off) is sent anew."""
+        remote_id = (context.last_checkpoint or {}).get("remote_task_id")
+        if not isinstance(remote_id, str) or not remote_id:
+            return False
+        assert self._client is not None
+        try:
+            task = await self._client.get_task(GetTaskRequest(id=remote_id))
+        except A2AError:
+            return False  # the agent no longer knows it: send again
+        if task.status.state == TaskState.TASK_STATE_CANCELED:
+            return False
+        self._remembered = True
+        await self._absorb(StreamResponse(task=task), context)
+        return True
+
+    async def _remember(self, context: ExecutionContext) -> None:
+        """Store the remote task id as soon as it is known, for a later attempt to re-attach."""
+        if not self._remembered and self._task is not None and self._task.id:
+            self._remembered = True
+            await context.checkpoint({"remote_task_id": self._task.id})
+
     async def _send(self, request: SendMessageRequest, context: ExecutionContext) -> None:
         """One non-streaming send (return immediately): the task as first reported, or a reply."""
         assert self._client is not None
@@ -364,6 +393,7 @@ class A2AAgentExecutor(Executor):
         elif kind == "status_update":
             update = event.status_update
             self._ensure_task(update.task_id, update.context_id)
+            await self._remember(context)
             assert self._task is not None
             self._task.status.CopyFrom(update.status)
             status = update.status
@@ -376,6 +406,7 @@ class A2AAgentExecutor(Executor):
             return
         if self._task is not None and self._task.id:
             self._known.set()
+            await self._remember(context)
         if status is not None and status.HasField("message") and not self._cancelled:
             await self._relay(status, context)
 

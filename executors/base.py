@@ -9,16 +9,38 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
-if TYPE_CHECKING:  # pragma: no cover
-    from agent.settings import Settings
+from taskgrove.llm.client import LLMSettings
 
 ProgressCallback = Callable[[float, "str | None"], Awaitable[None]]
 
 
+class ExecutorSettings(LLMSettings, Protocol):
+    """What built-in executors read from the service's settings (taskgrove.agent.settings.Settings)."""
+
+    @property
+    def extensions(self) -> tuple[str, ...] | None: ...
+    @property
+    def command_allowlist(self) -> tuple[str, ...]: ...
+    @property
+    def allow_private_urls(self) -> bool: ...
+    @property
+    def database_connections(self) -> Mapping[str, Mapping[str, Any]]: ...
+    @property
+    def database_allow_input_url(self) -> bool: ...
+
+
 class ExecutorError(Exception):
-    """A failure the executor wants reported as the task's error, without a traceback."""
+    """A failure the executor wants reported as the task's error, without a traceback.
+
+    `retryable=False` marks a failure another attempt cannot fix (bad input, a refused
+    request): the task fails at once whatever its retry policy allows.
+    """
+
+    def __init__(self, message: str, *, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.retryable = retryable
 
 
 @dataclass
@@ -31,7 +53,7 @@ class ExecutionContext:
 
     task_id: str
     task: Mapping[str, Any]
-    settings: "Settings"
+    settings: ExecutorSettings
     dependency_results: dict[str, Any] = field(default_factory=dict)
     user_id: str | None = None
     # LLM key from the X-LLM-API-KEY header of the request that started the run, if any.
@@ -39,7 +61,24 @@ class ExecutionContext:
     llm_provider: str | None = None
     # Services an executor may need (e.g. "tasks" for generate_executor); set by the app.
     services: Mapping[str, Any] = field(default_factory=dict)
+    # This attempt's number (1 for the first) and how many the task's retry policy allows. With
+    # the task id they make an idempotency key for side effects: f"{task_id}:{attempt}".
+    attempt: int = 1
+    max_attempts: int = 1
+    # What the previous attempt stored with `checkpoint()`; None on a first attempt.
+    last_checkpoint: Any = None
     _progress: ProgressCallback | None = None
+    _checkpoint: Callable[[Any], Awaitable[None]] | None = None
+
+    @property
+    def idempotency_key(self) -> str:
+        return f"{self.task_id}:{self.attempt}"
+
+    async def checkpoint(self, data: Any) -> None:
+        """Store `data` (JSON, size-limited) for this task; the latest wins, and a later attempt
+        (after a failure, a timeout or a crash) finds it in `last_checkpoint` to resume from."""
+        if self._checkpoint is not None:
+            await self._checkpoint(data)
 
     async def report_progress(self, progress: float, message: str | None = None) -> None:
         """Publish progress (0..1) for this task; cheap, safe to call often."""

@@ -10,7 +10,7 @@ import asyncio
 import time
 from typing import Any
 
-from executors.base import ExecutionContext, Executor
+from taskgrove.executors.base import ExecutionContext, Executor
 
 
 class AggregateResultsExecutor(Executor):
@@ -60,6 +60,8 @@ class SleepExecutor(Executor):
 
     # Progress is published at most this many times per run, and at least every second.
     PROGRESS_STEPS = 10
+    # Seconds between two stored checkpoints (each is a database write).
+    CHECKPOINT_EVERY = 0.5
 
     def __init__(self, params: Any = None) -> None:
         super().__init__(params)
@@ -67,15 +69,22 @@ class SleepExecutor(Executor):
 
     async def execute(self, inputs: dict[str, Any], context: ExecutionContext) -> Any:
         seconds = float(inputs.get("seconds", 0.1))
-        self._started = time.monotonic()
+        # A later attempt (after a crash or a timeout) sleeps only what the last one had left.
+        slept_before = float((context.last_checkpoint or {}).get("slept", 0.0))
+        self._started = time.monotonic() - slept_before
         deadline = self._started + seconds
         step = min(1.0, seconds / self.PROGRESS_STEPS) if seconds > 0 else 0.0
+        saved = time.monotonic()
         while (remaining := deadline - time.monotonic()) > 0:
             # asyncio.sleep is a cancellation point: the engine's cancel stops us here.
             await asyncio.sleep(min(step, remaining))
-            done = min(1.0, (time.monotonic() - self._started) / seconds)
+            slept = min(seconds, time.monotonic() - self._started)
+            done = slept / seconds
+            if time.monotonic() - saved >= self.CHECKPOINT_EVERY and slept < seconds:
+                await context.checkpoint({"slept": round(slept, 3)})  # how far we got, for a later attempt
+                saved = time.monotonic()
             await context.report_progress(done, f"slept {done * seconds:.2f}s of {seconds:g}s")
-        return {"slept": seconds}
+        return {"slept": seconds, **({"resumed_after": slept_before} if slept_before else {})}
 
     async def cancel(self) -> dict[str, Any] | None:
         if self._started is None:

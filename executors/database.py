@@ -32,7 +32,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from executors.base import ExecutionContext, Executor, ExecutorError
+from taskgrove.executors.base import ExecutionContext, Executor, ExecutorError
 
 READ_KEYWORDS = ("SELECT", "WITH", "EXPLAIN", "SHOW", "VALUES", "TABLE", "PRAGMA")
 # PRAGMAs that take an argument yet only read (schema introspection and checks).

@@ -18,8 +18,8 @@ from typing import Any
 
 import httpx
 
-from executors.base import ExecutionContext, Executor, ExecutorError
-from executors.netguard import UnsafeURLError, ensure_public_url, redact_url, request_guard
+from taskgrove.executors.base import ExecutionContext, Executor, ExecutorError
+from taskgrove.executors.netguard import UnsafeURLError, ensure_public_url, redact_url, request_guard
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 DEFAULT_MAX_BYTES = 1024 * 1024
@@ -36,7 +36,7 @@ def _auth(spec: Any) -> tuple[dict[str, str], httpx.Auth | None]:
     if spec is None:
         return {}, None
     if not isinstance(spec, dict):
-        raise ExecutorError("auth must be an object")
+        raise ExecutorError("auth must be an object", retryable=False)
     kind = str(spec.get("type", "")).lower()
     if kind == "bearer" and isinstance(spec.get("token"), str):
         return {"Authorization": f"Bearer {spec['token']}"}, None
@@ -44,7 +44,8 @@ def _auth(spec: Any) -> tuple[dict[str, str], httpx.Auth | None]:
         return {}, httpx.BasicAuth(spec["username"], str(spec.get("password", "")))
     raise ExecutorError(
         'auth must be {"type": "bearer", "token": ...} or '
-        '{"type": "basic", "username": ..., "password": ...}'
+        '{"type": "basic", "username": ..., "password": ...}',
+        retryable=False,
     )
 
 
@@ -100,6 +101,8 @@ class RestExecutor(Executor):
 
     # First retry delay in seconds; doubled for each further retry. Tests shrink it.
     backoff_base = 0.5
+    # Between retries; a test replaces it on the class without touching asyncio for everyone.
+    pause = staticmethod(asyncio.sleep)
 
     def __init__(self, params: Any = None) -> None:
         super().__init__(params)
@@ -109,12 +112,12 @@ class RestExecutor(Executor):
     async def execute(self, inputs: dict[str, Any], context: ExecutionContext) -> Any:
         url = inputs.get("url")
         if not isinstance(url, str) or not url:
-            raise ExecutorError("url is required")
+            raise ExecutorError("url is required", retryable=False)
         method = str(inputs.get("method", "GET")).upper()
         if method not in METHODS:
-            raise ExecutorError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+            raise ExecutorError(f"method must be one of {', '.join(METHODS)}, got {method!r}", retryable=False)
         if "json" in inputs and "data" in inputs:
-            raise ExecutorError("give either json or data as the request body, not both")
+            raise ExecutorError("give either json or data as the request body, not both", retryable=False)
         timeout = float(inputs.get("timeout", 30))
         retries = int(inputs.get("retries", 2))
         cap = int(inputs.get("max_response_bytes", DEFAULT_MAX_BYTES))
@@ -122,10 +125,12 @@ class RestExecutor(Executor):
         try:
             await ensure_public_url(url, allow_private)
         except UnsafeURLError as exc:
-            raise ExecutorError(str(exc)) from None
+            raise ExecutorError(str(exc), retryable=False) from None
 
         auth_headers, auth = _auth(inputs.get("auth"))
-        headers = {**(inputs.get("headers") or {}), **auth_headers}
+        # One key per attempt of this task (`<task id>:<attempt>`), the same on each HTTP retry inside
+        # it: a server that honours the header applies the request once per attempt.
+        headers = {"Idempotency-Key": context.idempotency_key, **(inputs.get("headers") or {}), **auth_headers}
         request_kwargs: dict[str, Any] = {"headers": headers, "params": inputs.get("query")}
         if "json" in inputs:
             request_kwargs["json"] = inputs["json"]
@@ -152,7 +157,7 @@ class RestExecutor(Executor):
                         raise
                     if attempt == retries:
                         raise ExecutorError(str(exc)) from None
-                    await asyncio.sleep(self.backoff_base * 2**attempt)
+                    await self.pause(self.backoff_base * 2**attempt)
                     continue
                 result["elapsed"] = round(time.monotonic() - started, 6)
                 result["attempts"] = attempt + 1
@@ -193,7 +198,8 @@ class RestExecutor(Executor):
             message = f"HTTP {response.status_code} from {shown}: {text[:_BODY_HEAD].strip()}"
             if response.status_code >= 500:
                 raise _Retryable(message)
-            raise ExecutorError(message)
+            # 408, 425 and 429 say "later"; another attempt cannot fix any other client error.
+            raise ExecutorError(message, retryable=response.status_code in (408, 425, 429))
         parsed: Any = text
         if not truncated and _is_json(response.headers.get("content-type", "")) and text:
             try:

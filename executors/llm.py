@@ -16,9 +16,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from executors.base import ExecutionContext, Executor, ExecutorError
-from llm.client import LLMClient, LLMError, estimate_tokens, normalize_provider
-from llm.generate import GenerationError, generate_tree
+from taskgrove.executors.base import ExecutionContext, Executor, ExecutorError
+from taskgrove.llm.client import LLMClient, LLMError, estimate_tokens, normalize_provider
+from taskgrove.llm.generate import GenerationError, generate_tree
 
 _MESSAGE_SCHEMA = {
     "type": "object",
@@ -214,7 +214,7 @@ class GenerateExecutor(_LLMBase):
         so a generated tree cannot keep generating trees."""
         registry = context.services.get("registry")
         if registry is None:
-            from executors.registry import ExecutorRegistry
+            from taskgrove.executors.registry import ExecutorRegistry
 
             registry = ExecutorRegistry.discover(getattr(context.settings, "extensions", None))
         return [cls for cls in registry.all() if cls.id != self.id]

@@ -128,6 +128,15 @@ def request_guard(allow_private: bool) -> Callable[[Any], Awaitable[None]]:
     return guard
 
 
+def log_url(url: str) -> str:
+    """The URL as a log line may show it: no user:password, no query, no fragment (tokens)."""
+    try:
+        parts = urlsplit(redact_url(url))
+    except ValueError:
+        return "(unparsable URL)"
+    return urlunsplit(parts._replace(query="", fragment=""))
+
+
 def redact_url(url: str) -> str:
     """The URL without user:password, for error messages and results."""
     try:

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from importlib.metadata import entry_points
 from typing import Any
 
-from executors.base import Executor
+from taskgrove.executors.base import Executor
 
 ENTRY_POINT_GROUP = "taskgrove.executors"
 log = logging.getLogger(__name__)

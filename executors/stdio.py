@@ -21,7 +21,7 @@ from typing import Any
 
 import psutil
 
-from executors.base import ExecutionContext, Executor, ExecutorError
+from taskgrove.executors.base import ExecutionContext, Executor, ExecutorError
 
 # ---------------------------------------------------------------------------------------------
 # system_info_executor
@@ -104,7 +104,7 @@ class SystemInfoExecutor(Executor):
     async def execute(self, inputs: dict[str, Any], context: ExecutionContext) -> Any:
         resource = inputs.get("resource", "all")
         if resource not in RESOURCES:
-            raise ExecutorError(f"resource must be one of {', '.join(RESOURCES)}, got {resource!r}")
+            raise ExecutorError(f"resource must be one of {', '.join(RESOURCES)}, got {resource!r}", retryable=False)
         # psutil calls block (cpu_percent sleeps for its interval): keep them off the event loop.
         if resource == "all":
             return await asyncio.to_thread(lambda: {name: read() for name, read in _READERS.items()})
@@ -131,13 +131,13 @@ def _argv(command: Any) -> list[str]:
         try:
             argv = shlex.split(command)
         except ValueError as exc:
-            raise ExecutorError(f"cannot parse command: {exc}") from None
+            raise ExecutorError(f"cannot parse command: {exc}", retryable=False) from None
     elif isinstance(command, list) and all(isinstance(part, str) for part in command):
         argv = list(command)
     else:
-        raise ExecutorError("command must be a string or a list of strings")
+        raise ExecutorError("command must be a string or a list of strings", retryable=False)
     if not argv or not argv[0]:
-        raise ExecutorError("command is empty")
+        raise ExecutorError("command is empty", retryable=False)
     return argv
 
 
@@ -152,17 +152,17 @@ def _resolve_program(argv0: str, allowlist: tuple[str, ...], path: str) -> str:
     prog = os.path.basename(argv0)
     hint = f"set SERVICE_COMMAND_ALLOWLIST={prog} (a comma-separated list of program names) to allow it"
     if not allowlist:
-        raise ExecutorError(f"command_executor is disabled: no program is allow-listed; {hint}")
+        raise ExecutorError(f"command_executor is disabled: no program is allow-listed; {hint}", retryable=False)
     if argv0 in allowlist and os.path.isabs(argv0):
         return argv0
     if prog not in allowlist:
-        raise ExecutorError(f"program {prog!r} is not in the command allow-list; {hint}")
+        raise ExecutorError(f"program {prog!r} is not in the command allow-list; {hint}", retryable=False)
     found = shutil.which(prog, path=path)
     if found is None:
-        raise ExecutorError(f"program {prog!r} is allow-listed but was not found on PATH {path}")
+        raise ExecutorError(f"program {prog!r} is allow-listed but was not found on PATH {path}", retryable=False)
     if argv0 != prog and os.path.realpath(argv0) != os.path.realpath(found):
         raise ExecutorError(
-            f"{argv0!r} is not the allow-listed {prog!r} ({found}); use the bare name {prog!r}"
+            f"{argv0!r} is not the allow-listed {prog!r} ({found}); use the bare name {prog!r}", retryable=False
         )
     return found
 
@@ -173,12 +173,12 @@ def _child_env(service_env: Any, extra: Any) -> dict[str, str]:
     if extra is None:
         return env
     if not isinstance(extra, dict):
-        raise ExecutorError("env must be an object of string values")
+        raise ExecutorError("env must be an object of string values", retryable=False)
     for key, value in extra.items():
         if not isinstance(key, str) or not isinstance(value, str) or not key or "=" in key:
-            raise ExecutorError(f"env entry {key!r} must be a name with a string value")
+            raise ExecutorError(f"env entry {key!r} must be a name with a string value", retryable=False)
         if key.upper().startswith(_FORBIDDEN_ENV_PREFIXES):
-            raise ExecutorError(f"env variable {key!r} is not allowed (dynamic loader settings)")
+            raise ExecutorError(f"env variable {key!r} is not allowed (dynamic loader settings)", retryable=False)
         env[key] = value
     return env
 
@@ -268,13 +268,16 @@ class CommandExecutor(Executor):
         argv = _argv(inputs.get("command"))
         settings = context.settings
         env = _child_env(settings.environ, inputs.get("env"))
+        # What a command needs to make its own side effects idempotent (README, "Running several
+        # instances"): the same task id and attempt on every try of one attempt.
+        env.update(TASKGROVE_TASK_ID=context.task_id, TASKGROVE_ATTEMPT=str(context.attempt))
         # The program is found on the service's PATH, never on one the task supplied.
         service_path = settings.environ.get("PATH") or DEFAULT_PATH
         program = _resolve_program(argv[0], tuple(settings.command_allowlist), service_path)
         timeout = float(inputs.get("timeout", 60))
         cap = int(inputs.get("max_output_bytes", 1024 * 1024))
         if timeout <= 0 or cap < 0:
-            raise ExecutorError("timeout must be positive and max_output_bytes not negative")
+            raise ExecutorError("timeout must be positive and max_output_bytes not negative", retryable=False)
         cwd = inputs.get("cwd")
 
         started = time.monotonic()

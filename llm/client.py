@@ -17,16 +17,29 @@ import os
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # pragma: no cover
-    from agent.settings import Settings
+from typing import Any, Protocol
 
 # litellm fetches a model price map from GitHub at import unless told to use its bundled copy.
 # Set it before the (lazy) import so the service never reaches the internet on its own.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 KeyLookup = Callable[[str | None, str], Awaitable[str | None]]
+
+
+class LLMSettings(Protocol):
+    """What the client reads from the service's settings (taskgrove.agent.settings.Settings has it)."""
+
+    @property
+    def llm_provider(self) -> str | None: ...
+    @property
+    def llm_base_url(self) -> str | None: ...
+    @property
+    def llm_timeout(self) -> float: ...
+    @property
+    def llm_max_retries(self) -> int: ...
+    @property
+    def environ(self) -> Mapping[str, str]: ...
+
 ChunkCallback = Callable[[str], "Awaitable[None] | None"]
 Message = Mapping[str, Any]
 
@@ -245,7 +258,7 @@ class LLMClient:
     making several calls reads its total here; `usage_so_far()` adds an estimate for a call in flight.
     """
 
-    def __init__(self, settings: "Settings", key_lookup: KeyLookup | None = None) -> None:
+    def __init__(self, settings: LLMSettings, key_lookup: KeyLookup | None = None) -> None:
         self.settings = settings
         self.key_lookup = key_lookup
         self.usage: dict[str, int] = empty_usage()

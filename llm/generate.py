@@ -21,7 +21,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from llm.client import LLMClient, add_usage, empty_usage
+from taskgrove.llm.client import LLMClient, add_usage, empty_usage
+from taskgrove.storage.trees import find_cycle
 
 MAX_TOKENS_LIMIT = 200_000
 
@@ -161,30 +162,10 @@ def tasks_of(value: Any) -> list[Any]:
 
 
 def _find_cycle(edges: Mapping[int, list[int]], n: int) -> list[int] | None:
-    """One cycle in a directed graph over 0..n-1, as a closed path [a, b, ..., a], or None."""
-    state = [0] * n  # 0 new, 1 on stack, 2 done
-    stack: list[int] = []
+    """One cycle in a directed graph over 0..n-1, as a closed path [a, b, ..., a], or None.
 
-    def visit(node: int) -> list[int] | None:
-        state[node] = 1
-        stack.append(node)
-        for nxt in edges.get(node, []):
-            if state[nxt] == 1:
-                return stack[stack.index(nxt):] + [nxt]
-            if state[nxt] == 0:
-                found = visit(nxt)
-                if found:
-                    return found
-        stack.pop()
-        state[node] = 2
-        return None
-
-    for start in range(n):
-        if state[start] == 0:
-            found = visit(start)
-            if found:
-                return found
-    return None
+    storage.trees.find_cycle: iterative, so a long generated chain cannot exhaust the stack."""
+    return find_cycle({i: edges.get(i, []) for i in range(n)})
 
 
 def validate_tree(raw_tasks: Sequence[Any], executor_ids: Iterable[str]) -> tuple[list[dict[str, Any]], list[str]]:

@@ -22,8 +22,8 @@ from sqlalchemy import and_, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from storage.models import llm_keys_table as K
-from storage.trees import now_iso
+from taskgrove.storage.models import llm_keys_table as K
+from taskgrove.storage.trees import now_iso
 
 if TYPE_CHECKING:  # pragma: no cover
     from cryptography.fernet import Fernet

@@ -6,6 +6,9 @@ they sort correctly as text on every backend and go to the wire unchanged.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, LargeBinary, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -56,6 +59,17 @@ class Task(Base):
     # Which instance runs the task and until when (scale-out: an expired lease means a dead owner).
     lease_owner: Mapped[str | None] = mapped_column(String(64), nullable=True)
     lease_expires_at: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    # Fencing token, with lease_owner: every engine write for a claimed task compares both.
+    lease_epoch: Mapped[int] = mapped_column(Integer, default=0)
+    # Retry policy (engine/retry.py), attempts started so far, and when the next one is due.
+    retry: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    timeout_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # The latest checkpoint an executor stored; the next attempt resumes from it.
+    checkpoint: Mapped[object | None] = mapped_column(JSON, nullable=True)
+    # The execution (executions table) that wants this task run; NULL when none does.
+    execution_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
     __table_args__ = (
         Index("ix_tasks_parent_id", "parent_id"),
@@ -63,7 +77,30 @@ class Task(Base):
         Index("ix_tasks_status", "status"),
         Index("ix_tasks_created_at", "created_at"),
         Index("ix_tasks_task_tree_id", "task_tree_id"),
+        Index("ix_tasks_execution_id", "execution_id"),
     )
+
+
+class Execution(Base):
+    """An execution request as state: a restarted or surviving instance continues it from here."""
+
+    __tablename__ = "executions"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    task_tree_id: Mapped[str] = mapped_column(String(64))
+    task_id: Mapped[str] = mapped_column(String(64))
+    user_id: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    status: Mapped[str] = mapped_column(String(16))  # running | ended
+    final_status: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    webhooks: Mapped[list] = mapped_column(JSON, default=list)
+    owner: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    epoch: Mapped[int] = mapped_column(Integer, default=0)
+    lease_expires_at: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    created_at: Mapped[str] = mapped_column(String(40))
+    updated_at: Mapped[str] = mapped_column(String(40))
+    ended_at: Mapped[str | None] = mapped_column(String(40), nullable=True)
+
+    __table_args__ = (Index("ix_executions_status_lease", "status", "lease_expires_at"),)
 
 
 class LLMKey(Base):
@@ -78,8 +115,23 @@ class LLMKey(Base):
     updated_at: Mapped[str] = mapped_column(String(40))
 
 
+class IdempotencyKey(Base):
+    """The first answer to a request sent with an `Idempotency-Key` header (storage/idempotency.py)."""
+
+    __tablename__ = "idempotency_keys"
+
+    owner: Mapped[str] = mapped_column(String(255), primary_key=True)  # the caller's user id, "" for none
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    method: Mapped[str] = mapped_column(String(64))
+    fingerprint: Mapped[str] = mapped_column(String(64))  # of the params: the same key, another request?
+    answer: Mapped[object | None] = mapped_column(JSON, nullable=True)  # NULL while the first is in flight
+    created_at: Mapped[str] = mapped_column(String(40))
+
+
 tasks_table = Task.__table__
 llm_keys_table = LLMKey.__table__
+executions_table = Execution.__table__
+idempotency_table = IdempotencyKey.__table__
 
 # Columns the wire shows for a task, in the order SPEC.md lists them.
 TASK_FIELDS = (
@@ -87,4 +139,22 @@ TASK_FIELDS = (
     "params", "schemas", "status", "progress", "result", "error", "created_at", "updated_at",
     "started_at", "completed_at", "product_id", "token_success", "token_failed",
     "original_task_id", "has_copy", "has_references", "origin_type", "task_tree_id",
+    "retry", "timeout_seconds", "attempt", "next_attempt_at",
 )
+
+
+# What a new task row holds where its definition says nothing (executemany needs every key).
+_DEFAULTS: dict[str, Any] = {
+    "description": None, "user_id": None, "parent_id": None, "priority": 1, "dependencies": [],
+    "inputs": {}, "params": {}, "schemas": {}, "status": "pending", "progress": 0.0,
+    "result": None, "error": None, "started_at": None, "completed_at": None,
+    "product_id": None, "token_success": 0, "token_failed": 0, "original_task_id": None,
+    "has_copy": False, "has_references": False, "origin_type": "own", "extra": {},
+    "lease_owner": None, "lease_expires_at": None, "lease_epoch": 0, "retry": None, "attempt": 0,
+    "next_attempt_at": None, "timeout_seconds": None, "checkpoint": None, "execution_id": None,
+}
+
+
+def with_defaults(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A full row for `row`: every column present, unknown keys dropped."""
+    return {**_DEFAULTS, **{k: v for k, v in row.items() if k in tasks_table.c}}

@@ -10,16 +10,23 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import sqlite3
+import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any
 
-from sqlalchemy import String, and_, bindparam, cast, delete, func, insert, or_, select, update
+from sqlalchemy import JSON, String, bindparam, cast, delete, func, insert, or_, select, update
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine.processors import int_to_boolean
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from storage.models import tasks_table as T
+from taskgrove.storage import executions
+from taskgrove.storage.jsonvalues import read_stored
+from taskgrove.storage.models import tasks_table as T
+from taskgrove.storage.models import with_defaults
 
 Row = dict[str, Any]
 _CHUNK = 500  # ids per IN (...) list: well below every backend's bound-parameter limit
@@ -38,10 +45,18 @@ class TaskRepository:
         self._batch_engine = batch_engine
         self._batch_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="taskgrove-db") \
             if batch_engine is not None else None
+        # When a transaction of ours last committed (monotonic): proof the database answers.
+        self.answered_at = float("-inf")
+        # SQLite on a file: reads go through plain sqlite3 connections of their own (see _read).
+        self._reader = _SqliteReader.for_engine(batch_engine) if batch_engine is not None else None
+        # Operations sent to the database thread whose caller has not resumed yet (see _read).
+        self._queued = 0
 
     async def close(self) -> None:
         if self._batch_thread is not None:
             self._batch_thread.shutdown(wait=True)
+        if self._reader is not None:  # after the thread: a read may have been running there
+            self._reader.close()
         if self._batch_engine is not None:
             self._batch_engine.dispose()
         await self.engine.dispose()
@@ -54,6 +69,10 @@ class TaskRepository:
             return
         async with self.engine.begin() as new_conn:
             yield new_conn
+
+    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run `fn(sync_connection, *args)` in a transaction of its own (storage/executions.py)."""
+        return await self._run(fn, *args)
 
     async def _run(self, fn: Callable[..., Any], *args: Any, conn: AsyncConnection | None = None) -> Any:
         """Run `fn(sync_connection, *args)` in the caller's transaction or a new one.
@@ -72,13 +91,56 @@ class TaskRepository:
                 with engine.begin() as sync_conn:
                     return fn(sync_conn, *args)
 
-            return await asyncio.get_running_loop().run_in_executor(self._batch_thread, in_thread)
-        async with self.engine.begin() as async_conn:
-            return await async_conn.run_sync(fn, *args)
+            self._queued += 1
+            try:
+                result = await asyncio.get_running_loop().run_in_executor(self._batch_thread, in_thread)
+            finally:
+                self._queued -= 1
+        else:
+            async with self.engine.begin() as async_conn:
+                result = await async_conn.run_sync(fn, *args)
+        self.answered_at = time.monotonic()
+        return result
+
+    async def ping(self, fresh_within: float = 0.0) -> None:
+        """Raise if the database does not answer; a transaction that committed within the last
+        `fresh_within` seconds counts as an answer (health checks cost nothing under load)."""
+        if time.monotonic() - self.answered_at < fresh_within:
+            return
+        await self._run(lambda c: c.execute(select(1)))
 
     # --- reads ----------------------------------------------------------------------------
+    # On SQLite (a file), a read outside a caller's transaction is one plain prepared statement
+    # through _SqliteReader, decoded by SQLAlchemy's own column processors: the same rows as
+    # the statements below, at a fraction of the cost (see bench/README.md). Anything unusual
+    # (a busy database, an error, a large result) takes the SQLAlchemy path, which behaves as
+    # it always did.
+
+    async def _read(self, sql: str, args: Sequence[Any]) -> list[Row] | None:
+        """Rows of a read statement through the SQLite reader; None: take the SQLAlchemy path.
+
+        Read on the event loop's thread when the database thread has nothing of ours in
+        flight. Otherwise on the database thread, behind what was sent there: a read must not
+        see a write (a claim, an outcome) before its caller (the engine) has taken in the
+        answer, or a task could show `in_progress` while `tasks.running.list` does not list it
+        yet. The database thread answers in order, and each caller resumes before a later
+        read's caller does, as with every read before this path existed.
+        """
+        assert self._reader is not None
+        if self._queued:
+            found = await asyncio.get_running_loop().run_in_executor(self._batch_thread, self._reader.rows, sql, args)
+        else:
+            found = self._reader.rows(sql, args)
+        if found is not None:
+            self.answered_at = time.monotonic()
+        return found
 
     async def get(self, task_id: str, conn: AsyncConnection | None = None) -> Row | None:
+        if conn is None and self._reader is not None:
+            found = await self._read(_BY_ID, (task_id,))
+            if found is not None:
+                return found[0] if found else None
+
         def op(c: Connection) -> Row | None:
             row = c.execute(select(T).where(T.c.id == task_id)).first()
             return dict(row._mapping) if row else None
@@ -87,6 +149,10 @@ class TaskRepository:
 
     async def get_many(self, ids: Iterable[str], conn: AsyncConnection | None = None) -> dict[str, Row]:
         wanted = list(dict.fromkeys(ids))
+        if conn is None and self._reader is not None and len(wanted) <= _CHUNK:
+            found_rows = await self._read(_by_ids(len(wanted)), wanted) if wanted else []
+            if found_rows is not None:
+                return {row["id"]: row for row in found_rows}
 
         def op(c: Connection) -> dict[str, Row]:
             found: dict[str, Row] = {}
@@ -98,6 +164,10 @@ class TaskRepository:
         return await self._run(op, conn=conn)
 
     async def tree(self, tree_id: str, conn: AsyncConnection | None = None) -> list[Row]:
+        if conn is None and self._reader is not None:
+            found = await self._read(_TREE, (tree_id,))
+            if found is not None:
+                return found
         query = select(T).where(T.c.task_tree_id == tree_id).order_by(T.c.created_at, T.c.id)
         return await self._run(_rows, query, conn=conn)
 
@@ -109,6 +179,11 @@ class TaskRepository:
         limit: int = 100,
         offset: int = 0,
     ) -> list[Row]:
+        if self._reader is not None:
+            sql, args = _listing(user_id, status)
+            found = await self._read(sql, (*args, limit, offset))
+            if found is not None:
+                return found
         query = _filtered(select(T), user_id=user_id, status=status)
         query = query.order_by(T.c.created_at.desc(), T.c.id.desc()).limit(limit).offset(offset)
         return await self._run(_rows, query)
@@ -119,40 +194,52 @@ class TaskRepository:
                           product_id=product_id)
         return await self._run(lambda c: int(c.execute(query).scalar_one()))
 
+    async def count_by_status(self) -> dict[str, int]:
+        """Tasks per status (metrics): one grouped count over the status index."""
+        query = select(T.c.status, func.count()).group_by(T.c.status)
+        return await self._run(lambda c: {status: int(n) for status, n in c.execute(query)})
+
     async def children(self, parent_id: str) -> list[Row]:
+        if self._reader is not None:
+            found = await self._read(_CHILDREN, (parent_id,))
+            if found is not None:
+                return found
         query = select(T).where(T.c.parent_id == parent_id).order_by(T.c.created_at, T.c.id)
         return await self._run(_rows, query)
 
     async def dependents(self, task_ids: Sequence[str], conn: AsyncConnection | None = None) -> list[Row]:
-        """Tasks (in any tree) that list one of `task_ids` among their dependencies."""
+        """Tasks (in any tree) that list one of `task_ids` among their dependencies.
+
+        Up to one chunk of ids: one LIKE scan. More (deleting a large subtree): one scan of the
+        tasks that have dependencies at all, matched here; a scan per chunk of 500 LIKEs made
+        deleting a 10,000-task chain take 20 s.
+        """
         wanted = set(task_ids)
         text = cast(T.c.dependencies, String)
 
-        def op(c: Connection) -> list[Row]:
-            found: dict[str, Row] = {}
-            for chunk in _chunks(sorted(wanted)):  # one scan per chunk, not per id
-                # The JSON text holds an id as json.dumps writes it (non-ASCII escaped); match that.
-                needles = (json.dumps(tid).replace("!", "!!").replace("%", "!%").replace("_", "!_")
-                           for tid in chunk)
-                query = select(T).where(or_(*(text.like(f"%{n}%", escape="!") for n in needles)))
-                found.update((row["id"], row) for row in _rows(c, query))
-            return list(found.values())
+        def by_like(c: Connection) -> list[Row]:
+            # The JSON text holds an id as json.dumps writes it (non-ASCII escaped); match that.
+            needles = (json.dumps(tid).replace("!", "!!").replace("%", "!%").replace("_", "!_")
+                       for tid in sorted(wanted))
+            return _rows(c, select(T).where(or_(*(text.like(f"%{n}%", escape="!") for n in needles))))
 
-        rows = await self._run(op, conn=conn)
-        return [r for r in rows if any(d.get("id") in wanted for d in r["dependencies"] or ())]
+        def by_scan(c: Connection) -> list[Row]:
+            with_deps = select(T.c.id, T.c.dependencies).where(text.notin_(["[]", "null"]))
+            ids = [row.id for row in c.execute(with_deps)
+                   if any(isinstance(d, dict) and d.get("id") in wanted for d in row.dependencies or ())]
+            found: list[Row] = []
+            for chunk in _chunks(ids):
+                found.extend(_rows(c, select(T).where(T.c.id.in_(chunk))))
+            return found
 
-    async def stale_in_progress(self, now: str | None) -> list[str]:
-        """In-progress task ids; with `now`, only those whose lease expired before it."""
-        query = select(T.c.id).where(T.c.status == "in_progress")
-        if now is not None:
-            query = query.where(or_(T.c.lease_expires_at.is_(None), T.c.lease_expires_at < now))
-        return await self._run(lambda c: list(c.execute(query).scalars()))
+        rows = await self._run(by_like if len(wanted) <= _CHUNK else by_scan, conn=conn)
+        return [r for r in rows if any(isinstance(d, dict) and d.get("id") in wanted for d in r["dependencies"] or ())]
 
     # --- writes ---------------------------------------------------------------------------
 
     async def insert(self, rows: Sequence[Mapping[str, Any]], conn: AsyncConnection | None = None) -> None:
         if rows:
-            full = [_with_defaults(row) for row in rows]
+            full = [with_defaults(row) for row in rows]
             await self._run(lambda c: c.execute(insert(T), full), conn=conn)
 
     async def update(
@@ -181,16 +268,20 @@ class TaskRepository:
         status = tuple(only_status) if only_status is not None else None
         return await self._run(lambda c: _update_many(c, list(ids), values, status), conn=conn)
 
-    async def write_batch(
-        self,
-        outcomes: Sequence[Mapping[str, Any]],
-        progress: Sequence[Mapping[str, Any]],
-        claims: Sequence[str],
-        claim_values: Mapping[str, Any],
-    ) -> set[str]:
-        """The engine's pass in one transaction: outcomes, progress, then claims (CAS pending ->
-        in_progress). Returns the claimed ids."""
-        return await self._run(_write_batch, outcomes, progress, claims, claim_values)
+    async def write_pass(self, writes: Sequence[tuple[str, int, Mapping[str, Any]]], claims: Sequence[str],
+                         owner: str, until: str, stamp: str,
+                         ends: Sequence[tuple[str, str]] = ()) -> tuple[set[str], dict[str, Row], dict[str, str | None]]:
+        """The engine's pass in one transaction: fenced writes (outcomes, progress), claims, and
+        the end of executions whose last task just ended (`ends`: execution id and version).
+        Returns the ids whose write was accepted, the claimed ids with their tokens, and each
+        ended execution's final status (None: it cannot end now)."""
+        def op(c: Connection) -> tuple[set[str], dict[str, Row], dict[str, str | None]]:
+            accepted = executions.fenced_writes(c, writes, owner)
+            claimed = executions.claim(c, claims, owner, until, stamp)
+            ended = {eid: executions.end_execution(c, eid, owner, version, stamp) for eid, version in ends}
+            return accepted, claimed, ended
+
+        return await self._run(op)
 
     async def delete(self, ids: Sequence[str], conn: AsyncConnection | None = None, *,
                      only_status: str | None = None) -> int:
@@ -238,42 +329,140 @@ def _update_many_statement(keys: tuple[str, ...], only_status: tuple[str, ...] |
     return query.values({key: bindparam(f"_v_{key}") for key in keys}).returning(T.c.id)
 
 
+# --- SQLite reads through the DB-API --------------------------------------------------------
+# The same statements as the SQLAlchemy reads above, written once in qmark style. The column
+# list is the table's, in the table's order (what `select(T)` selects), so a row is the same dict.
+
+_COLUMNS = tuple(column.name for column in T.c)
+_SELECT = f"SELECT {', '.join(_COLUMNS)} FROM tasks"
+_BY_ID = f"{_SELECT} WHERE id = ?"
+_TREE = f"{_SELECT} WHERE task_tree_id = ? ORDER BY created_at, id"
+_CHILDREN = f"{_SELECT} WHERE parent_id = ? ORDER BY created_at, id"
+
+
 @functools.lru_cache(maxsize=64)
-def _finish_many_statement(keys: tuple[str, ...], only_status: tuple[str, ...]) -> Any:
-    return (
-        update(T)
-        .where(and_(T.c.id == bindparam("_id"), or_(*(T.c.status == s for s in only_status))))
-        .values({key: bindparam(f"_v_{key}") for key in keys})
-    )
+def _by_ids(count: int) -> str:
+    return f"{_SELECT} WHERE id IN ({', '.join('?' * count)})"
 
 
-def _write_batch(
-    conn: Connection,
-    outcomes: Sequence[Mapping[str, Any]],
-    progress: Sequence[Mapping[str, Any]],
-    claims: Sequence[str],
-    claim_values: Mapping[str, Any],
-) -> set[str]:
-    for rows in (outcomes, progress):
-        if rows:
-            keys = tuple(key for key in rows[0] if key != "id")
-            conn.execute(
-                _finish_many_statement(keys, ("in_progress",)),
-                [{"_id": r["id"], **{f"_v_{key}": r[key] for key in keys}} for r in rows],
-            )
-    return set(_update_many(conn, list(claims), claim_values, ("pending",))) if claims else set()
+def _listing(user_id: str | None, status: str | None) -> tuple[str, tuple[str, ...]]:
+    where = [(name, value) for name, value in (("user_id", user_id), ("status", status)) if value is not None]
+    clause = " WHERE " + " AND ".join(f"{name} = ?" for name, _ in where) if where else ""
+    return f"{_SELECT}{clause} ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?", tuple(v for _, v in where)
 
 
-_DEFAULTS: dict[str, Any] = {
-    "description": None, "user_id": None, "parent_id": None, "priority": 1, "dependencies": [],
-    "inputs": {}, "params": {}, "schemas": {}, "status": "pending", "progress": 0.0,
-    "result": None, "error": None, "started_at": None, "completed_at": None,
-    "product_id": None, "token_success": 0, "token_failed": 0, "original_task_id": None,
-    "has_copy": False, "has_references": False, "origin_type": "own", "extra": {},
-    "lease_owner": None, "lease_expires_at": None,
-}
+def _row_builder(processors: Sequence[tuple[str, Callable[[Any], Any]]]) -> Callable[[Sequence[Any]], Row]:
+    """A function from a DB-API tuple to the row dict, every processor applied: written out as
+    one dict display (a third of the cost of a zip and a loop over the processors)."""
+    index = {name: i for i, name in enumerate(_COLUMNS)}
+    calls = dict(processors)
+    scope: dict[str, Any] = {"read_stored": read_stored}
+    items = []
+    for name in _COLUMNS:
+        value = f"v[{index[name]}]"
+        processor = calls.get(name)
+        if processor is _stored_json:  # inlined: the call is most of its cost
+            item = f"None if {value} is None else read_stored({value})"
+        elif processor is _stored_boolean:
+            item = f"None if {value} is None else bool({value})"
+        elif processor is not None:
+            scope[f"p_{name}"] = processor
+            item = f"p_{name}({value})"
+        else:
+            item = value
+        items.append(f"{name!r}: {item}")
+    exec(f"def row(v):\n    return {{{', '.join(items)}}}", scope)  # noqa: S102 - our own column names
+    return scope["row"]
 
 
-def _with_defaults(row: Mapping[str, Any]) -> dict[str, Any]:
-    """executemany needs every row to carry the same keys."""
-    return {**_DEFAULTS, **{k: v for k, v in row.items() if k in T.c}}
+def _stored_json(value: Any) -> Any:
+    return None if value is None else read_stored(value)
+
+
+def _stored_boolean(value: Any) -> bool | None:
+    return None if value is None else bool(value)
+
+
+class _SqliteReader:
+    """Reads of a SQLite file on the calling thread, through a sqlite3 connection of its own.
+
+    Why: a read through the database thread costs a thread hop and a wait for the GIL behind
+    the event loop, and SQLAlchemy's execution layer around one indexed lookup costs about
+    five times the lookup; under load that made `tasks.get` run at a sixth of the framework's
+    ceiling. In WAL mode a reader never waits for the writer and sees every committed
+    transaction as soon as its statement starts, so a read here sees at least what any answer
+    already sent showed.
+
+    Guarantees kept: every statement runs to its end (`fetchmany` past the last row, or the
+    cursor is closed), so no read transaction stays open; values are decoded by SQLAlchemy's own
+    result processors for each column (JSON through jsonvalues.read_stored, booleans), so a row
+    is exactly what the SQLAlchemy path returns, bad stored values reported the same way.
+    `rows` returns None, having changed nothing, when the read should take the usual path
+    instead: the database is busy (no waiting on the event loop: busy_timeout 0), any error
+    (the usual path raises it as it always did), or more than INLINE_ROWS rows (large reads
+    go through SQLAlchemy on the database thread, where the event loop can still interleave).
+    """
+
+    INLINE_ROWS = 2000
+
+    def __init__(self, path: str, processors: list[tuple[str, Callable[[Any], Any]]]) -> None:
+        self.path = path
+        self._processors = processors
+        self._row = _row_builder(processors)
+        # One connection per thread (the app's event loop; tests may run loops in other threads).
+        self._connections: dict[int, sqlite3.Connection] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def for_engine(cls, engine: Engine) -> "_SqliteReader | None":
+        url = engine.url
+        path = url.database
+        if not path or path == ":memory:" or path.startswith("file:") or url.query:
+            return None  # in-memory or URI databases: another connection would not see the same data
+        dialect = engine.dialect
+        processors: list[tuple[str, Callable[[Any], Any]]] = []
+        for column in T.c:
+            processor = column.type._cached_result_processor(dialect, None)
+            if processor is None:
+                continue
+            # SQLAlchemy's processors, called directly where they are known: what JSON does with
+            # a dialect whose deserializer is read_stored (None stays None), what Boolean does
+            # on SQLite (sqlalchemy.engine.processors.int_to_boolean). Any other: as it is.
+            if isinstance(column.type, JSON) and getattr(dialect, "_json_deserializer", None) is read_stored:
+                processor = _stored_json
+            elif processor is int_to_boolean:
+                processor = _stored_boolean
+            processors.append((column.name, processor))
+        return cls(path, processors)
+
+    def _connection(self) -> sqlite3.Connection:
+        ident = threading.get_ident()
+        conn = self._connections.get(ident)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=0, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA query_only=ON")
+            with self._lock:
+                self._connections[ident] = conn
+        return conn
+
+    def rows(self, sql: str, args: Sequence[Any]) -> list[Row] | None:
+        try:
+            cursor = self._connection().execute(sql, args)
+            try:
+                raw = cursor.fetchmany(self.INLINE_ROWS + 1)
+            finally:
+                cursor.close()
+        except Exception:  # busy, or anything else: the usual path, which raises what it always did
+            return None
+        if len(raw) > self.INLINE_ROWS:
+            return None
+        try:
+            return list(map(self._row, raw))
+        except Exception:  # a value no processor expected: the usual path decides what happens
+            return None
+
+    def close(self) -> None:
+        with self._lock:
+            connections, self._connections = self._connections, {}
+        for conn in connections.values():
+            conn.close()

@@ -6,18 +6,28 @@ repository writes what these functions return in one transaction.
 
 from __future__ import annotations
 
+import math
 import uuid
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from storage.models import TASK_FIELDS, TASK_STATUSES
+from taskgrove.storage import jsonvalues
+from taskgrove.storage.jsonvalues import Unreadable
+from taskgrove.storage.models import TASK_FIELDS, TASK_STATUSES
 
 MAX_NAME = 1024
 MAX_ID = 64
 MAX_USER = 255
 MAX_TIMESTAMP = 40  # the width of the timestamp columns
 MAX_COUNTER = 2**31 - 1  # token counters are 32-bit integer columns
+# SERVICE_MAX_TREE_TASKS default: the most tasks one create, copy or clone may write.
+DEFAULT_MAX_TREE_TASKS = 10_000
+# Columns holding JSON: read back through jsonvalues.read_stored, which may yield Unreadable.
+JSON_COLUMNS = ("dependencies", "inputs", "params", "schemas", "result", "extra", "retry")
+# Float columns on the wire: a stored NaN or infinity is reported like an unreadable JSON value.
+FLOAT_COLUMNS = ("progress", "timeout_seconds")
 # Per-field limits of the optional string fields, from the column widths in storage.models.
 FIELD_LIMITS = {
     "started_at": MAX_TIMESTAMP, "completed_at": MAX_TIMESTAMP, "original_task_id": MAX_ID,
@@ -42,35 +52,48 @@ def new_id() -> str:
 
 # --- reading input --------------------------------------------------------------------------
 
-def tasks_from_params(params: Any) -> list[dict[str, Any]]:
-    """`params.tasks` (array or object) or `params` itself (array or object), nested children flattened."""
+def tasks_from_params(params: Any, max_tasks: int = DEFAULT_MAX_TREE_TASKS) -> list[dict[str, Any]]:
+    """`params.tasks` (array or object) or `params` itself (array or object), nested children
+    flattened (parent first, siblings in order). Stops as soon as the tree has more than
+    `max_tasks` tasks, so an oversized request costs no more than the limit."""
     if isinstance(params, Mapping) and "tasks" in params:
         params = params["tasks"]
     if isinstance(params, Mapping):
         params = [params]
     if not isinstance(params, list) or not params:
         raise TreeError("tasks must be a non-empty array of task objects or one task object")
+    if len(params) > max_tasks:
+        raise too_many_tasks(max_tasks, len(params))
     flat: list[dict[str, Any]] = []
-    for index, item in enumerate(params):
-        _flatten(item, None, f"tasks[{index}]", flat)
+    # Explicit stack (no recursion over nesting depth), items pushed in reverse to keep order.
+    stack: list[tuple[Any, str | None, str]] = [
+        (item, None, f"tasks[{index}]") for index, item in reversed(list(enumerate(params)))
+    ]
+    while stack:
+        item, parent_id, where = stack.pop()
+        if len(flat) >= max_tasks:
+            raise too_many_tasks(max_tasks)
+        if not isinstance(item, Mapping):
+            raise TreeError(f"{where}: each task must be an object, got {type(item).__name__}")
+        task = dict(item)
+        children = task.pop("children", None)
+        if parent_id is not None and task.get("parent_id") is None:
+            task["parent_id"] = parent_id
+        flat.append(task)
+        if children:
+            if not isinstance(children, list):
+                raise TreeError(f"{where}: children must be an array")
+            if not task.get("id"):
+                task["id"] = new_id()
+            stack.extend((child, task["id"], f"{where}.children[{index}]")
+                         for index, child in reversed(list(enumerate(children))))
     return flat
 
 
-def _flatten(item: Any, parent_id: str | None, where: str, out: list[dict[str, Any]]) -> None:
-    if not isinstance(item, Mapping):
-        raise TreeError(f"{where}: each task must be an object, got {type(item).__name__}")
-    task = dict(item)
-    children = task.pop("children", None)
-    if parent_id is not None and task.get("parent_id") is None:
-        task["parent_id"] = parent_id
-    out.append(task)
-    if children:
-        if not isinstance(children, list):
-            raise TreeError(f"{where}: children must be an array")
-        if not task.get("id"):
-            task["id"] = new_id()
-        for index, child in enumerate(children):
-            _flatten(child, task["id"], f"{where}.children[{index}]", out)
+def too_many_tasks(max_tasks: int, count: int | None = None) -> TreeError:
+    got = f" (this one has {count})" if count is not None else ""
+    return TreeError(f"A tree may hold at most {max_tasks} tasks in one create, copy or clone{got}; "
+                     f"the limit is SERVICE_MAX_TREE_TASKS")
 
 
 def label(task: Mapping[str, Any], index: int) -> str:
@@ -81,7 +104,10 @@ def label(task: Mapping[str, Any], index: int) -> str:
 
 
 def _short(text: str, limit: int = 80) -> str:
-    """Names and ids as error messages show them: a huge value is not echoed back whole."""
+    """Names and ids as error messages show them: a huge value is not echoed back whole, and text
+    that is not valid Unicode is shown escaped (an error message must itself be sendable)."""
+    if not jsonvalues.is_valid_text(text):
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
@@ -108,13 +134,17 @@ def check_priority(value: Any) -> str | None:
 
 
 def check_progress(value: Any) -> str | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
-        return f"progress must be a number from 0.0 to 1.0, got {value!r}"
+    # Compared without float(): an integer like 10**400 has no float and must not raise.
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        shown = repr(value) if not isinstance(value, int) or abs(value) < 10**20 else "a huge integer"
+        return f"progress must be a number from 0.0 to 1.0, got {shown}"[:300]
     return None
 
 
 def check_value(field: str, value: Any) -> str | None:
     """What is wrong with `value` for one settable task field (tasks.clone reset_fields), or None."""
+    if (bad := jsonvalues.problem(value, field)) is not None:
+        return bad
     if field == "status":
         return check_status(value)
     if field == "priority":
@@ -134,6 +164,14 @@ def check_value(field: str, value: Any) -> str | None:
                    required=field == "name")
     except TreeError as exc:
         return str(exc).removeprefix(f"{field}: ")
+    return None
+
+
+def check_timeout(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_TIMEOUT:
+        return f"timeout_seconds must be a number of seconds above 0 and at most {MAX_TIMEOUT:g}, or null"
     return None
 
 
@@ -214,7 +252,9 @@ INPUT_FIELDS = {
     "params", "schemas", "status", "progress", "result", "error", "started_at", "completed_at",
     "product_id", "token_success", "token_failed", "original_task_id", "origin_type",
     "has_copy", "has_references", "created_at", "updated_at", "task_tree_id",
+    "retry", "timeout_seconds", "attempt", "next_attempt_at",  # the last two are read-only: ignored
 }
+MAX_TIMEOUT = 7 * 86_400.0
 
 
 def prepare_new_tree(raw_tasks: list[dict[str, Any]], default_user: str | None = None) -> list[dict[str, Any]]:
@@ -223,6 +263,7 @@ def prepare_new_tree(raw_tasks: list[dict[str, Any]], default_user: str | None =
     seen: dict[str, int] = {}
     for index, raw in enumerate(raw_tasks):
         who = label(raw, index)
+        check_values(raw, who)
         _check_str(raw.get("name"), "name", MAX_NAME, who, required=True)
         task_id = _check_str(raw.get("id"), "id", MAX_ID, who)
         if task_id is not None and not task_id.strip():
@@ -268,6 +309,18 @@ def prepare_new_tree(raw_tasks: list[dict[str, Any]], default_user: str | None =
     return _root_first(rows, root)
 
 
+def check_values(task: Mapping[str, Any], who: str) -> None:
+    """The one gate for JSON values (storage.jsonvalues) over every field of one task, whichever
+    surface it came from: non-finite numbers, lone surrogates and over-deep values are refused
+    with the field named, before anything is written."""
+    for key, value in task.items():
+        if not isinstance(key, str) or not jsonvalues.is_valid_text(key):
+            raise TreeError(f"{who}: a field name is not valid Unicode text")
+        found = jsonvalues.problem(value, key, jsonvalues.STORED_MAX_DEPTH)
+        if found is not None:
+            raise TreeError(f"{who}: {found}")
+
+
 def _row_from_input(raw: Mapping[str, Any], task_id: str, who: str) -> dict[str, Any]:
     priority = raw.get("priority", 1)
     if (problem := check_priority(priority)) is not None:
@@ -297,6 +350,10 @@ def _row_from_input(raw: Mapping[str, Any], task_id: str, who: str) -> dict[str,
         counters[field] = value
     for field in ("started_at", "completed_at", "original_task_id", "product_id", "description", "error"):
         _check_str(raw.get(field), field, FIELD_LIMITS[field], who)
+    if (problem := check_timeout(raw.get("timeout_seconds"))) is not None:
+        raise TreeError(f"{who}: {problem}")
+    if raw.get("retry") is not None and not isinstance(raw.get("retry"), Mapping):
+        raise TreeError(f"{who}: retry must be an object such as {{\"max_attempts\": 3}}")
     return {
         "id": task_id,
         "name": raw["name"],
@@ -319,6 +376,8 @@ def _row_from_input(raw: Mapping[str, Any], task_id: str, who: str) -> dict[str,
         "origin_type": origin,
         "has_copy": bool(raw.get("has_copy", False)),
         "has_references": bool(raw.get("has_references", False)),
+        "retry": raw.get("retry"),  # completed from the service defaults by the caller
+        "timeout_seconds": None if raw.get("timeout_seconds") is None else float(raw["timeout_seconds"]),
         "extra": {k: v for k, v in raw.items() if k not in INPUT_FIELDS},
         **counters,
     }
@@ -351,9 +410,9 @@ def _root_first(rows: list[dict[str, Any]], root: Mapping[str, Any]) -> list[dic
     """Breadth-first from the root, keeping input order among siblings (defines creation order)."""
     children = children_index(rows)
     ordered: list[dict[str, Any]] = []
-    queue = [root]
+    queue: deque[Mapping[str, Any]] = deque([root])
     while queue:
-        node = queue.pop(0)
+        node = queue.popleft()
         ordered.append(node)  # type: ignore[arg-type]
         queue.extend(children.get(node["id"], ()))
     return ordered
@@ -362,28 +421,54 @@ def _root_first(rows: list[dict[str, Any]], root: Mapping[str, Any]) -> list[dic
 # --- reading trees --------------------------------------------------------------------------
 
 def public(row: Mapping[str, Any]) -> dict[str, Any]:
-    """A stored row as the wire shows it: every SPEC field, custom fields merged in."""
+    """A stored row as the wire shows it: every SPEC field, custom fields merged in.
+
+    A stored value that cannot be read back (see jsonvalues.read_stored; a non-finite progress)
+    is shown as null and named under `unreadable_fields`, so one bad row never fails a read.
+    """
     task = {field: row.get(field) for field in TASK_FIELDS}
+    unreadable: dict[str, str] = {}
+    for field in JSON_COLUMNS:
+        value = row.get(field)
+        if isinstance(value, Unreadable):
+            unreadable[field] = value.reason
+            if field in task:
+                task[field] = None
+    for field in FLOAT_COLUMNS:
+        number = task.get(field)
+        if isinstance(number, float) and not math.isfinite(number):
+            unreadable[field] = "cannot be read back: the stored number is not finite"
+            task[field] = None
     extra = row.get("extra") or {}
     for key, value in extra.items():
         task.setdefault(key, value)
+    if unreadable:
+        task["unreadable_fields"] = unreadable
     return task
 
 
 def nest(rows: Sequence[Mapping[str, Any]], root_id: str) -> dict[str, Any]:
-    """The tree under `root_id` as nested nodes with `children`, siblings in creation order."""
+    """The tree under `root_id` as nested nodes with `children`, siblings in creation order.
+
+    Built without recursion: each node is made once and appended to its parent's list, so a
+    parent_id chain as long as the largest accepted tree nests as well as a flat one.
+    """
     by_parent: dict[str | None, list[Mapping[str, Any]]] = {}
     by_id: dict[str, Mapping[str, Any]] = {}
     for row in sorted(rows, key=lambda r: (r["created_at"], r["id"])):
         by_id[row["id"]] = row
         by_parent.setdefault(row["parent_id"], []).append(row)
-
-    def build(row: Mapping[str, Any]) -> dict[str, Any]:
-        node = public(row)
-        node["children"] = [build(child) for child in by_parent.get(row["id"], ())]
-        return node
-
-    return build(by_id[root_id])
+    top = public(by_id[root_id])
+    top["children"] = []
+    stack = [(by_id[root_id]["id"], top["children"])]
+    while stack:
+        parent_id, siblings = stack.pop()
+        for child in by_parent.get(parent_id, ()):
+            node = public(child)
+            node["children"] = []
+            siblings.append(node)
+            stack.append((child["id"], node["children"]))
+    return top
 
 
 def subtree_ids(rows: Sequence[Mapping[str, Any]], task_id: str) -> list[str]:
@@ -428,50 +513,63 @@ RESETTABLE = {
 }
 
 
+# Bookkeeping of one execution of a task: never copied, cloned or given at creation.
+EXECUTION_STATE = ("lease_owner", "lease_expires_at", "lease_epoch", "attempt", "next_attempt_at", "checkpoint",
+                   "execution_id")
+
+
 def copy_selection(rows: Sequence[Mapping[str, Any]], task_id: str, with_children: bool) -> set[str]:
     """What `tasks.copy` copies: the task's subtree and everything that depends on it, transitively.
 
     With `children`, each direct child's own dependencies come along too (each task once).
     The ancestors that join the selection into one tree are added by `connect`.
+    The selection is closed under "child of" and "depends on": one worklist, linear in the tree.
     """
     by_id = {row["id"]: row for row in rows}
-    deps = {row["id"]: [d["id"] for d in row["dependencies"] if d["id"] in by_id] for row in rows}
+    children = children_index(rows)
     selected = set(subtree_ids(rows, task_id))
     if with_children:
-        for child in children_index(rows).get(task_id, ()):
+        deps = {row["id"]: [d["id"] for d in row["dependencies"] if d["id"] in by_id] for row in rows}
+        for child in children.get(task_id, ()):
             selected |= transitive([child["id"]], deps)
     dependents = dependents_index(rows)
-    while True:
-        grown = transitive(selected, dependents)
-        for tid in list(grown - selected):
-            grown |= set(subtree_ids(rows, tid))
-        if grown == selected:
-            return selected
-        selected = grown
+    stack = list(selected)
+    while stack:
+        tid = stack.pop()
+        for nxt in (*dependents.get(tid, ()), *(c["id"] for c in children.get(tid, ()))):
+            if nxt not in selected:
+                selected.add(nxt)
+                stack.append(nxt)
+    return selected
 
 
 def connect(rows: Sequence[Mapping[str, Any]], selected: set[str]) -> tuple[set[str], str]:
-    """Add the ancestors needed to make `selected` one tree; return it and its root id."""
+    """Add the ancestors needed to make `selected` one tree; return it and its root id.
+
+    Linear in the tree: the paths from every selected task up to the root are marked once (a
+    walk stops where an earlier one passed), then the top is the highest marked task below which
+    the marked paths do not yet branch (the lowest common ancestor).
+    """
     by_id = {row["id"]: row for row in rows}
-
-    def ancestors(tid: str) -> list[str]:
-        chain = [tid]
-        while by_id[chain[-1]]["parent_id"] in by_id:
-            chain.append(by_id[chain[-1]]["parent_id"])
-        return chain
-
-    chains = [ancestors(tid) for tid in selected]
-    common = set(chains[0])
-    for chain in chains[1:]:
-        common &= set(chain)
-    top = next(tid for tid in chains[0] if tid in common)  # lowest common ancestor
-    connected = set(selected)
-    for chain in chains:
-        for tid in chain:
-            connected.add(tid)
-            if tid == top:
-                break
-    return connected, top
+    marked: set[str] = set()
+    for tid in selected:
+        while tid in by_id and tid not in marked:
+            marked.add(tid)
+            tid = by_id[tid]["parent_id"]
+    marked_children: dict[str, list[str]] = {}
+    tops = []
+    for tid in marked:
+        parent = by_id[tid]["parent_id"]
+        if parent in marked:
+            marked_children.setdefault(parent, []).append(tid)
+        else:
+            tops.append(tid)
+    top = tops[0]  # one tree: every walk ends at the same root
+    dropped = set()
+    while top not in selected and len(marked_children.get(top, ())) == 1:
+        dropped.add(top)
+        top = marked_children[top][0]
+    return marked - dropped, top
 
 
 def plan_copies(
@@ -494,7 +592,7 @@ def plan_copies(
     ordered.sort(key=lambda r: r["id"] != root_id)
     copies: list[dict[str, Any]] = []
     for offset, row in enumerate(ordered):
-        copy = {key: value for key, value in row.items() if key not in ("lease_owner", "lease_expires_at")}
+        copy = {key: value for key, value in row.items() if key not in EXECUTION_STATE}
         copy["id"] = mapping[row["id"]]
         copy["parent_id"] = None if row["id"] == root_id else mapping.get(row["parent_id"])
         copy["task_tree_id"] = mapping[root_id]
@@ -520,6 +618,9 @@ def reset_values(reset_fields: Any) -> dict[str, Any]:
     if reset_fields is None:
         return dict(RESETTABLE)
     if isinstance(reset_fields, list):
+        if not all(isinstance(f, str) for f in reset_fields):
+            raise TreeError(f"reset_fields: an array must list field names (strings); resettable fields "
+                            f"are {sorted(RESETTABLE)}")
         unknown = [f for f in reset_fields if f not in RESETTABLE]
         if unknown:
             raise TreeError(
@@ -530,7 +631,8 @@ def reset_values(reset_fields: Any) -> dict[str, Any]:
         allowed = set(RESETTABLE) | {"priority", "inputs", "params", "schemas", "name", "description", "product_id"}
         unknown = [f for f in reset_fields if f not in allowed]
         if unknown:
-            raise TreeError(f"reset_fields: cannot set {unknown}; allowed fields are {sorted(allowed)}")
+            shown = [_short(str(f), 40) for f in unknown[:10]]
+            raise TreeError(f"reset_fields: cannot set {shown}; allowed fields are {sorted(allowed)}")
         for field, value in reset_fields.items():
             if (problem := check_value(field, value)) is not None:
                 raise TreeError(f"reset_fields: {problem}")

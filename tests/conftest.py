@@ -19,8 +19,8 @@ from typing import Any
 import httpx
 import pytest
 
-from agent.app import build_app
-from agent.settings import Settings
+from taskgrove.agent.app import build_app
+from taskgrove.agent.settings import Settings
 
 pytest_plugins = ["tests.fakellm"]  # the fake OpenAI-compatible server fixtures
 
@@ -160,8 +160,18 @@ class Client:
             await asyncio.sleep(0.02)
 
 
+    async def runs_ended(self, timeout: float = 5.0) -> bool:
+        """True once this instance drives no execution (ending one is a last database write)."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while self.services.engine.runs and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.02)
+        return not self.services.engine.runs
+
+
 @asynccontextmanager
 async def running_app(settings: Settings, **kw: Any) -> AsyncIterator[Client]:
+    if "SERVICE_SHUTDOWN_GRACE_SECONDS" not in settings.environ:
+        settings = settings.with_(shutdown_grace_seconds=0.0)  # tests stop at once unless they say otherwise
     app = build_app(settings, **kw)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)

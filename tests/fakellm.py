@@ -65,11 +65,14 @@ def _is_repair(body: dict[str, Any]) -> bool:
 class FakeLLM:
     """The server's state and behaviour; thread-safe because the server runs in another thread."""
 
-    def __init__(self) -> None:
+    def __init__(self, default_marker: str | None = None) -> None:
         self.requests: list[dict[str, Any]] = []
         self.scripts: dict[str, list[Any]] = {}
         self.lock = threading.Lock()
         self.base_url = ""
+        # The reply for messages without a marker (standalone use: `--default "[[tree:valid]]"`
+        # makes every plain-language request plannable, as the TCK runs need).
+        self.default_marker = default_marker
 
     def reset(self) -> None:
         with self.lock:
@@ -98,7 +101,7 @@ class FakeLLM:
         return None
 
     def reply_for(self, body: dict[str, Any]) -> dict[str, Any]:
-        marker = self._marker(body)
+        marker = self._marker(body) or self.default_marker
         with self.lock:
             queue = self.scripts.get(marker or "")
             if queue:
@@ -176,10 +179,10 @@ class FakeLLM:
 class FakeLLMServer(FakeLLM):
     """FakeLLM served by uvicorn in a daemon thread on a free loopback port."""
 
-    def start(self) -> "FakeLLMServer":
+    def start(self, port: int = 0) -> "FakeLLMServer":
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
+        sock.bind(("127.0.0.1", port))
         port = sock.getsockname()[1]
         config = uvicorn.Config(self.app(), log_level="warning", lifespan="off", timeout_graceful_shutdown=1)
         self._server = uvicorn.Server(config)
@@ -213,11 +216,24 @@ def fake_llm(fake_llm_server: FakeLLMServer) -> FakeLLMServer:
     return fake_llm_server
 
 
-if __name__ == "__main__":  # manual use: python tests/fakellm.py, then SERVICE_LLM_BASE_URL=<printed url>
-    server = FakeLLMServer().start()
+def main(argv: list[str] | None = None) -> None:
+    """Standalone: `python tests/fakellm.py [--port N] [--default MARKER]`; prints the base URL, serves
+    until interrupted. Point a service at it with SERVICE_LLM_BASE_URL=<printed url> (make tck does)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="fake OpenAI-compatible LLM server on 127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="port (default: any free one)")
+    parser.add_argument("--default", dest="default_marker", default=None,
+                        help='reply for messages without a marker, e.g. "[[tree:valid]]"')
+    args = parser.parse_args(argv)
+    server = FakeLLMServer(args.default_marker).start(args.port)
     print(server.base_url, flush=True)
     try:
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
         server.stop()
+
+
+if __name__ == "__main__":
+    main()

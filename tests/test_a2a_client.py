@@ -29,11 +29,11 @@ from a2a.types.a2a_pb2 import (
     TaskPushNotificationConfig,
     TaskState,
 )
-from google.protobuf.json_format import MessageToDict
+from google.protobuf.json_format import MessageToDict, ParseDict
 from starlette.applications import Starlette
 
-from agent.app import build_app
-from agent.settings import Settings
+from taskgrove.agent.app import build_app
+from taskgrove.agent.settings import Settings
 from tests.servers import free_port, receiver, serve
 from tests.test_a2a_wire import tree
 
@@ -94,7 +94,7 @@ async def test_card_resolves_on_both_paths_for_the_official_client(make_settings
     card = cards[0]
     assert card.version == "0.1.0"
     assert {(i.protocol_version, i.url, i.protocol_binding) for i in card.supported_interfaces} == \
-        {("1.0", url, "JSONRPC"), ("0.3", url, "JSONRPC")}
+        {("1.0", url, "JSONRPC"), ("0.3", url, "JSONRPC"), ("1.0", url + "/a2a", "HTTP+JSON")}
     assert card.capabilities.streaming and card.capabilities.push_notifications
     assert [s.id for s in card.skills] == ["tasks.execute"]
 
@@ -154,7 +154,8 @@ async def test_the_0_3_wire_format_through_the_official_compat_client(make_setti
 
 # --- push notifications -----------------------------------------------------------------------
 
-async def test_push_notifications_reach_the_receiver_in_spec_shape(make_settings: Any) -> None:
+async def test_push_notifications_of_a_10_request_are_stream_responses(make_settings: Any) -> None:
+    """A 1.0 client's push config gets 1.0 bodies (StreamResponse, ProtoJSON) with its headers and method."""
     tasks = tree(seconds=0.2)
     root_id = tasks[0]["id"]
     async with receiver() as rec, agent_server(make_settings()) as (url, _app):
@@ -169,27 +170,57 @@ async def test_push_notifications_reach_the_receiver_in_spec_shape(make_settings
             assert immediate.status.state == TaskState.TASK_STATE_WORKING
             assert run_summary(immediate.status) == {"protocol": "a2a", "status": "in_progress", "progress": 0.0,
                                                      "root_task_id": root_id, "task_count": 3}
-            await rec.wait_for(lambda reqs: any(r["json"]["final"] for r in reqs))
+            await rec.wait_for(lambda reqs: any(
+                r["json"].get("statusUpdate", {}).get("status", {}).get("state") == "TASK_STATE_COMPLETED"
+                for r in reqs))
             stored = await client.get_task(GetTaskRequest(id=immediate.id))
     assert stored.status.state == TaskState.TASK_STATE_COMPLETED
-    assert len(rec.requests) >= 3
+    events = []
     for sent in rec.requests:
         assert sent["method"] == "PUT" and sent["path"] == "/a2a/events"
         assert sent["headers"]["x-custom"] == "yes"
         assert sent["headers"]["authorization"] == "Bearer cred-7"
         assert sent["headers"]["x-a2a-notification-token"] == "tok-42"
-        payload = sent["json"]
-        assert payload["task_id"] == immediate.id and payload["context_id"] == root_id
-        assert payload["status"]["message"]["role"] == "agent"
-        (part,) = payload["status"]["message"]["parts"]
-        assert part["kind"] == "data"
-        assert {"status", "progress", "root_task_id", "task_count"} <= set(part["data"])
-        assert part["data"]["root_task_id"] == root_id and part["data"]["task_count"] == 3
+        (kind,) = sent["json"].keys()
+        assert kind in ("task", "statusUpdate", "artifactUpdate"), sent["json"]
+        events.append(ParseDict(sent["json"], StreamResponse()))  # what a 1.0 receiver does
+    updates = [e.status_update for e in events if e.HasField("status_update")]
+    assert updates[-1].status.state == TaskState.TASK_STATE_COMPLETED
+    assert updates[-1].task_id == immediate.id and updates[-1].context_id == root_id
+    assert run_summary(updates[-1].status)["status"] == "completed"
+    assert events[-1].HasField("status_update"), "the terminal status comes last"
+    (artifact,) = [e.artifact_update for e in events if e.HasField("artifact_update")]
+    outcome = MessageToDict(artifact.artifact.parts[0].data)
+    assert outcome["root_task_id"] == root_id and outcome["status"] == "completed"
+    assert {t["id"] for t in outcome["tasks"]} == {t["id"] for t in tasks}
+
+
+async def test_push_notifications_of_a_03_request_keep_the_spec_shape(make_settings: Any) -> None:
+    """A 0.3 client's push config gets SPEC.md's payload: kind, lowercase states, final."""
+    tasks = tree(seconds=0.2)
+    root_id = tasks[0]["id"]
+    async with receiver() as rec, agent_server(make_settings()) as (url, _app):
+        body = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {
+            "message": {"kind": "message", "role": "user", "messageId": uuid.uuid4().hex,
+                        "parts": [{"kind": "data", "data": {"tasks": tasks}}]},
+            "configuration": {"pushNotificationConfig": {"url": f"{rec.url}/hook", "token": "t-3",
+                                                         "headers": {"X-Custom": "yes"}}}}}
+        async with httpx.AsyncClient(timeout=30) as http:
+            answer = (await http.post(url + "/", json=body)).json()["result"]
+        assert answer["status"]["state"] == "working"
+        await rec.wait_for(lambda reqs: any(r["json"].get("final") for r in reqs))
     payloads = [r["json"] for r in rec.requests]
+    assert all(r["headers"]["x-custom"] == "yes" and r["headers"]["x-a2a-notification-token"] == "t-3"
+               for r in rec.requests)
     assert [p["final"] for p in payloads] == [False] * (len(payloads) - 1) + [True]
-    assert payloads[0]["status"]["state"] == "working"
-    assert payloads[-1]["status"]["state"] == "completed"
-    assert payloads[-1]["status"]["message"]["parts"][0]["data"]["status"] == "completed"
+    statuses = [p for p in payloads if p["kind"] == "status-update"]
+    assert statuses[0]["status"]["state"] == "working" and statuses[-1]["status"]["state"] == "completed"
+    for p in statuses:
+        assert p["task_id"] == answer["id"] and p["context_id"] == root_id
+        (part,) = p["status"]["message"]["parts"]
+        assert part["kind"] == "data" and part["data"]["root_task_id"] == root_id
+    (artifact,) = [p for p in payloads if p["kind"] == "artifact-update"]
+    assert artifact["artifact"]["parts"][0]["data"]["status"] == "completed"
 
 
 # --- cancel -----------------------------------------------------------------------------------

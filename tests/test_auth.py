@@ -20,9 +20,9 @@ import httpx
 import jwt
 import pytest
 
-from agent.app import build_app
-from agent.auth import AuthConfigError
-from agent.settings import Settings
+from taskgrove.agent.app import build_app
+from taskgrove.agent.auth import AuthConfigError
+from taskgrove.agent.settings import Settings
 from tests.conftest import Client
 
 SECRET = "test-jwt-secret-" + "0123456789abcdef" * 4
@@ -164,9 +164,12 @@ async def test_sub_claim_string_role_and_userless_token(jwt_client: Client) -> N
     assert by_sub["user_id"] == "carol"
     # user_id wins over sub.
     assert (await create(jwt_client, bearer(token("dave", sub="ignored"))))["user_id"] == "dave"
-    # roles given as one string still grants admin.
+    # roles must be an array of strings (issue 18): one string is an invalid token, not admin.
     string_admin = bearer(token("erin", roles="admin"))
-    assert (await jwt_client.result("tasks.get", {"task_id": owned["id"]}, headers=string_admin))["id"] == owned["id"]
+    response = await jwt_client.http.post("/tasks", json={"jsonrpc": "2.0", "id": 1, "method": "tasks.get",
+                                                          "params": {"task_id": owned["id"]}}, headers=string_admin)
+    assert response.status_code == 401
+    assert response.json()["error"]["data"] == "invalid token: the roles claim must be an array of strings"
     # A token naming no user skips permission checks (SPEC.md, Authentication 4).
     service = bearer(token(None, roles=["reader"]))
     assert (await jwt_client.result("tasks.get", {"task_id": owned["id"]}, headers=service))["id"] == owned["id"]
@@ -311,7 +314,7 @@ async def test_running_count_list_and_cancel(app_factory: Callable[..., Any]) ->
 
 def _cli(*args: str, secret: str | None) -> subprocess.CompletedProcess[str]:
     script = Path(sys.executable).with_name("taskgrove")
-    command = [str(script)] if script.exists() else [sys.executable, "-m", "agent.cli"]
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "taskgrove.agent.cli"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("SERVICE_")}
     if secret is not None:
         env["SERVICE_JWT_SECRET"] = secret

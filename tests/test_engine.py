@@ -6,6 +6,8 @@ import asyncio
 import os
 from typing import Any
 
+import pytest
+
 from tests.conftest import Client
 
 
@@ -272,24 +274,44 @@ async def test_system_health_and_examples(client: Client) -> None:
     assert (await client.result("examples.status", {}, path="/system"))["initialized"] is True
 
 
-async def test_restart_fails_tasks_left_in_progress(make_settings: Any) -> None:
+async def _crash_leftover(client: Client, task_id: str) -> None:
+    """Make the database look as a kill -9 leaves it: the attempt in progress, the execution running,
+    both owned by an instance that no longer exists."""
+    from taskgrove.storage import executions as xs
+
+    await client.services.repo.update(task_id, {"status": "in_progress", "lease_owner": "dead-instance",
+                                                "lease_expires_at": None, "attempt": 1, "error": None})
+
+    def own(c: Any) -> None:
+        c.execute(xs.update(xs.X).values(owner="dead-instance", lease_expires_at=None, status="running",
+                                         final_status=None, ended_at=None))
+
+    await client.services.repo.run(own)
+
+
+@pytest.mark.parametrize("attempts,expected", [(1, "failed"), (2, "completed")])
+async def test_restart_settles_an_interrupted_attempt_by_its_retry_policy(
+        make_settings: Any, attempts: int, expected: str) -> None:
     from tests.conftest import running_app
 
     settings = make_settings({"SERVICE_CREATE_WAIT_TIMEOUT": "0"})
     async with running_app(settings) as client:
-        await client.result("tasks.create", [task("long", method="sleep_executor", inputs={"seconds": 30})])
-        await client.wait_status("long", ("in_progress",))
-        # simulate a crash: forget the engine without a clean stop
-        client.services.engine.running.clear()
-    # the clean stop above found nothing to fail; put the row back in progress as a crash leaves it
-    async with running_app(settings) as client:
-        await client.services.repo.update("long", {"status": "in_progress", "lease_expires_at": None})
-        assert await client.services.engine.recover() == 1
-        long = await client.result("tasks.get", {"task_id": "long"})
-        assert long["status"] == "failed" and "restarted" in long["error"]
-        answer = await client.result("tasks.execute", {"task_id": "long"})
-        assert answer["status"] == "started"
-        await client.result("tasks.cancel", {"task_ids": ["long"]})
+        await client.result("tasks.create", [task("root", deps=["long"]), task(
+            "long", "root", method="sleep_executor", inputs={"seconds": 0.2},
+            retry={"max_attempts": attempts, "base_seconds": 0})])
+        await client.wait_status("root", ("completed",))
+        await _crash_leftover(client, "long")
+        await client.services.repo.update("root", {"status": "pending", "completed_at": None})
+    async with running_app(settings) as client:  # nothing is called: the execution resumes by itself
+        long = await client.wait_status("long", (expected,))
+        assert long["attempt"] == attempts
+        root = await client.wait_status("root", ("completed",) if expected == "completed" else ("pending",))
+        assert root["status"] == ("completed" if expected == "completed" else "pending")
+        if expected == "failed":
+            # SQLite: the one instance restarted; PostgreSQL: the dead instance's lease ran out
+            assert long["error"].startswith(("Interrupted: the service restarted",
+                                             "Interrupted: instance dead-instance stopped renewing its lease"))
+            assert long["error"].endswith("attempt 1 of 1 interrupted")
 
 
 async def test_status_set_by_update_is_published(client: Client) -> None:
@@ -334,7 +356,7 @@ async def test_concurrent_executes_of_one_tree_make_one_run(app_factory: Any) ->
         assert len(client.services.engine.runs) == 1
         for tid in ("root", "gate", "a", "b"):
             await client.wait_status(tid, ("completed",))
-        assert client.services.engine.runs == {}
+        assert await client.runs_ended()
 
 
 async def test_stopping_the_service_kills_running_commands(make_settings: Any) -> None:
@@ -352,6 +374,50 @@ async def test_stopping_the_service_kills_running_commands(make_settings: Any) -
             await asyncio.sleep(0.05)
         assert _pids_running(script)
     assert not _pids_running(script), "no child process outlives the service"
+    async with running_app(settings) as client:  # a clean stop hands the attempt back: it resumes
+        cmd = await client.wait_status("cmd", ("in_progress",))
+        assert cmd["attempt"] == 1, "the attempt cut off by a clean stop does not count"
+        [cancelled] = await client.result("tasks.cancel", {"task_ids": ["cmd"]})
+        assert cancelled["status"] == "cancelled"
+    assert not _pids_running(script)
+
+
+async def test_re_executing_after_an_interruption_runs_only_what_is_unfinished(make_settings: Any) -> None:
+    """SPEC.md re-runs the completed dependencies of a failed task; not when the failure was an
+    interruption (a crash): those results are still valid, and recovery is not re-execution."""
+    from tests.conftest import running_app
+
+    settings = make_settings({"SERVICE_CREATE_WAIT_TIMEOUT": "0"})
     async with running_app(settings) as client:
-        cmd = await client.result("tasks.get", {"task_id": "cmd"})
-        assert cmd["status"] == "failed" and "restarted" in cmd["error"]
+        await client.result("tasks.create", [task("root", deps=["long"]), task("dep", "root"),
+                                             task("long", "root", deps=["dep"], method="sleep_executor",
+                                                  inputs={"seconds": 0.1})])
+        await client.wait_status("root", ("completed",))
+        dep_before = await client.result("tasks.get", {"task_id": "dep"})
+        await _crash_leftover(client, "long")
+        await client.services.repo.update("root", {"status": "pending", "completed_at": None})
+    async with running_app(settings) as client:
+        long = await client.wait_status("long", ("failed",))
+        assert long["error"].startswith("Interrupted:")
+        await client.result("tasks.execute", {"task_id": "root"})
+        await client.wait_status("root", ("completed",))
+        assert (await client.result("tasks.get", {"task_id": "dep"}))["started_at"] == dep_before["started_at"]
+        assert (await client.result("tasks.get", {"task_id": "long"}))["status"] == "completed"
+
+
+async def test_health_reports_a_database_that_stops_answering(client: Client, monkeypatch: Any) -> None:
+    """Under load health costs no query (a commit in the last seconds proves the database
+    answers); once nothing has answered lately, it asks, and says so when the database does not."""
+    from taskgrove.agent import system
+
+    healthy = await client.result("system.health", path="/system")
+    assert healthy["status"] == "healthy"
+    repo = client.services.repo
+
+    async def down(*_args: Any, **_kw: Any) -> Any:
+        raise OSError("connection refused")
+
+    monkeypatch.setattr(repo, "_run", down)
+    monkeypatch.setattr(system, "HEALTH_FRESH_SECONDS", 0.0)
+    sick = await client.result("system.health", path="/system")
+    assert sick["status"] == "unhealthy" and sick["message"] == "Database unreachable: OSError"

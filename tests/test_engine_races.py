@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from agent.auth import ANONYMOUS
+from taskgrove.agent.auth import ANONYMOUS
 from tests.conftest import Client
 from tests.test_engine import FAIL, task
 
@@ -29,13 +29,13 @@ def drain(sub: Any) -> list[str]:
 async def test_cancel_while_the_task_is_being_claimed_stops_it(client: Client) -> None:
     engine = client.services.engine
     await store(client, task("r", method=None), task("b", "r", method="sleep_executor", inputs={"seconds": 0.6}))
-    real = engine.repo.write_batch
+    real = engine.repo.write_pass
 
     async def slow(*args: Any) -> Any:
         await asyncio.sleep(0.2)
         return await real(*args)
 
-    engine.repo.write_batch = slow  # type: ignore[method-assign]
+    engine.repo.write_pass = slow  # type: ignore[method-assign]
     with client.services.bus.subscribe(lambda e: e["task_id"] == "b") as sub:
         await engine.execute("r")
         await asyncio.sleep(0.05)  # the loop is inside the write that claims b
@@ -81,26 +81,50 @@ async def test_streaming_call_inside_a_batch_leaves_no_subscription(client: Clie
     assert client.services.bus.subscriber_count == 0
 
 
-async def test_a_failing_database_write_is_retried_until_it_succeeds(client: Client) -> None:
+async def test_a_transient_database_error_is_retried(client: Client) -> None:
+    from sqlalchemy.exc import OperationalError
+
     engine = client.services.engine
     await store(client, task("r", method=None), task("a", "r", method="sleep_executor", inputs={"seconds": 0.2}),
                 task("b", "r", deps=["a"]))
-    real = engine.repo.write_batch
-    down = {"now": False}
+    real = engine.repo.write_pass
+    failures = {"left": 0, "seen": 0}
 
-    async def flaky(outcomes: Any, *rest: Any) -> Any:
-        if down["now"] and outcomes:
-            raise RuntimeError("database unavailable")
-        return await real(outcomes, *rest)
+    async def flaky(writes: Any, *rest: Any) -> Any:
+        if failures["left"] and any("status" in values for _, _, values in writes):
+            failures["left"] -= 1
+            failures["seen"] += 1
+            raise OperationalError("UPDATE tasks", {}, Exception("database is locked"))
+        return await real(writes, *rest)
 
-    engine.repo.write_batch = flaky  # type: ignore[method-assign]
+    engine.repo.write_pass = flaky  # type: ignore[method-assign]
     run = await engine.execute("r")
     await asyncio.sleep(0.1)
-    down["now"] = True
-    await asyncio.sleep(0.8)
-    down["now"] = False
+    failures["left"] = 3  # fewer than the engine's bound: the same pass goes through
     assert await engine.wait(run, 10)
+    assert failures["seen"] == 3
     assert {t: (await engine.repo.get(t))["status"] for t in "rab"} == dict.fromkeys("rab", "completed")
+
+
+async def test_a_write_the_database_refuses_fails_only_its_own_task(client: Client) -> None:
+    """A pass whose write keeps failing is split up: the task whose outcome cannot be stored fails
+    with the database's error, the other outcomes of the pass are stored, the engine goes on."""
+    engine = client.services.engine
+    await store(client, task("r", method=None), task("bad", "r", method="sleep_executor", inputs={"seconds": 0.2}),
+                task("good", "r", method="sleep_executor", inputs={"seconds": 0.2}), task("after", "r", deps=["good"]))
+    real = engine.repo.write_pass
+
+    async def refuses(writes: Any, *rest: Any) -> Any:
+        if any(tid == "bad" and values.get("status") == "completed" for tid, _, values in writes):
+            raise RuntimeError("value refused by the database")
+        return await real(writes, *rest)
+
+    engine.repo.write_pass = refuses  # type: ignore[method-assign]
+    run = await engine.execute("r")
+    assert await engine.wait(run, 10)
+    rows = {t: await engine.repo.get(t) for t in ("bad", "good", "after")}
+    assert rows["bad"]["status"] == "failed" and "could not be stored" in rows["bad"]["error"]
+    assert rows["good"]["status"] == rows["after"]["status"] == "completed"
 
 
 async def test_execution_started_from_rows_read_before_a_task_finished_still_ends(client: Client) -> None:

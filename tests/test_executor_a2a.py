@@ -9,108 +9,48 @@ guard, remote failures, timeouts, bearer headers and non-blocking sends are cove
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
-import sys
+import json
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from agent.auth import mint_token
-from agent.settings import Settings
+from taskgrove.agent.auth import mint_token
+from taskgrove.agent.settings import Settings
+from tests.processes import Service
 from tests.servers import free_port
 
-BIN = Path(sys.executable).parent / "taskgrove"
 JWT_SECRET = "a2a-executor-test-secret-of-forty-bytes!!"
 
 
-class Remote:
-    """A `taskgrove serve` process and a JSON-RPC helper for its /tasks endpoint."""
-
-    def __init__(self, proc: subprocess.Popen[str], url: str, token: str | None = None) -> None:
-        self.proc = proc
-        self.url = url
-        self.token = token
-
-    async def rpc(self, method: str, params: Any) -> Any:
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        async with httpx.AsyncClient(timeout=10) as http:
-            answer = (await http.post(f"{self.url}/tasks", headers=headers, json={
-                "jsonrpc": "2.0", "id": 1, "method": method, "params": params})).json()
-        assert "error" not in answer, answer
-        return answer["result"]
-
-    async def task(self, task_id: str) -> dict[str, Any] | None:
-        return await self.rpc("tasks.get", {"task_id": task_id})
-
-    async def wait_status(self, task_id: str, statuses: tuple[str, ...], timeout: float = 10.0) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while True:
-            task = await self.task(task_id)
-            if task and task["status"] in statuses:
-                return task
-            assert time.monotonic() < deadline, f"remote task {task_id} stuck in {task and task['status']}"
-            await asyncio.sleep(0.05)
+Remote = Service  # a `taskgrove serve` process the local service talks A2A to
 
 
-def _start_remote(tmp: Path, extra_env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], str]:
-    port = free_port()
-    # Only our variables: a SERVICE_* set in the developer's shell must not change the remote.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SERVICE_")}
-    env.update({
-        "SERVICE_DATABASE_URL": f"sqlite:///{tmp / 'remote.db'}",
-        "SERVICE_API_HOST": "127.0.0.1",
-        "SERVICE_API_PORT": str(port),
-        "SERVICE_ALLOW_PRIVATE_URLS": "true",
-        **(extra_env or {}),
-    })
-    log = open(tmp / "remote.log", "w")  # noqa: SIM115 - closed with the process
-    proc = subprocess.Popen([str(BIN), "serve"], env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            httpx.post(f"{url}/system", json={"jsonrpc": "2.0", "id": 1, "method": "system.health"}, timeout=1)
-            return proc, url
-        except httpx.HTTPError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise AssertionError("remote taskgrove did not start:\n" + (tmp / "remote.log").read_text())
-            time.sleep(0.05)
-
-
-def _stop(proc: subprocess.Popen[str]) -> None:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+def _start_remote(tmp: Path, extra_env: dict[str, str] | None = None) -> Remote:
+    return Service(tmp, {"SERVICE_DATABASE_URL": f"sqlite:///{tmp / 'remote.db'}", **(extra_env or {})},
+                   "remote").start()
 
 
 @pytest.fixture(scope="module")
 def remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Remote]:
-    proc, url = _start_remote(tmp_path_factory.mktemp("remote"))
+    service = _start_remote(tmp_path_factory.mktemp("remote"))
     try:
-        yield Remote(proc, url)
+        yield service
     finally:
-        _stop(proc)
+        service.stop()
 
 
 @pytest.fixture(scope="module")
 def jwt_remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Remote]:
-    proc, url = _start_remote(tmp_path_factory.mktemp("jwt-remote"), {"SERVICE_JWT_SECRET": JWT_SECRET})
-    token = mint_token(Settings.from_env({"SERVICE_JWT_SECRET": JWT_SECRET}), "alice", [], 3600)
+    service = _start_remote(tmp_path_factory.mktemp("jwt-remote"), {"SERVICE_JWT_SECRET": JWT_SECRET})
+    service.token = mint_token(Settings.from_env({"SERVICE_JWT_SECRET": JWT_SECRET}), "alice", [], 3600)
     try:
-        yield Remote(proc, url, token)
+        yield service
     finally:
-        _stop(proc)
+        service.stop()
 
 
 def _id(prefix: str) -> str:
@@ -202,7 +142,8 @@ async def test_local_tree_runs_a_remote_tree_and_gets_its_results(
     assert len(values) >= 2, relayed
     assert values == sorted(values) and values[-1] == 1.0
     assert 0.0 < max(v for v in values if v < 1.0) < 1.0  # an intermediate value, not only start/end
-    assert all(e["message"].startswith("remote agent:") for e in relayed)
+    assert relayed[0]["message"].endswith("started") and relayed[0]["progress"] == 0.0  # our own start
+    assert all(e["message"].startswith("remote agent:") for e in relayed[1:])
 
 
 async def test_refused_message_and_unreachable_agent_fail_the_task(remote: Remote, app_factory: Any) -> None:
@@ -351,3 +292,40 @@ async def test_non_blocking_send_returns_once_the_remote_accepted(remote: Remote
     assert result["status_data"]["status"] == "in_progress"
     # The remote tree goes on by itself.
     assert (await remote.wait_status(ids["root"], ("completed",)))["status"] == "completed"
+
+
+async def test_after_a_crash_the_next_attempt_reattaches_to_the_remote_task(remote: Remote, tmp_path: Path) -> None:
+    """kill -9 of the local service while the remote agent works: the resumed attempt follows the
+    remote task its predecessor sent (stored as a checkpoint) instead of sending the work again."""
+    import sqlite3
+
+    tasks, ids = remote_tree(seconds=2.5)
+    db = tmp_path / "local.db"
+    local = Service(tmp_path, {"SERVICE_DATABASE_URL": f"sqlite:///{db}", "SERVICE_CREATE_WAIT_TIMEOUT": "0"},
+                    "local").start()
+    ask = _id("ask")
+    try:
+        await local.rpc("tasks.create", [a2a_task(ask, {"agent_url": remote.url, "data": {"tasks": tasks}},
+                                                  retry={"max_attempts": 2, "base_seconds": 0})])
+        await remote.wait_status(ids["sleep"], ("in_progress",))
+
+        def checkpoint() -> str | None:
+            with sqlite3.connect(db) as conn:
+                (raw,) = conn.execute("SELECT checkpoint FROM tasks WHERE id = ?", (ask,)).fetchone()
+            return json.loads(raw)["remote_task_id"] if raw and raw != "null" else None
+
+        deadline = time.monotonic() + 10
+        while checkpoint() is None:
+            assert time.monotonic() < deadline, "the remote task id was never checkpointed"
+            await asyncio.sleep(0.05)
+        remote_task_id = checkpoint()
+        local.kill()
+        local.start()
+        done = await local.wait_status(ask, ("completed", "failed"), timeout=20)
+        assert done["status"] == "completed", done["error"]
+        assert done["attempt"] == 2 and done["result"]["remote_task_id"] == remote_task_id
+        assert (await remote.task(ids["root"]))["status"] == "completed"
+        # Sent once: a second send of the same ids would have been refused by the remote service.
+        assert done["result"]["state"] == "completed"
+    finally:
+        local.stop()

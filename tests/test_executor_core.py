@@ -10,13 +10,13 @@ from typing import Any
 import jsonschema
 import pytest
 
-from agent.settings import Settings
-from executors.base import ExecutionContext, Executor
-from executors.core import AggregateResultsExecutor, NoopExecutor, SleepExecutor
-from executors.database import DatabaseExecutor
-from executors.http import RestExecutor
-from executors.netguard import UnsafeURLError, ensure_public_url, non_public_reason
-from executors.stdio import CommandExecutor, SystemInfoExecutor
+from taskgrove.agent.settings import Settings
+from taskgrove.executors.base import ExecutionContext, Executor
+from taskgrove.executors.core import AggregateResultsExecutor, NoopExecutor, SleepExecutor
+from taskgrove.executors.database import DatabaseExecutor
+from taskgrove.executors.http import RestExecutor
+from taskgrove.executors.netguard import UnsafeURLError, ensure_public_url, non_public_reason
+from taskgrove.executors.stdio import CommandExecutor, SystemInfoExecutor
 
 ALL: list[type[Executor]] = [
     AggregateResultsExecutor, NoopExecutor, SleepExecutor, SystemInfoExecutor, CommandExecutor,

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from agent.settings import Settings, SettingsError
-from executors.base import ExecutionContext, ExecutorError
-from executors.database import (
+from taskgrove.agent.settings import Settings, SettingsError
+from taskgrove.executors.base import ExecutionContext, ExecutorError
+from taskgrove.executors.database import (
     DatabaseExecutor,
     async_database_url,
     dispose_engines,

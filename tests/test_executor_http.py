@@ -19,9 +19,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from agent.settings import Settings
-from executors.base import ExecutionContext, ExecutorError
-from executors.http import RestExecutor
+from taskgrove.agent.settings import Settings
+from taskgrove.executors.base import ExecutionContext, ExecutorError
+from taskgrove.executors.http import RestExecutor
 from tests.servers import free_port, serve
 
 HITS: Counter[str] = Counter()
@@ -213,7 +213,7 @@ async def test_backoff_doubles(monkeypatch: pytest.MonkeyPatch, server: str) -> 
         await real_sleep(0)
 
     monkeypatch.setattr(RestExecutor, "backoff_base", 0.5)
-    monkeypatch.setattr("executors.http.asyncio.sleep", record)
+    monkeypatch.setattr(RestExecutor, "pause", staticmethod(record))
     with pytest.raises(ExecutorError):
         await call({"url": f"{server}/flaky/r4?fail=9", "retries": 3})
     assert delays == [0.5, 1.0, 2.0]

@@ -12,9 +12,9 @@ import jsonschema
 import psutil
 import pytest
 
-from agent.settings import Settings
-from executors.base import ExecutionContext, ExecutorError
-from executors.stdio import CommandExecutor, SystemInfoExecutor
+from taskgrove.agent.settings import Settings
+from taskgrove.executors.base import ExecutionContext, ExecutorError
+from taskgrove.executors.stdio import CommandExecutor, SystemInfoExecutor
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="process groups are POSIX only")
 

@@ -14,8 +14,8 @@ import pytest
 import websockets
 from websockets.exceptions import InvalidStatus
 
-from agent.auth import mint_token
-from agent.settings import Settings
+from taskgrove.agent.auth import mint_token
+from taskgrove.agent.settings import Settings
 from tests.test_ws import SECRET, Live, live_server, recv, send, sleep
 
 GRAPHQL = {"SERVICE_API_PROTOCOL": "graphql"}
@@ -386,10 +386,31 @@ async def test_graphql_absent_under_the_a2a_protocol(live_sqlite: Callable[..., 
 def test_default_start_up_does_not_import_strawberry(tmp_path: Any) -> None:
     code = (
         "import sys\n"
-        "from agent.app import build_app\n"
-        "from agent.settings import Settings\n"
+        "from taskgrove.agent.app import build_app\n"
+        "from taskgrove.agent.settings import Settings\n"
         f"build_app(Settings.from_env({{'SERVICE_DATABASE_URL': 'sqlite:///{tmp_path}/x.db'}}))\n"
-        "print(sorted(m for m in sys.modules if m.startswith(('strawberry', 'agent.graphql'))))\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('strawberry', 'taskgrove.agent.graphql'))))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+async def test_a_status_set_by_hand_reaches_the_subscriber(live: Callable[..., Any]) -> None:
+    """Issue 14: updateTask to IN_PROGRESS, then FAILED: the subscriber sees both, not only the last."""
+    async with live() as server:
+        task = (await data(server, CREATE, {"input": {"name": "by hand"}}))["createTask"]
+        await server.wait_status(task["id"], ("completed",))  # a grouping task: it completes at once
+        update = 'mutation($id: String, $input: UpdateTaskInput) { updateTask(taskId: $id, taskInput: $input) { status } }'
+        await data(server, update, {"id": task["id"], "input": {"status": "PENDING"}})
+
+        async def set_by_hand() -> None:
+            await asyncio.sleep(0.3)
+            await data(server, update, {"id": task["id"], "input": {"status": "IN_PROGRESS"}})
+            await asyncio.sleep(0.1)
+            await data(server, update, {"id": task["id"], "input": {"status": "FAILED"}})
+
+        hand = asyncio.create_task(set_by_hand())
+        messages = await subscribe(server, task["id"])
+        await hand
+    statuses = [m["payload"]["data"]["taskStatusChanged"]["status"] for m in messages[:-1]]
+    assert statuses == ["PENDING", "IN_PROGRESS", "FAILED"] and messages[-1]["type"] == "complete"

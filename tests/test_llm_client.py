@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.settings import Settings
-from llm.client import (
+from taskgrove.agent.settings import Settings
+from taskgrove.llm.client import (
     LLMAuthError,
     LLMClient,
     LLMConnectionError,
@@ -192,7 +192,7 @@ def _run(code: str, **env: str) -> subprocess.CompletedProcess:
 def test_importing_llm_modules_does_not_import_litellm():
     proc = _run("""
         import sys
-        import llm, llm.client, llm.generate, executors.llm
+        import taskgrove.llm, taskgrove.llm.client, taskgrove.llm.generate, taskgrove.executors.llm
         print("litellm" in sys.modules, any(m.startswith("litellm.") for m in sys.modules))
     """)
     assert proc.returncode == 0, proc.stderr
@@ -218,9 +218,9 @@ def test_no_network_beyond_the_configured_base_url(fake_llm):
         socket.getaddrinfo, socket.socket.connect = gai, connect
 
         import os
-        from agent.settings import Settings
-        from llm.client import LLMClient
-        from llm.generate import generate_tree
+        from taskgrove.agent.settings import Settings
+        from taskgrove.llm.client import LLMClient
+        from taskgrove.llm.generate import generate_tree
         async def main():
             client = LLMClient(Settings(llm_base_url=os.environ["FAKE_URL"], llm_max_retries=0, environ={}))
             await client.complete([{"role": "user", "content": "hi"}])

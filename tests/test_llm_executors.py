@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from agent.settings import Settings
-from executors.base import ExecutionContext, Executor, ExecutorError
-from executors.llm import CrewExecutor, GenerateExecutor, LLMExecutor
-from executors.registry import ExecutorRegistry
+from taskgrove.agent.settings import Settings
+from taskgrove.executors.base import ExecutionContext, Executor, ExecutorError
+from taskgrove.executors.llm import CrewExecutor, GenerateExecutor, LLMExecutor
+from taskgrove.executors.registry import ExecutorRegistry
 
 
 class AggregateStub(Executor):

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from agent.settings import Settings
-from llm.client import LLMAuthError, LLMClient, LLMKeyMissingError
-from llm.generate import (
+from taskgrove.agent.settings import Settings
+from taskgrove.llm.client import LLMAuthError, LLMClient, LLMKeyMissingError
+from taskgrove.llm.generate import (
     GenerationInputError,
     GenerationValidationError,
     build_messages,
@@ -64,6 +64,17 @@ def test_self_dependency_and_parent_cycle_are_cycles():
     assert any("dependency cycle: r -> r" in p for p in problems)
     _, problems = validate_tree([t("r"), t("x", parent="y"), t("y", parent="x")], IDS)
     assert any(p.startswith("parent_id cycle:") for p in problems)
+
+
+def test_a_generated_chain_deeper_than_the_recursion_limit_validates():
+    """Cycle checks are iterative (issue 18): a 3000-long dependency and parent chain is fine."""
+    chain = [t("n0")] + [t(f"n{i}", parent=f"n{i - 1}", deps=[f"n{i - 1}"]) for i in range(1, 3000)]
+    tasks, problems = validate_tree(chain, IDS)
+    assert problems == [] and len(tasks) == 3000
+    looped = chain + [t("loop", parent="n0", deps=["n2999"])]
+    looped[0] = t("n0", deps=["loop"])
+    _, problems = validate_tree(looped, IDS)
+    assert any(p.startswith("dependency cycle: n0 -> loop -> n2999") for p in problems), problems[:2]
 
 
 def test_no_root_and_duplicate_ids():

@@ -20,11 +20,11 @@ import jwt
 import pytest
 from sqlalchemy import text
 
-from agent.settings import Settings
-from executors.base import ExecutionContext, Executor
-from executors.registry import ExecutorRegistry
-from llm.client import LLMError, LLMClient
-from storage.keys import KeyStore, KeyStoreError, derive_fernet_key
+from taskgrove.agent.settings import Settings
+from taskgrove.executors.base import ExecutionContext, Executor
+from taskgrove.executors.registry import ExecutorRegistry
+from taskgrove.llm.client import LLMError, LLMClient
+from taskgrove.storage.keys import KeyStore, KeyStoreError, derive_fernet_key
 from tests.conftest import Client, running_app
 
 SERVER_SECRET = "server-secret-for-tests-" + "9f8e7d6c5b4a3210" * 2

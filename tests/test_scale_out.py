@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from agent.auth import ANONYMOUS
-from agent.settings import Settings
-from executors.base import ExecutionContext, Executor
-from executors.core import SleepExecutor
-from executors.registry import ExecutorRegistry
+from taskgrove.agent.auth import ANONYMOUS
+from taskgrove.agent.settings import Settings
+from taskgrove.executors.base import ExecutionContext, Executor
+from taskgrove.executors.core import SleepExecutor
+from taskgrove.executors.registry import ExecutorRegistry
 from tests.conftest import POSTGRES_URL, postgres_database, running_app
 
 pytestmark = pytest.mark.skipif(not POSTGRES_URL, reason="needs TASKGROVE_TEST_POSTGRES_URL (set by .ci/run)")
@@ -110,4 +110,34 @@ async def test_an_execution_waits_for_a_dependency_running_on_another_instance()
         after = await b.wait_status("after", ("completed",), timeout=10)
         dep = await b.result("tasks.get", {"task_id": "dep"})
         assert dep["status"] == "completed" and after["started_at"] >= dep["completed_at"]
-        assert b.services.engine.runs == {}, "B's execution ended"
+        assert await b.runs_ended(), "B drives no execution"
+
+
+async def test_a_stream_watched_on_another_instance_reports_the_stored_final_status() -> None:
+    """B joins the execution A drives: B's SSE stream follows A's events and ends with the tree's
+    stored status; A's tasks.create answers with the finished tree."""
+    import json
+
+    async with postgres_database() as url, AsyncExitStack() as stack:
+        settings = Settings.from_env({"SERVICE_DATABASE_URL": url, "SERVICE_CREATE_WAIT_TIMEOUT": "0"})
+        a = await stack.enter_async_context(running_app(settings, registry=registry()))
+        b = await stack.enter_async_context(running_app(settings, registry=registry()))
+        for n in range(3):
+            root = f"root{n}"
+            await a.services.tasks.create_tree([
+                {"id": root, "name": "root", "dependencies": [{"id": f"{root}-x"}, {"id": f"{root}-y"}]},
+                {"id": f"{root}-x", "name": "x", "parent_id": root, "schemas": {"method": "sleep_executor"},
+                 "inputs": {"seconds": 0.4}},
+                {"id": f"{root}-y", "name": "y", "parent_id": root, "schemas": {"method": "counting_executor"}},
+            ], ANONYMOUS)
+            await a.result("tasks.execute", {"task_id": f"{root}-x"})  # A drives the tree's execution
+            body = {"jsonrpc": "2.0", "id": 1, "method": "tasks.execute",
+                    "params": {"task_id": root, "use_streaming": True}}
+            response = await b.http.post("/tasks", json=body)  # B joins it: y and the root
+            events = [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: ")]
+            assert events[0]["result"]["status"] == "started"
+            final = next(e for e in events if e.get("type") == "final")
+            stored = await b.result("tasks.get", {"task_id": root})
+            assert stored["status"] == "completed"
+            assert final["status"] == "completed" and final["result"]["status"] == "completed"
+            assert not b.services.engine.runs, "B drove nothing: A ran every task"

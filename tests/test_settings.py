@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.cli import main
-from agent.settings import Settings, SettingsError
+from taskgrove.agent.cli import main
+from taskgrove.agent.settings import Settings, SettingsError
 
 
 def test_defaults(tmp_path, monkeypatch):
@@ -134,3 +134,33 @@ async def test_system_routes_can_be_switched_off(app_factory):
     async with app_factory() as client:
         health = await client.result("system.health", path="/system")
         assert health["status"] == "healthy"
+
+
+INPUT_LIMITS = {
+    "SERVICE_MAX_REQUEST_BYTES": ("max_request_bytes", 16 * 1024 * 1024, "2048"),
+    "SERVICE_MAX_JSON_DEPTH": ("max_json_depth", 100, "32"),
+    "SERVICE_MAX_TREE_TASKS": ("max_tree_tasks", 10_000, "500"),
+    "SERVICE_MAX_BATCH": ("max_batch", 100, "7"),
+    "SERVICE_MAX_WS_MESSAGE_BYTES": ("max_ws_message_bytes", 64 * 1024, "4096"),
+    "SERVICE_GRAPHQL_MAX_DEPTH": ("graphql_max_depth", 10, "6"),
+    "SERVICE_GRAPHQL_MAX_ALIASES": ("graphql_max_aliases", 30, "3"),
+    "SERVICE_GRAPHQL_MAX_TOKENS": ("graphql_max_tokens", 5000, "800"),
+    "SERVICE_GRAPHQL_MAX_LIST_ITEMS": ("graphql_max_list_items", 5000, "50"),
+}
+
+
+def test_input_limits_have_defaults_and_are_read():
+    defaults = Settings.from_env({})
+    for variable, (name, default, raw) in INPUT_LIMITS.items():
+        assert getattr(defaults, name) == default, variable
+        assert getattr(Settings.from_env({variable: raw}), name) == int(raw), variable
+    assert defaults.jwt_require_subject is False
+    assert Settings.from_env({"SERVICE_JWT_REQUIRE_SUBJECT": "true"}).jwt_require_subject is True
+
+
+@pytest.mark.parametrize("variable, raw", [("SERVICE_MAX_JSON_DEPTH", "1000"), ("SERVICE_MAX_JSON_DEPTH", "2"),
+                                           ("SERVICE_MAX_BATCH", "0"), ("SERVICE_MAX_TREE_TASKS", "x"),
+                                           ("SERVICE_MAX_REQUEST_BYTES", "10")])
+def test_input_limits_out_of_range_stop_start_up(variable, raw):
+    with pytest.raises(SettingsError, match=variable):
+        Settings.from_env({variable: raw})

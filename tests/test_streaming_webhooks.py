@@ -44,8 +44,9 @@ async def test_sse_event_sequence(client: Client) -> None:
         by_task.setdefault(event["task_id"], []).append(event["type"])
     assert by_task["a"][0] == "task_start" and by_task["a"][-1] == "task_completed"
     assert "progress" in by_task["a"]
-    assert by_task["bad"] == ["task_start", "task_failed"]
-    assert by_task["root"] == ["task_start", "task_completed"]
+    # SPEC.md: the move to in_progress is also a `progress` event, right after `task_start`
+    assert by_task["bad"] == ["task_start", "progress", "task_failed"]
+    assert by_task["root"] == ["task_start", "progress", "task_completed"]
     final = events[-2]
     assert final["final"] is True and final["status"] == "failed"  # "bad" failed again
     assert final["result"]["root_task_id"] == "root" and final["result"]["task_count"] == 3
@@ -95,3 +96,20 @@ async def test_webhook_url_validation(app_factory: Any) -> None:
         assert error["code"] == -32602 and "SERVICE_ALLOW_PRIVATE_URLS" in error["message"]
         error = await client.error("tasks.execute", {"task_id": "t", "webhook_config": {"headers": {}}})
         assert error["code"] == -32602 and "url" in error["message"]
+
+
+async def test_a_run_of_two_system_info_tasks_shows_progress_on_sse(client: Client) -> None:
+    """Issue 14: executors that report no progress of their own still show their start as `progress`."""
+    from taskgrove.agent.auth import ANONYMOUS
+
+    await client.services.tasks.create_tree([  # stored, not run yet
+        task("root", deps=["i1", "i2"], method=None),
+        task("i1", "root", method="system_info_executor", inputs={"resource": "cpu"}),
+        task("i2", "root", method="system_info_executor", inputs={"resource": "memory"})], ANONYMOUS)
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tasks.execute", "params": {"task_id": "root", "use_streaming": True}}
+    events = sse_events((await client.http.post("/tasks", json=body)).text)[1:]
+    for tid in ("i1", "i2"):
+        progress = [e for e in events if e["task_id"] == tid and e["type"] == "progress"]
+        assert progress, [e for e in events if e["task_id"] == tid]
+        assert {"task_id", "status", "progress", "message", "timestamp"} <= set(progress[0])
+        assert progress[0]["status"] == "in_progress"

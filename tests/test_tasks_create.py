@@ -319,3 +319,63 @@ async def test_create_is_atomic_when_the_database_refuses_a_row(client, monkeypa
     assert error["code"] == -32602
     assert error["data"] == "One of the task ids already exists; nothing was created"
     assert await snapshot(client) == before
+
+
+# --- resending a create (issue 19: a client cut off cannot tell whether its tree was stored) -----
+
+RESENT = [{"id": "re-root", "name": "Root", "schemas": {"method": "aggregate_results_executor"},
+           "dependencies": [{"id": "re-kid"}]},
+          {"id": "re-kid", "name": "Kid", "parent_id": "re-root", "schemas": {"method": "noop_executor"},
+           "inputs": {"n": 1}}]
+
+
+async def test_the_same_create_resent_answers_with_the_stored_tree(client):
+    first = await client.result("tasks.create", RESENT)
+    assert first["status"] == "completed"
+    again = await client.result("tasks.create", RESENT)
+    assert again == first, "the stored tree, not run a second time"
+
+
+async def test_a_create_that_differs_from_the_stored_tree_is_still_refused(client):
+    await client.result("tasks.create", RESENT)
+    changed = [RESENT[0], {**RESENT[1], "inputs": {"n": 2}}]
+    error = await client.error("tasks.create", changed)
+    assert error["code"] == -32602 and "id 're-root' already exists" in error["data"]
+    fewer = [{**RESENT[0], "dependencies": []}]
+    assert "already exists" in (await client.error("tasks.create", fewer))["data"]
+
+
+async def test_a_resent_create_of_a_tree_stored_but_never_run_runs_it(client):
+    from taskgrove.agent.auth import ANONYMOUS
+
+    await client.services.tasks.create_tree(RESENT, ANONYMOUS)  # as a create cut off before it ran
+    answer = await client.result("tasks.create", RESENT)
+    assert answer["status"] == "completed" and answer["children"][0]["status"] == "completed"
+
+
+async def test_an_idempotency_key_makes_a_resend_answer_with_the_first_answer(client):
+    """Requests without ids (generated ones) resent with the same Idempotency-Key create one tree."""
+    tree = [{"name": "no id given", "schemas": {"method": "noop_executor"}}]
+    headers = {"Idempotency-Key": "order-42"}
+    first = await client.result("tasks.create", tree, headers=headers)
+    again = await client.result("tasks.create", tree, headers=headers)
+    assert again == first
+    assert len(await client.result("tasks.list", {})) == 1, "one tree, not two"
+    other = await client.result("tasks.create", tree, headers={"Idempotency-Key": "order-43"})
+    assert other["id"] != first["id"]
+    # The same key for another request is a client mistake, said so.
+    error = await client.error("tasks.create", [{"name": "something else"}], headers=headers)
+    assert error["code"] == -32602 and "already used for a different request" in error["data"]
+    # execute and copy honour it too
+    copied = await client.result("tasks.copy", {"task_id": first["id"]}, headers={"Idempotency-Key": "copy-1"})
+    assert await client.result("tasks.copy", {"task_id": first["id"]},
+                               headers={"Idempotency-Key": "copy-1"}) == copied
+    assert len(await client.result("tasks.list", {})) == 3
+
+
+async def test_a_failed_request_does_not_use_up_its_idempotency_key(client):
+    headers = {"Idempotency-Key": "try-again"}
+    assert (await client.error("tasks.create", [{"id": "x"}], headers=headers))["code"] == -32602
+    answer = await client.result("tasks.create", [{"id": "x", "name": "fixed"}], headers=headers)
+    assert answer["name"] == "fixed"
+    assert (await client.error("tasks.create", [{"name": "n"}], headers={"Idempotency-Key": " "}))["code"] == -32602

@@ -20,10 +20,10 @@ import uvicorn
 import websockets
 from websockets.exceptions import InvalidStatus
 
-from agent.app import build_app
-from agent.auth import mint_token
-from agent.settings import Settings
-from agent.ws import BUFFER_EVENTS
+from taskgrove.agent.app import build_app
+from taskgrove.agent.auth import mint_token
+from taskgrove.agent.settings import Settings
+from taskgrove.agent.ws import BUFFER_EVENTS
 
 SECRET = "test-secret-for-live-channels-0123456789"
 
@@ -153,6 +153,8 @@ async def test_two_subscriptions_receive_each_tasks_sequence(live: Callable[...,
         assert types[1] == "task_status" and mine[1]["data"]["status"] == "in_progress"
         assert set(types[2:-1]) == {"task_progress"} and len(types) >= 4
         progress = [m["data"]["progress"] for m in mine[2:-1]]
+        assert progress[0] == 0 and mine[2]["data"]["status"] == "in_progress", "the start, as progress"
+        progress = progress[1:]
         assert progress == sorted(progress) and all(0 < p <= 1 for p in progress)
         assert all(m["data"]["status"] == "in_progress" for m in mine[2:-1])
         assert types[-1] == "task_completed"
@@ -342,3 +344,29 @@ async def test_jwt_handshake_and_permissions(live: Callable[..., Any]) -> None:
         async with websockets.connect(f"{server.ws_url}/ws", additional_headers=alice) as ws:
             await send(ws, {"action": "subscribe", "task_id": "mine"})
             assert (await recv(ws))["type"] == "task_completed"
+
+
+async def test_a_run_of_two_system_info_tasks_shows_task_progress(live: Callable[..., Any]) -> None:
+    """Issue 14: executors that report no progress of their own still send `task_progress` at start."""
+    from taskgrove.agent.auth import ANONYMOUS
+
+    async with live() as server:
+        await server.services.tasks.create_tree([
+            {"id": "root", "name": "root", "dependencies": [{"id": "i1"}, {"id": "i2"}]},
+            {"id": "i1", "name": "i1", "parent_id": "root", "schemas": {"method": "system_info_executor"},
+             "inputs": {"resource": "cpu"}},
+            {"id": "i2", "name": "i2", "parent_id": "root", "schemas": {"method": "system_info_executor"},
+             "inputs": {"resource": "memory"}}], ANONYMOUS)
+        async with websockets.connect(f"{server.ws_url}/ws") as ws:
+            for tid in ("i1", "i2"):
+                await ws.send(json.dumps({"action": "subscribe", "task_id": tid}))
+            seen: list[dict[str, Any]] = []
+            for _ in range(2):
+                seen.append(await recv(ws))  # the two snapshots
+            await server.rpc("tasks.execute", {"task_id": "root"})
+            while sum(m["type"] == "task_completed" for m in seen) < 2:
+                seen.append(await recv(ws, timeout=10))
+    for tid in ("i1", "i2"):
+        kinds = [m["type"] for m in seen if m["task_id"] == tid]
+        assert "task_progress" in kinds, kinds
+        assert kinds.index("task_progress") < kinds.index("task_completed")

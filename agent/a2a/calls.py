@@ -1,6 +1,6 @@
 """Who is calling, carried into the SDK: our `CallContext` becomes the SDK's `ServerCallContext`.
 
-POST `/` authenticates once (agent.app.call_context) and leaves the result on `request.state`.
+POST `/` authenticates once (agent.edge.call_context) and leaves the result on `request.state`.
 The SDK builds its call context from the request through `CallerContextBuilder`, whose user is
 our caller: the SDK's stores scope agent tasks and push configs by `user.user_name`, so each user
 sees only their own agent tasks.
@@ -15,12 +15,16 @@ from a2a.server.context import ServerCallContext
 from a2a.server.routes import DefaultServerCallContextBuilder
 from starlette.requests import Request
 
-from agent.auth import Caller
-from agent.rpc.jsonrpc import CallContext
+from taskgrove.agent.auth import Caller
+from taskgrove.agent.rpc.jsonrpc import CallContext
 
 # Keys on request.state (set by the POST / endpoint) and on ServerCallContext.state.
 CALL_KEY = "taskgrove_call"
 PUSH_KEY = "taskgrove_push"
+# The A2A wire a request speaks when its method name does not tell (HTTP+JSON routes: "1.0").
+WIRE_KEY = "taskgrove_wire"
+# True when the request itself said to wait (0.3 `blocking: true`, 1.0 `returnImmediately: false`).
+BLOCKING_KEY = "taskgrove_blocking"
 
 
 class CallerUser(User):
@@ -58,10 +62,19 @@ class CallerContextBuilder(DefaultServerCallContextBuilder):
         context.state["headers"] = {k: v for k, v in headers.items() if k.lower() not in SECRET_HEADERS}
         context.state[CALL_KEY] = request_call(request)
         context.state[PUSH_KEY] = list(getattr(request.state, PUSH_KEY, None) or [])
+        context.state[BLOCKING_KEY] = getattr(request.state, BLOCKING_KEY, False) is True
+        context.state[WIRE_KEY] = getattr(request.state, WIRE_KEY, None)
         return context
 
     def build_user(self, request: Request) -> User:
         return CallerUser(request_call(request).caller)
+
+
+def wire_for(context: ServerCallContext) -> str:
+    """The wire of the request behind `context`: set by the transport, else told by the method name."""
+    from taskgrove.agent.a2a.envelope import wire_of
+
+    return context.state.get(WIRE_KEY) or wire_of(context.state.get("method"))
 
 
 def call_of(context: ServerCallContext) -> CallContext:

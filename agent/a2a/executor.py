@@ -1,9 +1,11 @@
 """The A2A AgentExecutor: runs the planned task tree on our engine and reports it as an agent task.
 
 `execute` enqueues the agent task (state working, data part with the run summary), starts the
-engine, and turns the engine's bus events into status updates; at the end it adds one artifact
-with every task's result and the final state (completed or failed). It subscribes to the bus
-before starting the engine, so even a tree that finishes instantly is seen to its `final` event.
+engine, and turns the engine's bus events into status updates; at the end it adds the outcome
+artifact `task_results` (the root's result or error and every task's) and the final state
+(completed or failed). It subscribes to the bus before starting the engine, so even a tree that
+finishes instantly is seen to its `final` event. A tree planned from text also gets the artifact
+`plan` first; a plan-only request stops in `input-required` with the plan and runs nothing.
 
 `cancel` (A2A tasks/cancel) cancels every pending and running task of the tree through the engine,
 so the work really stops, then reports the agent task canceled. The SDK awaits `cancel` before it
@@ -14,7 +16,8 @@ event of the cancelled run cannot race the canceled state.
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timezone
+import uuid
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from a2a.helpers.proto_helpers import new_data_part
@@ -22,24 +25,27 @@ from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.context import ServerCallContext
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskStore, TaskUpdater
-from a2a.types.a2a_pb2 import Message, Task, TaskState, TaskStatus
+from a2a.types.a2a_pb2 import Artifact, Message, Task, TaskState, TaskStatus
 from a2a.utils.errors import InvalidParamsError
 
-from agent.a2a.plan import TreePlan, TreeRequestContext
-from agent.a2a.push import PushTargets
-from agent.a2a.wire import TERMINAL_STATES, data_message, message_data, run_data
-from agent.engine import bus as ev
-from agent.engine.bus import Event, Subscription
-from agent.engine.engine import AlreadyRunning, NotExecutable
+from taskgrove.agent.a2a.plan import TreePlan, TreeRequestContext
+from taskgrove.agent.a2a.push import PushTargets
+from taskgrove.agent.a2a.wire import data_message, run_data
+from taskgrove.agent.engine import bus as ev
+from taskgrove.agent.engine.bus import Event, Subscription
+from taskgrove.agent.engine.engine import AlreadyRunning, NotExecutable
+from taskgrove.storage.executions import latest_execution
 
 if TYPE_CHECKING:  # pragma: no cover
-    from agent.app import Services
+    from taskgrove.agent.container import Services
 
 CANCEL_REASON = "Cancelled through the agent protocol (tasks/cancel)"
 LIVE_STATUSES = ("in_progress", "pending")  # in this order: stop running work first
 CANCEL_PASSES = 3  # a cancelled task can make a pending one runnable for a moment; look again
 STATUS_INTERVAL = 0.1  # seconds between two streamed status updates of one agent task
-STOPPED_ERROR = "The service stopped while this task was running; send the message again to retry"
+SETTLE_AFTER = timedelta(seconds=5)  # an agent task quieter than this with its tree ended is settled on read
+OUTCOME = "task_results"
+OUTCOME_DESCRIPTION = "The outcome of the task tree: the root result and every task's status, result or error"
 
 
 class TaskTreeAgentExecutor(AgentExecutor):
@@ -51,7 +57,6 @@ class TaskTreeAgentExecutor(AgentExecutor):
         self._cancelling: dict[str, asyncio.Event] = {}
         # Agent tasks executing here, with the call context their store rows are scoped by.
         self._live: dict[str, ServerCallContext] = {}
-        self._stopping = False
 
     # --- execute --------------------------------------------------------------------------
 
@@ -60,12 +65,19 @@ class TaskTreeAgentExecutor(AgentExecutor):
             raise InvalidParamsError(message="This agent only executes task trees sent with message/send")
         plan, task_id = context.plan, context.task_id
         assert task_id is not None
-        updater = TaskUpdater(event_queue, task_id, plan.root_task_id)
+        updater = TaskUpdater(event_queue, task_id, context.context_id or plan.root_task_id)
+        if plan.draft is not None:  # plan only: show the plan and wait for the caller's decision
+            await event_queue.enqueue_event(_initial_task(context, plan))
+            await updater.requires_input(message=_status_message(
+                plan.root_task_id, plan.task_count, "pending", 0.0, **plan.draft.data()))
+            return
         subscription = self._services.bus.subscribe(
             lambda e: e["root_task_id"] == plan.root_task_id, maxsize=10_000)
         self._live[task_id] = context.call_context
         try:
             await event_queue.enqueue_event(_initial_task(context, plan))
+            if plan.planned is not None:  # the plan a text request became, visible to the caller
+                await updater.add_artifact([new_data_part({"tasks": plan.planned})], name="plan")
             try:
                 await self._services.engine.execute(plan.task_id, plan.call)
             except (AlreadyRunning, NotExecutable, KeyError) as exc:
@@ -80,8 +92,7 @@ class TaskTreeAgentExecutor(AgentExecutor):
         finally:
             subscription.close()
             self._cancelling.pop(task_id, None)
-            if not self._stopping:  # on shutdown, fail_unfinished() still needs the entry
-                self._live.pop(task_id, None)
+            self._live.pop(task_id, None)
 
     async def _follow(self, subscription: Subscription, updater: TaskUpdater, plan: TreePlan,
                       task_id: str) -> Event | None:
@@ -122,22 +133,43 @@ class TaskTreeAgentExecutor(AgentExecutor):
     async def _finish(self, updater: TaskUpdater, plan: TreePlan, final: Event) -> None:
         rows = await self._services.repo.tree(plan.root_task_id)
         status = final["status"]
-        results = {
-            "root_task_id": plan.root_task_id,
-            "status": status,
-            "task_count": len(rows),
-            "tasks": [
-                {"id": r["id"], "name": r["name"], "parent_id": r["parent_id"], "status": r["status"],
-                 "progress": r["progress"], "result": r["result"], "error": r["error"]}
-                for r in rows
-            ],
-        }
-        await updater.add_artifact([new_data_part(results)], name="task_results")
+        await updater.add_artifact([new_data_part(_outcome(plan.root_task_id, rows, status))], name=OUTCOME,
+                                   metadata={"description": OUTCOME_DESCRIPTION})
         message = _status_message(plan.root_task_id, len(rows), status, final.get("progress", 0.0))
         if status == "completed":
             await updater.complete(message=message)
         else:
             await updater.failed(message=message)
+
+    async def settle(self, task: Task, call_context: ServerCallContext | None) -> Task:
+        """An agent task left `working` by an instance that no longer follows its tree (stopped,
+        restarted, died) gets the tree's stored outcome once its execution, resumed by whichever
+        instance, has ended. Read-time, so it costs nothing until someone asks."""
+        if task.status.state != TaskState.TASK_STATE_WORKING or task.id in self._live:
+            return task
+        if task.status.HasField("timestamp") and \
+                datetime.now(timezone.utc) - task.status.timestamp.ToDatetime(timezone.utc) < SETTLE_AFTER:
+            return task  # just started here or elsewhere: its own follower reports it
+        repo = self._services.repo
+        execution = await repo.run(latest_execution, task.context_id)
+        if execution is None or execution["status"] == "running":
+            return task  # still being carried out (resumed): stays working
+        rows = await repo.tree(task.context_id)
+        if not rows:
+            return task
+        status = execution["final_status"] or "failed"
+        artifact = Artifact(artifact_id=uuid.uuid4().hex, name=OUTCOME, description=OUTCOME_DESCRIPTION,
+                            parts=[new_data_part(_outcome(task.context_id, rows, status))])
+        task.artifacts.append(artifact)
+        if task.status.HasField("message"):
+            task.history.append(task.status.message)
+        progress = 1.0 if status == "completed" else 0.0
+        state = TaskState.TASK_STATE_COMPLETED if status == "completed" else TaskState.TASK_STATE_FAILED
+        task.status.CopyFrom(TaskStatus(state=state, message=_status_message(task.context_id, len(rows), status,
+                                                                            progress)))
+        task.status.timestamp.FromDatetime(datetime.now(timezone.utc))
+        await self._task_store.save(task, call_context)
+        return task
 
     # --- cancel ---------------------------------------------------------------------------
 
@@ -156,33 +188,6 @@ class TaskTreeAgentExecutor(AgentExecutor):
         finally:
             reported.set()
 
-    # --- shutdown -------------------------------------------------------------------------
-
-    def stopping(self) -> None:
-        """The service is shutting down: executions about to be cancelled stay listed as live."""
-        self._stopping = True
-
-    async def fail_unfinished(self) -> None:
-        """Record agent tasks cut off by shutdown as failed (after the SDK stopped writing them).
-
-        The engine fails their tree tasks the same way; without this a restarted service would
-        show such agent tasks `working` for ever.
-        """
-        for task_id, call_context in list(self._live.items()):
-            task = await self._task_store.get(task_id, call_context)
-            if task is None or task.status.state in TERMINAL_STATES:
-                continue
-            last = message_data(task.status.message) if task.status.HasField("message") else {}
-            status = TaskStatus(state=TaskState.TASK_STATE_FAILED, message=_status_message(
-                task.context_id, last.get("task_count", 0), "failed", last.get("progress", 0.0),
-                message=STOPPED_ERROR))
-            status.timestamp.FromDatetime(datetime.now(timezone.utc))
-            if task.status.HasField("message"):
-                task.history.append(task.status.message)
-            task.status.CopyFrom(status)
-            await self._task_store.save(task, call_context)
-        self._live.clear()
-
     async def _cancel_tree(self, root: str) -> tuple[int, list[dict[str, Any]]]:
         repo, engine = self._services.repo, self._services.engine
         cancelled = 0
@@ -198,19 +203,41 @@ class TaskTreeAgentExecutor(AgentExecutor):
         return cancelled, rows
 
 
+def _outcome(root_id: str, rows: list[dict[str, Any]], status: str) -> dict[str, Any]:
+    """The `task_results` artifact's data: the root's result or error and every task's."""
+    root = next((r for r in rows if r["id"] == root_id), None)
+    return {
+        "root_task_id": root_id,
+        "status": status,
+        "result": root["result"] if root is not None else None,
+        "error": root["error"] if root is not None else None,
+        "task_count": len(rows),
+        "tasks": [{"id": r["id"], "name": r["name"], "parent_id": r["parent_id"], "status": r["status"],
+                   "progress": r["progress"], "result": r["result"], "error": r["error"]} for r in rows],
+    }
+
+
 def _status_message(root_task_id: str, task_count: int, status: str, progress: float, **extra: Any) -> Message:
     """A status message whose data part is the run summary (SPEC.md, Agent-surface task object)."""
     return data_message(run_data(status, progress, root_task_id, task_count, **extra), context_id=root_task_id)
 
 
 def _initial_task(context: RequestContext, plan: TreePlan) -> Task:
-    """The agent task as first reported: working, nothing done yet (the push answer's shape)."""
+    """The agent task as first reported: working, nothing done yet (the push answer's shape).
+
+    A follow-up on a task that waited for a plan's approval keeps that task's history.
+    """
     status = TaskStatus(state=TaskState.TASK_STATE_WORKING,
                         message=_status_message(plan.root_task_id, plan.task_count, "in_progress", 0.0))
     status.message.task_id = context.task_id or ""
     status.timestamp.FromDatetime(datetime.now(timezone.utc))
-    task = Task(id=context.task_id, context_id=plan.root_task_id, status=status)
-    if context.message is not None:
-        task.history.append(context.message)
+    if context.current_task is not None:
+        task = Task()
+        task.CopyFrom(context.current_task)
+        task.status.CopyFrom(status)
+    else:
+        task = Task(id=context.task_id, context_id=context.context_id or plan.root_task_id, status=status)
+        if context.message is not None:
+            task.history.append(context.message)
     task.metadata.update(plan.metadata())
     return task

@@ -22,16 +22,16 @@ from a2a.utils.errors import JSON_RPC_ERROR_CODE_MAP, A2AError
 from google.protobuf import struct_pb2
 from google.protobuf.json_format import ParseDict, ParseError
 
-from agent.a2a.calls import CALL_KEY, PUSH_KEY
-from agent.a2a.handler import TaskgroveRequestHandler
-from agent.a2a.push import PushConfigError, parse_target
-from agent.a2a.wire import PROTOCOL, event_json, task_json
-from agent.errors import INTERNAL_ERROR, RpcError, invalid_params
-from agent.rpc.jsonrpc import CallContext, Handler, StreamReply
-from storage.trees import now_iso
+from taskgrove.agent.a2a.calls import CALL_KEY, PUSH_KEY
+from taskgrove.agent.a2a.handler import TaskgroveRequestHandler
+from taskgrove.agent.a2a.push import PushConfigError, parse_target
+from taskgrove.agent.a2a.wire import PROTOCOL, event_json, task_json
+from taskgrove.agent.errors import INTERNAL_ERROR, RpcError, invalid_params
+from taskgrove.agent.rpc.jsonrpc import CallContext, Handler, StreamReply
+from taskgrove.storage.trees import now_iso
 
 if TYPE_CHECKING:  # pragma: no cover
-    from agent.app import Services
+    from taskgrove.agent.container import Services
 
 log = logging.getLogger(__name__)
 EXECUTE_METHODS = ("tasks.execute", "execute_task_tree")
@@ -95,11 +95,13 @@ class AgentMethods:
             if "tasks" in params:
                 request.message.parts.append(Part(data=ParseDict({"tasks": params["tasks"]}, struct_pb2.Value())))
             else:  # a message needs a part; the stored tree is named by metadata.task_id
-                request.message.parts.append(Part(text=f"execute task {metadata.get('task_id')}"))
+                request.message.parts.append(Part(data=ParseDict({"task_id": metadata.get("task_id")},
+                                                                 struct_pb2.Value())))
             if metadata:
                 ParseDict(metadata, request.metadata)
-        except (ParseError, TypeError, ValueError) as exc:
-            raise invalid_params(f"tasks and metadata must be plain JSON: {exc}") from None
+        except (ParseError, TypeError, ValueError):
+            raise invalid_params("params.tasks and metadata must be plain JSON objects and arrays "
+                                 "(strings, finite numbers, booleans, null)") from None
         configuration = {**_object(message.get("configuration"), "configuration"),
                          **_object(params.get("configuration"), "params.configuration")}
         raw_push = next((configuration[k] for k in PUSH_CONFIG_KEYS if configuration.get(k) is not None), None)

@@ -4,6 +4,12 @@ SPEC.md wants the agent task's `context_id` to be the root task id, and the SDK 
 id before the executor runs. So the tree is created (or found, or copied) here, in the SDK's
 request-context builder step: its root id becomes the context id, and a bad tree is answered as a
 JSON-RPC error instead of a failed agent task.
+
+The same step reads what a message means: a tree as data, a stored tree by `metadata.task_id`, or
+(with an LLM) a plain-language requirement planned by agent.a2a.planner; and, for a task waiting
+in `input-required` with a plan, the follow-up that approves, replaces or refines it. Every part
+must be one of those (ContentTypeNotSupportedError otherwise); a task in any other state takes no
+further message (UnsupportedOperationError).
 """
 
 from __future__ import annotations
@@ -14,19 +20,37 @@ from typing import TYPE_CHECKING, Any
 
 from a2a.server.agent_execution import RequestContext, RequestContextBuilder
 from a2a.server.context import ServerCallContext
-from a2a.types.a2a_pb2 import Message, SendMessageRequest, Task
-from a2a.utils.errors import A2AError, InvalidParamsError, TaskNotFoundError
+from a2a.server.tasks import TaskStore
+from a2a.types.a2a_pb2 import Message, SendMessageRequest, Task, TaskState
+from a2a.utils.errors import (
+    A2AError,
+    ContentTypeNotSupportedError,
+    InvalidParamsError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+)
 from google.protobuf.json_format import MessageToDict
 
-from agent.a2a.calls import PUSH_KEY, call_of
-from agent.a2a.push import PushConfigError, PushTarget, PushTargets, check_url, parse_target
-from agent.a2a.wire import restore_ints
-from agent.errors import PERMISSION_DENIED, RpcError
-from agent.rpc import params as p
-from agent.rpc.jsonrpc import CallContext
+from taskgrove.agent.a2a.calls import PUSH_KEY, call_of, wire_for
+from taskgrove.agent.a2a.planner import (
+    REPLY_HINT,
+    Draft,
+    decision,
+    draft_of,
+    llm_configured,
+    plan_tree,
+    requirement_of,
+    texts_of,
+    wants_plan_only,
+)
+from taskgrove.agent.a2a.push import PushConfigError, PushTarget, PushTargets, check_url, parse_target
+from taskgrove.agent.a2a.wire import restore_ints
+from taskgrove.agent.errors import PERMISSION_DENIED, RpcError
+from taskgrove.agent.rpc import params as p
+from taskgrove.agent.rpc.jsonrpc import CallContext
 
 if TYPE_CHECKING:  # pragma: no cover
-    from agent.app import Services
+    from taskgrove.agent.container import Services
 
 STREAMING_METHODS = frozenset({"SendStreamingMessage", "message/stream"})
 PUSH_METADATA_KEY = "push_notification_config"
@@ -42,6 +66,9 @@ class TreePlan:
     user_id: str | None
     original_task_id: str | None = None
     stream: bool = False  # report every engine event as a status update
+    # Planned from text: the plan shown as an artifact; `draft` set = stop in input-required with it.
+    planned: list[dict[str, Any]] | None = None
+    draft: Draft | None = None
     # Per-execution context for executors (user, LLM key of the request); never stored.
     call: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -94,6 +121,43 @@ def tasks_in(message: Message) -> Any:
     return None
 
 
+ACCEPTED = 'a data part {"tasks": [task objects]} (application/json)'
+
+
+def check_parts(message: Message, *, text_allowed: bool, planner: bool = False) -> None:
+    """Every part must be one this agent reads; anything else is ContentTypeNotSupportedError (-32005).
+
+    A part is never skipped silently: a file beside a tasks part would be work the caller thinks
+    was sent and the agent never saw. The one exception is a text part beside `metadata.task_id`
+    (a message needs a part, and the tree to run is named in the metadata): it stays in history.
+    """
+    for index, part in enumerate(message.parts):
+        kind = part.WhichOneof("content")
+        if kind == "data" or (kind == "text" and text_allowed):
+            continue
+        shown = {"text": "a text part", "raw": "a raw (bytes) part", "url": "a file (url) part"}.get(
+            kind or "", "an empty part")
+        media = f" of media type {part.media_type}" if part.media_type else ""
+        accepted = f"{ACCEPTED} or text parts (a plain-language requirement, planned into a tree)" if planner \
+            else f"{ACCEPTED} only (text requests need an LLM configured on the service)"
+        beside = " beside a tree given as data: send one or the other" if kind == "text" and planner else ""
+        raise ContentTypeNotSupportedError(
+            message=f"message.parts[{index}] is {shown}{media}{beside}; this agent accepts {accepted}")
+
+
+def _run_call(call: CallContext) -> dict[str, Any]:
+    """Per-execution context for executors: user and the request's LLM key (never stored)."""
+    return {"user_id": call.caller.user_id, "llm_api_key": call.llm_api_key, "llm_provider": call.llm_provider}
+
+
+def _state_word(state: Any) -> str:
+    if state is None:
+        return "unknown"
+    from taskgrove.agent.a2a.wire import state_name
+
+    return state_name(state)
+
+
 def a2a_error(exc: RpcError) -> A2AError:
     """Our service errors in the SDK's terms (the SDK renders A2AError into JSON-RPC errors).
 
@@ -106,9 +170,10 @@ def a2a_error(exc: RpcError) -> A2AError:
 
 
 class TreeRequestContextBuilder(RequestContextBuilder):
-    def __init__(self, services: "Services", push_targets: PushTargets) -> None:
+    def __init__(self, services: "Services", push_targets: PushTargets, task_store: TaskStore) -> None:
         self._services = services
         self._push = push_targets
+        self._task_store = task_store  # the SDK hands no task to the builder; follow-ups read it here
 
     async def build(
         self,
@@ -120,16 +185,29 @@ class TreeRequestContextBuilder(RequestContextBuilder):
     ) -> RequestContext:
         if params is None:
             return RequestContext(call_context=context, task_id=task_id, context_id=context_id, task=task)
-        if task_id:
-            raise InvalidParamsError(
-                message=f"Agent task {task_id} cannot take another message: every message executes a task "
-                        "tree; send a new message without taskId (use metadata.task_id to run a stored tree)"
+        if task_id and task is None:
+            task = await self._task_store.get(task_id, context)
+            if task is None:  # unknown, or another user's (the store is scoped by caller)
+                raise TaskNotFoundError(message=f"Agent task {task_id} not found")
+        draft = draft_of(task) if task_id and task is not None \
+            and task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED else None
+        if task_id and draft is None:
+            state = task.status.state if task is not None else None
+            raise UnsupportedOperationError(
+                message=f"Agent task {task_id} is {_state_word(state)} and takes no further message: every "
+                        "message executes a task tree; send a new message without taskId (metadata.task_id "
+                        "runs a stored tree). Only a task waiting for a plan's approval (input-required) "
+                        "takes a follow-up."
             )
         call = call_of(context)
         metadata = request_metadata(params)
         extras = await self._push_extras(params, context, metadata)
         try:
-            plan = await self._plan(params.message, metadata, call)
+            if draft is not None:
+                assert task is not None
+                plan = await self._follow_up(params.message, draft, task.context_id, call)
+            else:
+                plan = await self._plan(params.message, metadata, call)
         except RpcError as exc:
             raise a2a_error(exc) from None
         plan.stream = (
@@ -138,11 +216,15 @@ class TreeRequestContextBuilder(RequestContextBuilder):
             or push_requested(params, context)
         )
         request_context = TreeRequestContext(
-            call_context=context, request=params, context_id=plan.root_task_id, plan=plan,
+            call_context=context, request=params, plan=plan,
+            task_id=task_id or None, task=task if task_id else None,
+            context_id=task.context_id if task_id and task is not None else plan.root_task_id,
         )
         if push_requested(params, context):
             assert request_context.task_id is not None
-            self._push.enable(request_context.task_id, extras)
+            urls = [params.configuration.task_push_notification_config.url] \
+                if params.configuration.HasField("task_push_notification_config") else []
+            self._push.enable(request_context.task_id, extras, wire=wire_for(context), urls=urls)
         return request_context
 
     async def _push_extras(self, params: SendMessageRequest, context: ServerCallContext,
@@ -164,6 +246,11 @@ class TreeRequestContextBuilder(RequestContextBuilder):
     async def _plan(self, message: Message, metadata: Mapping[str, Any], call: CallContext) -> TreePlan:
         tasks = tasks_in(message)
         task_id = p.string(metadata, "task_id")
+        planner = llm_configured(self._services.settings)
+        if tasks is None and task_id is None and planner and texts_of(message):
+            check_parts(message, text_allowed=True)
+            return await self._from_text(requirement_of(message), wants_plan_only(metadata), call)
+        check_parts(message, text_allowed=task_id is not None and tasks is None, planner=planner)
         copy_execution = p.boolean(metadata, "copy_execution", False)
         copy_children = p.boolean(metadata, "copy_children", False)
         if tasks is not None and task_id is not None:
@@ -174,8 +261,7 @@ class TreeRequestContextBuilder(RequestContextBuilder):
                         "it cannot be used with a data part {tasks: [...]})")
         if copy_children and not copy_execution:
             raise InvalidParamsError(message="metadata.copy_children needs metadata.copy_execution: true")
-        run_call = {"user_id": call.caller.user_id, "llm_api_key": call.llm_api_key,
-                    "llm_provider": call.llm_provider}
+        run_call = _run_call(call)
         if tasks is not None:
             rows = await self._services.tasks.create_tree({"tasks": tasks}, call.caller)
             root = rows[0]
@@ -186,6 +272,34 @@ class TreeRequestContextBuilder(RequestContextBuilder):
                 message='The message must carry a data part {"tasks": [task objects]} to create and execute '
                         "a tree, or metadata.task_id to execute a stored one")
         return await self._existing(task_id, copy_execution, copy_children, call, run_call)
+
+    async def _from_text(self, requirement: str, plan_only: bool, call: CallContext,
+                         root_id: str | None = None) -> TreePlan:
+        """A plan from text: stopped for approval (plan_only) or stored and run at once."""
+        tasks = await plan_tree(self._services, call, requirement, root_id)
+        if plan_only:
+            return TreePlan(task_id=tasks[0]["id"], root_task_id=tasks[0]["id"], task_count=len(tasks),
+                            user_id=call.caller.user_id, draft=Draft(requirement, tasks))
+        return await self._run_tasks(tasks, call, planned=tasks)
+
+    async def _run_tasks(self, tasks: Any, call: CallContext, planned: list[dict[str, Any]] | None = None) -> TreePlan:
+        rows = await self._services.tasks.create_tree({"tasks": tasks}, call.caller)
+        root = rows[0]
+        return TreePlan(task_id=root["id"], root_task_id=root["task_tree_id"], task_count=len(rows),
+                        user_id=root["user_id"], call=_run_call(call), planned=planned)
+
+    async def _follow_up(self, message: Message, draft: Draft, context_id: str, call: CallContext) -> TreePlan:
+        """The caller's answer to a plan waiting in input-required: approve, replace or refine."""
+        check_parts(message, text_allowed=True)
+        what, value = decision(message)
+        if what == "approve":
+            return await self._run_tasks(draft.tasks, call, planned=draft.tasks)
+        if what == "replace":
+            return await self._run_tasks(value, call)
+        if what == "refine":
+            requirement = f"{draft.requirement}\n\nChanges asked for after seeing the plan: {value}"
+            return await self._from_text(requirement, True, call, root_id=context_id)
+        raise InvalidParamsError(message="The plan is waiting for a decision: " + REPLY_HINT)
 
     async def _existing(self, task_id: str, copy_execution: bool, copy_children: bool, call: CallContext,
                         run_call: dict[str, Any]) -> TreePlan:

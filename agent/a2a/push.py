@@ -1,9 +1,15 @@
-"""Push notifications of agent tasks, in SPEC.md's payload shape, with its headers and method.
+"""Push notifications of agent tasks, in the shape of the wire the config came in, with its headers and method.
 
-The SDK's own sender posts ProtoJSON stream responses with POST only, and its push config has no
-`headers` or `method` (the 0.3 compat layer drops them). So we keep two sources per agent task:
-the standard config in the SDK's push-config store (url, token, credentials) and the extras the
-request carried (`headers`, `method`, possibly a url of their own), merged by url at send time.
+A config set through the A2A 1.0 wire (`SendMessage`, `CreateTaskPushNotificationConfig`, ...) gets
+1.0 bodies: a StreamResponse in ProtoJSON (`{"statusUpdate": {...}}`, `{"artifactUpdate": {...}}`,
+`TASK_STATE_*`), what a 1.0 webhook receiver parses. A config from the 0.3 wire or our own
+`tasks.execute` keeps SPEC.md's event shape (`kind: status-update`, lowercase states, snake keys
+beside camelCase) and gets artifact updates in the 0.3 form (`kind: artifact-update`).
+
+The SDK's own sender posts with POST only, and its push config has no `headers` or `method` (the
+0.3 compat layer drops them). So we keep two sources per agent task: the standard config in the
+SDK's push-config store (url, token, credentials) and the extras the request carried (`headers`,
+`method`, possibly a url of their own), merged by url at send time.
 
 Delivery runs in one worker per agent task, so notifications keep their order (the final one
 last) and a slow receiver never holds up the task's event stream. Every URL is checked against
@@ -20,11 +26,14 @@ from typing import Any
 
 import httpx
 from a2a.server.tasks import PushNotificationConfigStore, PushNotificationEvent, PushNotificationSender
-from a2a.types.a2a_pb2 import Task, TaskPushNotificationConfig, TaskStatusUpdateEvent
+from a2a.types.a2a_pb2 import Task, TaskArtifactUpdateEvent, TaskPushNotificationConfig, TaskStatusUpdateEvent
+from a2a.utils.proto_utils import to_stream_response
+from google.protobuf.json_format import MessageToDict
 
-from agent.a2a.wire import TERMINAL_STATES, message_data, state_name
-from agent.engine.webhooks import post_with_retries
-from executors.netguard import UnsafeURLError, ensure_public_url
+from taskgrove.agent.a2a.envelope import WIRE_0_3, WIRE_1_0
+from taskgrove.agent.a2a.wire import TERMINAL_STATES, event_json, message_data, state_name
+from taskgrove.agent.engine.webhooks import post_with_retries
+from taskgrove.executors.netguard import UnsafeURLError, ensure_public_url
 
 log = logging.getLogger(__name__)
 METHODS = ("POST", "PUT", "PATCH")
@@ -42,6 +51,7 @@ class PushTarget:
     url: str | None
     headers: Mapping[str, str] = field(default_factory=dict)
     method: str = "POST"
+    wire: str = WIRE_0_3  # the body shape this receiver expects
 
 
 def parse_target(raw: Any, where: str) -> PushTarget:
@@ -67,8 +77,13 @@ async def check_url(url: str, allow_private: bool) -> None:
         raise PushConfigError(f"push notification url refused: {exc}") from None
 
 
-def merge_targets(configs: Iterable[TaskPushNotificationConfig], extras: Iterable[PushTarget]) -> list[PushTarget]:
-    """Standard configs (token and credentials become headers) merged with the request's extras."""
+def merge_targets(configs: Iterable[TaskPushNotificationConfig], extras: Iterable[PushTarget],
+                  wires: Mapping[str | None, str] | None = None) -> list[PushTarget]:
+    """Standard configs (token and credentials become headers) merged with the request's extras.
+
+    `wires` maps a config url (or None: any url) to the wire it was set through.
+    """
+    wires = wires or {}
     extras = list(extras)
     by_url = {e.url: e for e in extras if e.url}
     general = next((e for e in extras if e.url is None), None)
@@ -85,16 +100,30 @@ def merge_targets(configs: Iterable[TaskPushNotificationConfig], extras: Iterabl
         if extra is not None:
             headers.update(extra.headers)
             method = extra.method
-        targets.append(PushTarget(url=config.url, headers=headers, method=method))
-    targets.extend(by_url.values())
+        wire = wires.get(config.url) or wires.get(None) or WIRE_0_3
+        targets.append(PushTarget(url=config.url, headers=headers, method=method, wire=wire))
+    targets.extend(PushTarget(url=e.url, headers=e.headers, method=e.method,
+                              wire=wires.get(e.url) or wires.get(None) or e.wire) for e in by_url.values())
     return targets
 
 
-def push_payload(event: PushNotificationEvent) -> dict[str, Any] | None:
-    """SPEC.md's payload: task_id, context_id, status{state, message{role, parts}}, final.
+def is_final(event: PushNotificationEvent) -> bool:
+    """The last notification of an agent task: its terminal status."""
+    status = getattr(event, "status", None)
+    return status is not None and status.state in TERMINAL_STATES
 
-    Artifact updates have no status and are not pushed; the final status follows them.
-    """
+
+def push_payload(event: PushNotificationEvent, wire: str) -> dict[str, Any] | None:
+    """The body posted for one task event, in the receiver's wire (see the module docstring)."""
+    if wire == WIRE_1_0:
+        return MessageToDict(to_stream_response(event), preserving_proto_field_name=False)
+    if isinstance(event, TaskArtifactUpdateEvent):  # never the last one: the final status follows
+        return {**event_json(event), "final": False}
+    return spec_payload(event)
+
+
+def spec_payload(event: PushNotificationEvent) -> dict[str, Any] | None:
+    """SPEC.md's payload: task_id, context_id, status{state, message{role, parts}}, final."""
     if isinstance(event, Task):
         task_id, status = event.id, event.status
     elif isinstance(event, TaskStatusUpdateEvent):
@@ -125,9 +154,21 @@ class PushTargets:
 
     def __init__(self) -> None:
         self._extras: dict[str, list[PushTarget]] = {}
+        # task id -> {config url (None: the task's default) -> wire}
+        self._wires: dict[str, dict[str | None, str]] = {}
 
-    def enable(self, task_id: str, extras: Iterable[PushTarget] = ()) -> None:
+    def enable(self, task_id: str, extras: Iterable[PushTarget] = (), *, wire: str = WIRE_0_3,
+               urls: Iterable[str] = ()) -> None:
+        """Notify for `task_id`; configs with `urls` (and extras) were set through `wire`."""
+        extras = list(extras)
         self._extras.setdefault(task_id, []).extend(extras)
+        wires = self._wires.setdefault(task_id, {})
+        wires.setdefault(None, wire)
+        for url in [*urls, *(e.url for e in extras if e.url)]:
+            wires[url] = wire
+
+    def wires(self, task_id: str) -> dict[str | None, str]:
+        return dict(self._wires.get(task_id, {}))
 
     def enabled(self, task_id: str) -> bool:
         return task_id in self._extras
@@ -137,6 +178,7 @@ class PushTargets:
 
     def forget(self, task_id: str) -> None:
         self._extras.pop(task_id, None)
+        self._wires.pop(task_id, None)
 
 
 class SpecPushSender(PushNotificationSender):
@@ -150,14 +192,13 @@ class SpecPushSender(PushNotificationSender):
         self._timeout = timeout
         self._max_retries = max_retries
         self._client: httpx.AsyncClient | None = None
-        self._queues: dict[str, asyncio.Queue[dict[str, Any]]] = {}
+        self._queues: dict[str, asyncio.Queue[PushNotificationEvent]] = {}
         self._workers: set[asyncio.Task[None]] = set()
 
     async def send_notification(self, task_id: str, event: PushNotificationEvent) -> None:
         if not self._targets.enabled(task_id):
             return
-        payload = push_payload(event)
-        if payload is None:
+        if not isinstance(event, (Task, TaskStatusUpdateEvent, TaskArtifactUpdateEvent)):
             return
         queue = self._queues.get(task_id)
         if queue is None:
@@ -165,20 +206,27 @@ class SpecPushSender(PushNotificationSender):
             worker = asyncio.create_task(self._deliver(task_id, queue), name=f"a2a-push-{task_id}")
             self._workers.add(worker)
             worker.add_done_callback(self._workers.discard)
-        queue.put_nowait(payload)
+        snapshot = type(event)()  # the SDK keeps changing its task object after this call
+        snapshot.CopyFrom(event)
+        queue.put_nowait(snapshot)
 
-    async def _deliver(self, task_id: str, queue: asyncio.Queue[dict[str, Any]]) -> None:
+    async def _deliver(self, task_id: str, queue: asyncio.Queue[PushNotificationEvent]) -> None:
         try:
             while True:
-                payload = await queue.get()
+                event = await queue.get()
                 try:
                     configs = await self._config_store.get_info_for_dispatch(task_id)
                 except Exception:
                     log.exception("reading push configs of agent task %s failed", task_id)
                     configs = []
-                for target in merge_targets(configs, self._targets.extras(task_id)):
-                    await self._post(task_id, target, payload)
-                if payload["final"]:
+                for target in merge_targets(configs, self._targets.extras(task_id), self._targets.wires(task_id)):
+                    try:
+                        payload = push_payload(event, target.wire)
+                        if payload is not None:
+                            await self._post(task_id, target, payload)
+                    except Exception:  # one bad notification must not end the task's later ones
+                        log.exception("push notification for agent task %s to %s failed", task_id, target.url)
+                if is_final(event):
                     return
         finally:
             self._queues.pop(task_id, None)

@@ -1,14 +1,15 @@
 """Routes of the agent surface: POST `/` and the agent card at both well-known paths.
 
-POST `/` is one endpoint for two method tables. It authenticates, peeks at the JSON `method`, and
-sends A2A methods (1.0 `SendMessage`, ...; 0.3 `message/send`, ...) to the SDK's JSON-RPC app
-(`create_jsonrpc_routes(..., enable_v0_3_compat=True)`), everything else to our dispatcher
-(`tasks.*`, `execute_task_tree`, `cancel`), which also answers unknown methods with -32601.
+POST `/` is one endpoint for two method tables. It authenticates, parses the body and checks the
+JSON-RPC envelope itself (agent.a2a.envelope), then sends A2A methods (1.0 `SendMessage`, ...; 0.3
+`message/send`, ...) with checked params to the SDK's JSON-RPC app
+(`create_jsonrpc_routes(..., enable_v0_3_compat=True)`) through agent.a2a.relay, everything else to
+our dispatcher (`tasks.*`, `execute_task_tree`, `cancel`), which answers unknown methods with -32601.
+A batch may mix both kinds.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -19,22 +20,39 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from agent.a2a.calls import CALL_KEY, PUSH_KEY, CallerContextBuilder
-from agent.a2a.card import build_card, card_routes
-from agent.a2a.handler import build_surface
-from agent.a2a.methods import PUSH_CONFIG_KEYS, AgentMethods
-from agent.a2a.push import PushConfigError, PushTarget, parse_target
-from agent.a2a.wire import spec_json
-from agent.auth import AuthError
-from agent.errors import INVALID_PARAMS, RpcError
-from agent.rpc.jsonrpc import Handler, dispatch
+from taskgrove.agent.a2a.calls import BLOCKING_KEY, CALL_KEY, PUSH_KEY, CallerContextBuilder
+from taskgrove.agent.a2a.card import build_card, card_routes
+from taskgrove.agent.a2a.envelope import (
+    EnvelopeError,
+    check_request,
+    json_media_type,
+    envelope_error_body,
+    error_body,
+    parse,
+    valid_id,
+    wire_of,
+)
+from taskgrove.agent.a2a.handler import build_surface
+from taskgrove.agent.a2a.methods import AgentMethods
+from taskgrove.agent.a2a.params import check_params, check_version
+from taskgrove.agent.a2a.push import PushConfigError
+from taskgrove.agent.a2a.extras import explicitly_blocking, push_extras
+from taskgrove.agent.a2a.relay import Relay, as_json
+from taskgrove.agent.a2a.rest import rest_routes
+from taskgrove.agent.auth import AuthError
+from taskgrove.agent.edge import call_context, unauthorized
+from taskgrove.agent.errors import INVALID_PARAMS, INVALID_REQUEST, RpcError
+from taskgrove.agent.rpc.jsonrpc import CallContext, Handler, batch_too_long, call_one, dispatch
+
+CONTENT_TYPE_NOT_SUPPORTED = -32005
 
 if TYPE_CHECKING:  # pragma: no cover
-    from agent.app import Services
+    from taskgrove.agent.container import Services
 
 SDK_METHODS = frozenset(JsonRpcDispatcher.METHOD_TO_MODEL) | frozenset(JSONRPC03Adapter.METHOD_TO_MODEL)
-# 0.3 methods whose result is a task object: we add SPEC.md's `context_id` spelling to it.
-TASK_RESULT_METHODS = frozenset({"message/send", "tasks/get", "tasks/cancel"})
+# Non-streaming sends, which honour an Idempotency-Key header like tasks.create (agent/idempotency.py).
+SEND_METHODS = frozenset({"message/send", "SendMessage"})
+IDEMPOTENCY_HEADER = "idempotency-key"
 
 
 def a2a_routes(services: "Services") -> list[Route]:
@@ -49,68 +67,158 @@ def a2a_routes(services: "Services") -> list[Route]:
     return [
         Route("/", agent_endpoint(services, methods, sdk_endpoint), methods=["POST"]),
         *card_routes(card),
+        *rest_routes(services, surface.handler, context_builder),
     ]
 
 
 def agent_endpoint(services: "Services", methods: dict[str, Handler],
                    sdk_endpoint: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
-    from agent.app import _error_reply, call_context, unauthorized
+    relay = Relay(sdk_endpoint)
 
     async def endpoint(request: Request) -> Response:
-        body = await request.body()  # cached on the request: the SDK reads it again
+        body = await request.body()
+        refused = _content_type_refusal(request)
+        if refused is not None:
+            return refused
         try:
             ctx = call_context(request, services, "a2a")
-        except RpcError as exc:  # an unusable X-LLM-API-KEY header: -32602, not HTTP 500
-            return _error_reply(body, exc)
+        except RpcError as exc:  # an unusable X-LLM-API-KEY header: -32602 to every call, not HTTP 500
+            return _refuse_all(body, exc, request)
         if isinstance(ctx, AuthError):
             return unauthorized(ctx)
         try:
-            payload = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            payload = None
-        method = payload.get("method") if isinstance(payload, dict) else None
-        if method not in SDK_METHODS:
-            return await dispatch(body, methods, ctx)
-        assert isinstance(payload, dict)
-        setattr(request.state, CALL_KEY, ctx)
+            payload = parse(body)
+        except EnvelopeError as exc:
+            return JSONResponse(envelope_error_body(wire_of(None, request.headers), exc))
+        if isinstance(payload, list):
+            return await _batch(request, payload, ctx, methods, relay)
         try:
-            setattr(request.state, PUSH_KEY, push_extras(payload))
-        except PushConfigError as exc:
-            return JSONResponse({"jsonrpc": "2.0", "id": payload.get("id"),
-                                 "error": {"code": INVALID_PARAMS, "message": str(exc), "data": str(exc)}})
-        response = await sdk_endpoint(request)
-        if method in TASK_RESULT_METHODS:
-            response = _with_spec_keys(response)
+            check_request(payload)
+        except EnvelopeError as exc:
+            method = payload.get("method") if isinstance(payload, dict) else None
+            return JSONResponse(envelope_error_body(wire_of(method, request.headers), exc))
+        if payload["method"] not in SDK_METHODS:
+            return await dispatch(body, methods, ctx)
+        key = request.headers.get(IDEMPOTENCY_HEADER)
+        if key is not None and payload["method"] in SEND_METHODS and "id" in payload:
+            return await _send_once(services, request, payload, ctx, relay, key)
+        response = await _sdk_call(request, payload, ctx, relay)
+        if "id" not in payload:  # a notification: executed, never answered (JSON-RPC 2.0)
+            await as_json(response, payload["method"], None, wire_of(payload["method"], request.headers))
+            return Response(status_code=204)
         return response
 
     return endpoint
 
 
-def push_extras(payload: dict[str, Any]) -> list[PushTarget]:
-    """`headers` and `method` of a push config in the raw body, which the SDK's types drop.
+class _Refused(Exception):
+    """The SDK answered an error: not an answer to replay, the key stays free."""
 
-    Looked for in `params.configuration` (send), `params` (push-config set) and the body-level
-    `configuration` SPEC.md lists, under the 0.3 and snake_case spellings.
+    def __init__(self, answer: dict[str, Any]) -> None:
+        self.answer = answer
+
+
+async def _send_once(services: "Services", request: Request, payload: dict[str, Any], ctx: CallContext,
+                     relay: Relay, key: str) -> Response:
+    """message/send (SendMessage) with an Idempotency-Key: a resend answers with the first task."""
+    method = payload["method"]
+    wire = wire_of(method, request.headers)
+
+    async def send(_params: Any, _ctx: CallContext) -> Any:
+        answer = await as_json(await _sdk_call(request, payload, ctx, relay), method, payload["id"], wire)
+        if "result" not in answer:
+            raise _Refused(answer)
+        return answer["result"]
+
+    assert services.idempotency is not None
+    try:
+        result = await services.idempotency.once(method, send, payload.get("params"), ctx, key)
+    except _Refused as refused:
+        return JSONResponse(refused.answer)
+    except RpcError as exc:
+        return JSONResponse(error_body(wire, payload["id"], exc.code, exc.message, exc.data))
+    return JSONResponse({"jsonrpc": "2.0", "id": payload["id"], "result": result})
+
+
+def _refuse_all(body: bytes, exc: RpcError, request: Request) -> JSONResponse:
+    """`exc` as the answer to every request in `body`, echoing only ids that are valid."""
+    try:
+        payload = parse(body)
+    except EnvelopeError:
+        payload = None
+    calls = payload if isinstance(payload, list) and payload else [payload]
+    answers = []
+    for call in calls:
+        id_ = call.get("id") if isinstance(call, dict) else None
+        method = call.get("method") if isinstance(call, dict) else None
+        answers.append(error_body(wire_of(method, request.headers), id_ if valid_id(id_) else None,
+                                  exc.code, exc.message, exc.data))
+    return JSONResponse(answers if isinstance(payload, list) and payload else answers[0])
+
+
+async def _sdk_call(request: Request, payload: dict[str, Any], ctx: CallContext, relay: Relay) -> Response:
+    """One A2A method through the SDK, its params checked first (-32602 in our words)."""
+    method = payload["method"]
+    wire = wire_of(method, request.headers)
+    try:
+        check_version(method, payload, request.headers.get("a2a-version"))
+        check_params(method, payload)
+        extras = push_extras(payload)
+    except EnvelopeError as exc:
+        return JSONResponse(envelope_error_body(wire, exc))
+    except PushConfigError as exc:
+        return JSONResponse(error_body(wire, payload.get("id"), INVALID_PARAMS, "Invalid params", str(exc)))
+    setattr(request.state, CALL_KEY, ctx)
+    setattr(request.state, PUSH_KEY, extras)
+    setattr(request.state, BLOCKING_KEY, explicitly_blocking(payload))
+    return await relay.call(request, payload)
+
+
+async def _batch(request: Request, payload: list[Any], ctx: CallContext, methods: dict[str, Handler],
+                 relay: Relay) -> Response:
+    """A JSON-RPC batch: every method of `/` works inside it, A2A methods included.
+
+    Members run one after the other; a streaming method contributes its first event (a batch
+    answer is one JSON array). Notifications (no `id`) run and are left out of the answer.
     """
-    params = payload.get("params") if isinstance(payload.get("params"), dict) else {}
-    holders = [params.get("configuration"), params, payload.get("configuration")]
-    extras = []
-    for holder in holders:
-        if not isinstance(holder, dict):
+    if not payload:
+        return JSONResponse(error_body(wire_of(None, request.headers), None, INVALID_REQUEST, "Invalid Request",
+                                       "an empty batch is not a request"))
+    if len(payload) > ctx.limits.max_batch:  # SERVICE_MAX_BATCH, as on /tasks (issue 11, item 7)
+        return JSONResponse(error_body(wire_of(None, request.headers), None, INVALID_REQUEST, "Invalid Request",
+                                       batch_too_long(ctx.limits, len(payload))))
+    answers: list[Any] = []
+    for member in payload:
+        try:
+            check_request(member)
+        except EnvelopeError as exc:
+            method = member.get("method") if isinstance(member, dict) else None
+            answers.append(envelope_error_body(wire_of(method, request.headers), exc))
             continue
-        for key in PUSH_CONFIG_KEYS:
-            if holder.get(key) is not None:
-                extras.append(parse_target(holder[key], key))
-    return extras
+        if member["method"] in SDK_METHODS:
+            response = await _sdk_call(request, member, ctx, relay)
+            answer: Any = await as_json(response, member["method"], member.get("id"),
+                                        wire_of(member["method"], request.headers))
+        else:
+            answer = await call_one(member, methods, ctx)
+            if isinstance(answer, tuple):  # a stream inside a batch: its first result only
+                id_, reply = answer
+                if reply.close is not None:
+                    reply.close()
+                answer = {"jsonrpc": "2.0", "id": id_, "result": reply.first}
+        if answer is not None and "id" in member:
+            answers.append(answer)
+    if not answers:
+        return Response(status_code=204)
+    return JSONResponse(answers)
 
 
-def _with_spec_keys(response: Response) -> Response:
-    """0.3 JSON task results with `context_id` beside `contextId` and whole numbers as ints."""
-    if not isinstance(response, JSONResponse) or response.status_code != 200:
-        return response
-    answer = json.loads(bytes(response.body))
-    result = answer.get("result") if isinstance(answer, dict) else None
-    if not isinstance(result, dict) or result.get("kind") != "task":
-        return response
-    answer["result"] = spec_json(result)
-    return JSONResponse(answer, status_code=response.status_code)
+def _content_type_refusal(request: Request) -> Response | None:
+    """A body declared as something other than JSON: ContentTypeNotSupportedError (-32005)."""
+    declared = request.headers.get("content-type")
+    if json_media_type(declared):
+        return None
+    media = (declared or "").split(";", 1)[0].strip().lower()
+    detail = f"Content-Type {media or '(empty)'} is not supported; send the JSON-RPC request as application/json"
+    return JSONResponse(error_body(wire_of(None, request.headers), None, CONTENT_TYPE_NOT_SUPPORTED,
+                                   "Content type not supported", detail))

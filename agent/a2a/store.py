@@ -9,8 +9,12 @@ migration 0002 (never by the SDK's `create_table=True`, which would bypass migra
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
+from a2a.server.context import ServerCallContext
 from a2a.server.models import PushNotificationConfigMixin, TaskMixin
 from a2a.server.tasks import DatabasePushNotificationConfigStore, DatabaseTaskStore
+from a2a.types.a2a_pb2 import Task
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.orm import DeclarativeBase
 
@@ -30,9 +34,26 @@ class A2APushConfigModel(PushNotificationConfigMixin, _SdkTables):
     __tablename__ = PUSH_CONFIGS_TABLE
 
 
-def task_store(engine: AsyncEngine) -> DatabaseTaskStore:
+Settle = Callable[[Task, ServerCallContext | None], Awaitable[Task]]
+
+
+class SettlingTaskStore(DatabaseTaskStore):
+    """The SDK's store, with one addition: an agent task read while no instance follows its tree
+    any more (the service restarted, or the instance that followed it died while another one
+    finished the tree) is brought up to the tree's stored outcome on the way out (`settle`)."""
+
+    settle: Settle | None = None
+
+    async def get(self, task_id: str, context: ServerCallContext | None = None) -> Task | None:
+        task = await super().get(task_id, context)
+        if task is not None and self.settle is not None:
+            task = await self.settle(task, context)
+        return task
+
+
+def task_store(engine: AsyncEngine) -> SettlingTaskStore:
     """Agent tasks (execution instances) scoped by owner = the caller's user id."""
-    store = DatabaseTaskStore(engine, create_table=False)
+    store = SettlingTaskStore(engine, create_table=False)
     store.task_model = A2ATaskModel
     return store
 

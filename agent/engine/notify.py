@@ -15,7 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from agent.engine.bus import Event, EventBus
+from taskgrove.agent.engine.bus import Event, EventBus
 
 log = logging.getLogger(__name__)
 CHANNEL = "taskgrove"
@@ -55,6 +55,10 @@ class PgNotifier:
 
     def cancel(self, task_id: str) -> None:
         self._queue({"kind": "cancel", "task_id": task_id})
+
+    def refresh(self, tree_id: str) -> None:
+        """Another instance joined the execution of `tree_id`: its owner re-reads it."""
+        self._queue({"kind": "refresh", "tree_id": tree_id})
 
     def _queue(self, message: dict[str, Any]) -> None:
         try:
@@ -115,6 +119,8 @@ class PgNotifier:
                 event = {**message["event"], "remote": True}
                 self.bus.publish(event)
                 self.on_event(event)
+            elif message.get("kind") == "refresh":
+                self.on_event({"type": "refresh", "root_task_id": message["tree_id"]})
             elif message.get("kind") == "cancel":
                 asyncio.get_running_loop().create_task(self.on_cancel(message["task_id"]))
 

@@ -1,8 +1,9 @@
 """Bookkeeping of one tree's execution: which tasks are waiting, runnable, running, finished.
 
 Pure in-memory logic, no I/O: the engine tells a `TreeRun` what the database accepted and asks
-it what became runnable. The database stays the truth; this is the index that keeps the
-scheduler from querying it for every decision.
+it what became runnable. The database stays the truth (every claim re-checks it, see
+storage/executions.py); this is the index that keeps the scheduler from querying it for every
+decision, and it is rebuilt from the database whenever the two may have drifted apart.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ def select_for_execution(rows: Mapping[str, Mapping[str, Any]], target_id: str) 
 
     Root: the whole tree; child: the task plus its transitive dependencies. Only `pending` and
     `failed` tasks run, except that every dependency of a failed task runs again, even when
-    completed. Tasks outside the tree (dependencies of copies) never run from here.
+    completed. Tasks outside the tree (dependencies of copies) never run from here. A task that
+    failed because its attempt was interrupted (a crash, a lost lease) pulls in nothing: recovery
+    is not re-execution, and its completed dependencies are still valid.
     """
     target = rows[target_id]
     deps = {tid: [d["id"] for d in row.get("dependencies") or () if d["id"] in rows]
@@ -36,7 +39,7 @@ def select_for_execution(rows: Mapping[str, Mapping[str, Any]], target_id: str) 
                     scope.add(dep)
                     stack.append(dep)
     chosen = {tid for tid in scope if rows[tid]["status"] in ("pending", "failed")}
-    stack = [tid for tid in scope if rows[tid]["status"] == "failed"]
+    stack = [tid for tid in scope if rows[tid]["status"] == "failed" and not was_interrupted(rows[tid])]
     while stack:
         for dep in deps[stack.pop()]:
             if dep in in_tree and dep not in chosen and rows[dep]["status"] != "in_progress":
@@ -45,11 +48,22 @@ def select_for_execution(rows: Mapping[str, Mapping[str, Any]], target_id: str) 
     return chosen
 
 
+INTERRUPTED = "Interrupted: "  # how the error of an attempt cut off by a crash or lost lease begins
+RESTART_ERROR = INTERRUPTED + "the service restarted while this task was running"
+
+
+def was_interrupted(row: Mapping[str, Any]) -> bool:
+    return (row.get("error") or "").startswith(INTERRUPTED)
+
+
 @dataclass
 class TreeRun:
     tree_id: str
     rows: dict[str, dict[str, Any]]
-    # Per-execution context handed to executors (user, LLM key from the request header).
+    # The executions row this run drives, and its updated_at when last read: ending the execution
+    # is a compare-and-set on it, so a request that joined meanwhile is never lost.
+    execution_id: str = ""
+    version: str = ""
     # Per task: the context of the request that asked for its execution (user, LLM key from the
     # request header). Kept per task so a second request joining the run never changes the key
     # the first request's tasks run with; dropped when the task ends.
@@ -58,34 +72,17 @@ class TreeRun:
     queued: set[str] = field(default_factory=set)
     active: set[str] = field(default_factory=set)
     blocked: set[str] = field(default_factory=set)
+    # Waiting for their next attempt (a stored time), or in progress on no instance of ours (their
+    # interrupted attempt is about to be settled): both keep the run alive.
+    retrying: set[str] = field(default_factory=set)
+    foreign: set[str] = field(default_factory=set)
     outcome: dict[str, str] = field(default_factory=dict)
+    ending: bool = False  # the engine is ending its execution in the database
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
         self._dirty: set[str] = set()
-        self.refresh(self.rows)
-
-    def refresh(self, rows: dict[str, dict[str, Any]]) -> None:
-        """Take fresh rows for the tasks not live in this run (their dependencies may have been
-        changed by tasks.update since) and rebuild the dependents index."""
-        live = self.waiting | self.queued | self.active
-        self.rows.update({tid: row for tid, row in rows.items() if tid not in live})
         self.task_count = sum(1 for row in self.rows.values() if row["task_tree_id"] == self.tree_id)
-        self._index()
-
-    def changed_outside(self, tid: str, status: str, result: Any) -> None:
-        """A task this run does not execute changed status (by hand, or on another instance)."""
-        self.rows[tid].update(status=status, result=result)
-        self._dirty.update(self.dependents.get(tid, ()))
-
-    def set_dependencies(self, tid: str, dependencies: list[dict[str, Any]]) -> None:
-        """New dependencies of a task that has not started: look at it again."""
-        self.rows[tid]["dependencies"] = dependencies
-        for group in (self.queued, self.blocked):
-            if tid in group:
-                group.discard(tid)
-                self.waiting.add(tid)
-        self._dirty.add(tid)
         self._index()
 
     def _index(self) -> None:
@@ -95,8 +92,13 @@ class TreeRun:
                 self.dependents.setdefault(dep["id"], []).append(tid)
 
     @property
+    def live(self) -> set[str]:
+        """Tasks this run still has to see through."""
+        return self.waiting | self.queued | self.active | self.retrying | self.foreign
+
+    @property
     def members(self) -> set[str]:
-        return self.waiting | self.queued | self.active | self.blocked | set(self.outcome)
+        return self.live | self.blocked | set(self.outcome)
 
     def add(self, ids: Iterable[str]) -> None:
         for tid in ids:
@@ -109,7 +111,8 @@ class TreeRun:
 
     def _dep_state(self, dep_id: str) -> str:
         """`ok`, `wait` or `blocked` for one dependency edge target."""
-        if dep_id in self.waiting or dep_id in self.queued or dep_id in self.active:
+        if dep_id in self.waiting or dep_id in self.queued or dep_id in self.active or dep_id in self.retrying \
+                or dep_id in self.foreign:
             return "wait"
         if dep_id in self.blocked:
             return "blocked"
@@ -138,12 +141,6 @@ class TreeRun:
                 self._dirty.update(self.dependents.get(tid, ()))
         return ready
 
-    def unblock(self) -> None:
-        """Give blocked tasks another look (a dependency's status was changed by hand)."""
-        self.waiting |= self.blocked
-        self._dirty |= self.blocked
-        self.blocked.clear()
-
     def _verdict(self, tid: str) -> str:
         waiting = False
         for dep in self.rows[tid].get("dependencies") or ():
@@ -164,26 +161,36 @@ class TreeRun:
         self.active.add(tid)
         self.rows[tid]["status"] = "in_progress"
 
+    def retry_later(self, tid: str) -> None:
+        """An attempt failed and another is due later: the task waits, the run goes on."""
+        self.active.discard(tid)
+        self.retrying.add(tid)
+        self.rows[tid]["status"] = "pending"
+
+    def retry_due(self, tid: str) -> None:
+        if tid in self.retrying:
+            self.retrying.discard(tid)
+            self.waiting.add(tid)
+            self._dirty.add(tid)
+
     def finished(self, tid: str, status: str) -> None:
         self.queued.discard(tid)
         self.active.discard(tid)
         self.waiting.discard(tid)
         self.blocked.discard(tid)
+        self.retrying.discard(tid)
+        self.foreign.discard(tid)
         self.outcome[tid] = status
         self.rows[tid]["status"] = status
         self.calls.pop(tid, None)
         self._dirty.update(self.dependents.get(tid, ()))
 
     def is_over(self) -> bool:
-        return not (self.waiting or self.queued or self.active)
-
-    def finish(self) -> str:
-        bad = self.blocked or any(s != "completed" for s in self.outcome.values())
-        self.done.set()
-        return "failed" if bad else "completed"
+        return not (self.waiting or self.queued or self.active or self.retrying or self.foreign)
 
     @property
     def progress(self) -> float:
         """Share of this execution's tasks that have finished (the sets are disjoint)."""
-        total = len(self.waiting) + len(self.queued) + len(self.active) + len(self.blocked) + len(self.outcome)
+        live = len(self.waiting) + len(self.queued) + len(self.active) + len(self.retrying) + len(self.foreign)
+        total = live + len(self.blocked) + len(self.outcome)
         return round(len(self.outcome) / total, 4) if total else 1.0

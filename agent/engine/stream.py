@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from agent.engine import bus as ev
-from agent.engine.bus import Subscription
-from storage.trees import now_iso
+from taskgrove.agent.engine import bus as ev
+from taskgrove.agent.engine.bus import Subscription
+from taskgrove.storage.trees import now_iso
 
 # Cancellation has no event type of its own in SPEC.md: it is reported as task_failed with
 # status "cancelled".

@@ -16,12 +16,12 @@ from typing import Any
 
 import httpx
 
-from agent.engine import bus as ev
-from agent.engine.bus import Subscription
-from agent.engine.stream import run_summary, wire_event
-from agent.errors import invalid_params
-from agent.settings import Settings
-from executors.netguard import UnsafeURLError, ensure_public_url
+from taskgrove.agent.engine import bus as ev
+from taskgrove.agent.engine.bus import Subscription
+from taskgrove.agent.engine.stream import run_summary, wire_event
+from taskgrove.agent.errors import invalid_params
+from taskgrove.agent.settings import Settings
+from taskgrove.executors.netguard import UnsafeURLError, ensure_public_url, log_url
 
 log = logging.getLogger(__name__)
 METHODS = ("POST", "PUT", "PATCH")
@@ -104,12 +104,12 @@ async def post_with_retries(client: httpx.AsyncClient, method: str, url: str, pa
         try:
             response = await client.request(method, url, json=payload, headers=dict(headers))
         except httpx.HTTPError as exc:
-            log.warning("callback %s attempt %d failed: %s", url, attempt + 1, type(exc).__name__)
+            log.warning("callback %s attempt %d failed: %s", log_url(url), attempt + 1, type(exc).__name__)
             continue
         if response.status_code < 400:
             return True
         if response.status_code < 500:
-            log.warning("callback %s answered %d; not retried", url, response.status_code)
+            log.warning("callback %s answered %d; not retried", log_url(url), response.status_code)
             return False
-        log.warning("callback %s answered %d (attempt %d)", url, response.status_code, attempt + 1)
+        log.warning("callback %s answered %d (attempt %d)", log_url(url), response.status_code, attempt + 1)
     return False

@@ -4,6 +4,6 @@ Imported only when the surface is enabled, so a default start-up never loads str
 `graphql_routes(services)` is the one entry point the app uses.
 """
 
-from agent.graphql.view import graphql_routes
+from taskgrove.agent.graphql.view import graphql_routes
 
 __all__ = ["graphql_routes"]

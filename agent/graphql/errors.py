@@ -11,13 +11,14 @@ client.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
 from graphql import GraphQLError
 from starlette.responses import JSONResponse
 
-from agent.errors import (
+from taskgrove.agent.errors import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
@@ -70,6 +71,25 @@ async def service_call(method: Callable[..., Awaitable[T]], *args: Any) -> T:
         raise internal() from None
 
 
+# The cost-limit extensions' messages, said in our words with the setting that sets the limit.
+_COST_LIMITS = (
+    (re.compile(r"^'.*' exceeds maximum operation depth of (\d+)$", re.S),
+     "The query nests fields deeper than {0} levels (the limit is SERVICE_GRAPHQL_MAX_DEPTH); ask for fewer levels"),
+    (re.compile(r"^(\d+) aliases found\. Allowed: (\d+)$"),
+     "The query uses {0} aliases; at most {1} are allowed (SERVICE_GRAPHQL_MAX_ALIASES)"),
+    (re.compile(r"^Syntax Error: Document contains more than (\d+) tokens"),
+     "The query is longer than {0} tokens (the limit is SERVICE_GRAPHQL_MAX_TOKENS); shorten it"),
+)
+
+
+def _cost_message(message: str) -> str | None:
+    for pattern, ours in _COST_LIMITS:
+        match = pattern.match(message)
+        if match:
+            return ours.format(*match.groups())
+    return None
+
+
 def classify_errors(errors: Iterable[GraphQLError]) -> None:
     """Give every error a code (in place: called from Schema.process_errors, before the response
     is rendered). Errors of our own already have one."""
@@ -78,7 +98,15 @@ def classify_errors(errors: Iterable[GraphQLError]) -> None:
             continue
         original = error.original_error
         if original is None or isinstance(original, GraphQLError):
+            ours = _cost_message(error.message)
+            if ours is not None:
+                error.message = ours
             error.extensions = {**(error.extensions or {}), **extensions(INVALID_REQUEST)}
+            continue
+        if type(original).__name__ == "InvalidOperationTypeError":  # e.g. a query over legacy graphql-ws
+            error.message = ("This operation type is not allowed on this transport: queries and mutations "
+                             "over HTTP or graphql-transport-ws, subscriptions over WebSocket")
+            error.extensions = extensions(INVALID_REQUEST)
             continue
         if isinstance(original, RpcError):  # raised below a resolver without service_call
             error.message = from_rpc(original).message
@@ -93,7 +121,7 @@ def error_response(exc: RpcError, status_code: int) -> JSONResponse:
     """A request refused before GraphQL execution, with a GraphQL-shaped body."""
     error = from_rpc(exc)
     body = {"data": None, "errors": [{"message": error.message, "extensions": error.extensions}]}
-    return JSONResponse(body, status_code=status_code)
+    return JSONResponse(body, status_code=status_code)  # our own messages: always encodable
 
 
 def unauthorized_response(message: str) -> JSONResponse:

@@ -13,13 +13,21 @@ from typing import TYPE_CHECKING, Any
 
 import strawberry
 
-from agent.errors import invalid_params, permission_denied, task_not_found
-from agent.graphql.errors import from_rpc, service_call
-from agent.graphql.types import CreateTaskInput, TaskStatusEnum, TaskType, UpdateTaskInput, given
-from agent.rpc.jsonrpc import CallContext
+from taskgrove.agent.errors import invalid_params, permission_denied, task_not_found
+from taskgrove.agent.graphql.budget import ListBudget, budget_of
+from taskgrove.agent.graphql.errors import from_rpc, service_call
+from taskgrove.agent.graphql.types import (
+    CreateTaskInput,
+    TaskStatusEnum,
+    TaskType,
+    UpdateTaskInput,
+    children_of,
+    given,
+)
+from taskgrove.agent.rpc.jsonrpc import CallContext
 
 if TYPE_CHECKING:  # pragma: no cover
-    from agent.app import Services
+    from taskgrove.agent.container import Services
 
 
 @dataclass
@@ -32,6 +40,8 @@ class GraphQLContext:
     response: Any = None
     # Filled by strawberry from a graphql-transport-ws `connection_init` payload.
     connection_params: Any = None
+    # List items this request may still return (agent/graphql/budget.py).
+    list_budget: ListBudget | None = None
 
 
 def _context(info: strawberry.Info) -> GraphQLContext:
@@ -64,15 +74,15 @@ async def tasks(info: strawberry.Info, status: TaskStatusEnum | None, limit: int
         params["limit"] = limit
     if offset is not None:
         params["offset"] = offset
+    budget = budget_of(info)
+    budget.check(limit if isinstance(limit, int) and limit > 0 else 100)  # before reading: what is asked
     found = await service_call(ctx.services.tasks.list, params, ctx.call)
+    budget.spend(len(found))
     return [TaskType.from_wire(t) for t in found]
 
 
 async def task_children(info: strawberry.Info, parent_id: str | None) -> list[TaskType]:
-    ctx = _context(info)
-    found = await service_call(ctx.services.tasks.children,
-                               {"parent_id": required(parent_id, "parentId")}, ctx.call)
-    return [TaskType.from_wire(t) for t in found]
+    return await children_of(info, required(parent_id, "parentId"))
 
 
 # --- mutations --------------------------------------------------------------------------------

@@ -7,11 +7,12 @@ from typing import Any, Optional
 
 import strawberry
 from graphql import GraphQLError
+from strawberry.extensions import MaxAliasesLimiter, MaxTokensLimiter, QueryDepthLimiter
 
-from agent.graphql import resolvers
-from agent.graphql.errors import classify_errors
-from agent.graphql.subscription import task_status_changes
-from agent.graphql.types import CreateTaskInput, TaskStatusEnum, TaskType, UpdateTaskInput
+from taskgrove.agent.graphql import resolvers
+from taskgrove.agent.graphql.errors import classify_errors
+from taskgrove.agent.graphql.subscription import task_status_changes
+from taskgrove.agent.graphql.types import CreateTaskInput, TaskStatusEnum, TaskType, UpdateTaskInput
 
 
 @strawberry.type
@@ -69,5 +70,14 @@ class TaskSchema(strawberry.Schema):
         classify_errors(errors)
 
 
-def build_schema() -> TaskSchema:
-    return TaskSchema(query=Query, mutation=Mutation, subscription=Subscription)
+def build_schema(settings: Any = None) -> TaskSchema:
+    """The schema, with the cost limits of `settings` (SERVICE_GRAPHQL_MAX_DEPTH, _ALIASES, _TOKENS;
+    introspection fields do not count towards the depth)."""
+    extensions: list[Any] = []
+    if settings is not None:
+        extensions = [
+            lambda: MaxTokensLimiter(max_token_count=settings.graphql_max_tokens),
+            lambda: QueryDepthLimiter(max_depth=settings.graphql_max_depth),
+            lambda: MaxAliasesLimiter(max_alias_count=settings.graphql_max_aliases),
+        ]
+    return TaskSchema(query=Query, mutation=Mutation, subscription=Subscription, extensions=extensions)

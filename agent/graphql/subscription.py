@@ -2,9 +2,10 @@
 
 The stream opens with the task's current state (so a client that subscribes just after
 createTask, or to a task that already finished, is never left waiting for an event that has
-passed), then emits a TaskType each time the status changes: IN_PROGRESS when the engine starts
-the task, then COMPLETED, FAILED or CANCELLED, after which it completes. Progress-only events do
-not change the status and are not emitted.
+passed), then emits a TaskType each time the status changes, whoever changes it: IN_PROGRESS when
+the engine starts the task, PENDING while it waits for a retry, any status set by hand
+(`status_changed` events), then COMPLETED, FAILED or CANCELLED, after which it completes.
+Progress-only events do not change the status and are not emitted.
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from typing import Any
 
 import strawberry
 
-from agent.engine import bus as ev
-from agent.errors import task_not_found
-from agent.graphql.errors import from_rpc, service_call
-from agent.graphql.resolvers import GraphQLContext, required
-from agent.graphql.types import TERMINAL, TaskStatusEnum, TaskType
+from taskgrove.agent.engine import bus as ev
+from taskgrove.agent.errors import task_not_found
+from taskgrove.agent.graphql.errors import from_rpc, service_call
+from taskgrove.agent.graphql.resolvers import GraphQLContext, required
+from taskgrove.agent.graphql.types import TERMINAL, TaskStatusEnum, TaskType
 
 STATUS_EVENTS = frozenset({ev.TASK_START, ev.TASK_COMPLETED, ev.TASK_FAILED, ev.TASK_CANCELLED})
 # Status changes are a handful per task; the queue only has to bridge a slow consumer.
@@ -42,8 +43,8 @@ async def task_status_changes(info: strawberry.Info, task_id: str | None) -> Asy
     tid = required(task_id, "taskId")
     service = ctx.services.tasks
     subscription = ctx.services.bus.subscribe(
-        lambda e: e["task_id"] == tid and e["type"] in STATUS_EVENTS, maxsize=BUFFER_EVENTS
-    )
+        lambda e: e["task_id"] == tid and (e["type"] in STATUS_EVENTS or e.get("status_changed", False)),
+        maxsize=BUFFER_EVENTS)
     try:
         live = ctx.services.engine.live_state(tid)  # same step as subscribing: no gap
         current = await service_call(service.get, {"task_id": tid}, ctx.call)

@@ -14,6 +14,9 @@ from typing import Any, Optional
 import strawberry
 from strawberry.scalars import JSON
 
+from taskgrove.agent.graphql.budget import budget_of
+from taskgrove.agent.graphql.errors import service_call
+
 
 @strawberry.enum(description="Task status; the JSON-RPC surface spells the same values in lower case.")
 class TaskStatusEnum(Enum):
@@ -53,9 +56,7 @@ class TaskType:
 
     @strawberry.field(description="Direct children, oldest first; tasks the caller may not see are left out.")
     async def children(self, info: strawberry.Info) -> Optional[list["TaskType"]]:
-        from agent.graphql.resolvers import task_children
-
-        return await task_children(info, self.id)
+        return await children_of(info, self.id)
 
     @classmethod
     def from_wire(cls, task: Mapping[str, Any]) -> "TaskType":
@@ -90,6 +91,14 @@ class UpdateTaskInput:
     description: Optional[str] = strawberry.UNSET
     status: Optional[TaskStatusEnum] = strawberry.UNSET
     inputs: Optional[JSON] = strawberry.UNSET
+
+
+async def children_of(info: strawberry.Info, parent_id: str) -> list[TaskType]:
+    """`parent_id`'s direct children as the caller may see them (`info.context` is a GraphQLContext)."""
+    ctx = info.context
+    found = await service_call(ctx.services.tasks.children, {"parent_id": parent_id}, ctx.call)
+    budget_of(info).spend(len(found))
+    return [TaskType.from_wire(t) for t in found]
 
 
 def given(value: Any) -> bool:

@@ -6,10 +6,18 @@ Authentication happens before strawberry sees the request, with the same rules a
 without a usable token gets HTTP 401 with a GraphQL-shaped error body, and a WebSocket handshake
 is refused (HTTP 401). The GraphiQL page itself is static and served without a token; the queries
 it sends carry one (its headers editor).
+
+Input rules (issue 18): the request is parsed and checked by agent/graphql/request.py before
+strawberry sees it (JSON errors with our codes, never a plain-text 400 or a 500); WebSocket
+messages by agent/graphql/wsprotocol.py; replies are encoded off the event loop by
+storage.jsonvalues, so a large answer does not hold up other requests.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -20,29 +28,67 @@ from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
 
-from agent.app import call_context
-from agent.auth import AuthError
-from agent.errors import RpcError
-from agent.graphql.errors import error_response, unauthorized_response
-from agent.graphql.resolvers import GraphQLContext
-from agent.graphql.schema import build_schema
-from agent.rpc.jsonrpc import CallContext
-from agent.ws import deny_handshake
+from taskgrove.agent.edge import call_context
+from taskgrove.agent.auth import AuthError
+from taskgrove.agent.bodylimit import replaying
+from taskgrove.agent.errors import INTERNAL_ERROR, RpcError
+from taskgrove.agent.graphql import request as checks
+from taskgrove.agent.graphql.errors import INTERNAL_MESSAGE, error_response, unauthorized_response
+from taskgrove.agent.graphql.resolvers import GraphQLContext
+from taskgrove.agent.graphql.schema import build_schema
+from taskgrove.agent.graphql.wsprotocol import StrictLegacyWS, StrictTransportWS
+from taskgrove.agent.rpc.jsonrpc import CallContext
+from taskgrove.agent.ws import deny_handshake
+from taskgrove.storage import jsonvalues
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from agent.app import Services
+    from taskgrove.agent.container import Services
 
 SURFACE = "graphql"
 # Close code for a handshake whose headers are malformed (not an authentication problem).
 CLOSE_BAD_REQUEST = 4400
 
 
+class _Encoded(dict):  # type: ignore[type-arg]
+    """A result already encoded (off the event loop); `encode_json` hands back its text."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+
 class TaskGraphQL(GraphQL):
-    """strawberry's ASGI view with our context: the services and the caller of this request."""
+    """strawberry's ASGI view with our context (the services and the caller of this request),
+    our JSON parser and encoder, and the strict WebSocket protocol handlers."""
+
+    graphql_transport_ws_handler_class = StrictTransportWS
+    graphql_ws_handler_class = StrictLegacyWS
 
     def __init__(self, services: "Services", **kwargs: Any) -> None:
-        super().__init__(build_schema(), **kwargs)
+        super().__init__(build_schema(services.settings), **kwargs)
         self.services = services
+        self.max_json_depth = services.settings.max_json_depth
+        self.max_message_bytes = services.settings.max_request_bytes
+
+    def decode_json(self, data: str | bytes) -> object:
+        """WebSocket messages (HTTP bodies were checked by GraphQLEndpoint already): the one
+        parser; a refusal becomes strawberry's "not JSON" path, which closes with 4400."""
+        if len(data) > self.max_message_bytes:
+            raise json.JSONDecodeError(f"message larger than {self.max_message_bytes} bytes", "", 0)
+        try:
+            return jsonvalues.loads(data, self.max_json_depth, what="message").value
+        except jsonvalues.JsonTextError as exc:
+            raise json.JSONDecodeError(str(exc), "", 0) from None
+
+    def encode_json(self, data: object) -> str:
+        return data.text if isinstance(data, _Encoded) else jsonvalues.dumps(data)
+
+    async def process_result(self, request: Any, result: Any) -> Any:
+        """Encoded in a worker thread: serialising a large answer must not stall other requests."""
+        data = await super().process_result(request, result)
+        return _Encoded(await asyncio.to_thread(jsonvalues.dumps, data))
 
     async def get_context(self, request: Request | WebSocket, response: Any) -> GraphQLContext:
         # GraphQLEndpoint authenticated the request and left its CallContext in the scope's state.
@@ -82,8 +128,49 @@ class GraphQLEndpoint:
             if isinstance(call, AuthError):
                 await unauthorized_response(str(call))(scope, receive, send)
                 return
+            try:
+                receive = await self._checked(request)
+            except RpcError as exc:
+                await error_response(exc, status_code=400)(scope, receive, send)
+                return
         scope.setdefault("state", {})["call_context"] = call
-        await self.view(scope, receive, send)
+        await self._guarded(scope, receive, send)
+
+    async def _checked(self, request: Request) -> Receive:
+        """Check the request (agent/graphql/request.py); the receive that replays its body."""
+        depth = self.services.settings.max_json_depth
+        if request.method == "GET":
+            checks.parse_query_params(request.query_params, depth)
+            return request.receive
+        content_type = request.headers.get("content-type", "")
+        if "application/json" not in content_type:
+            raise checks.refused(-32600, "Send the GraphQL request as JSON (Content-Type: application/json)")
+        body = await request.body()
+        checks.parse_body(body, depth)
+        return replaying(body, request.receive)
+
+    async def _guarded(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """strawberry's view; anything it raises before answering becomes a GraphQL-shaped
+        -32603 (logged), never an HTTP 500 or a dropped connection."""
+        started = False
+
+        async def tracking(message: Any) -> None:
+            nonlocal started
+            if message["type"] in ("http.response.start", "websocket.accept", "websocket.close"):
+                started = True
+            await send(message)
+
+        try:
+            await self.view(scope, receive, tracking)
+        except Exception:
+            log.exception("GraphQL request failed")
+            if started:
+                return
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": 1011, "reason": "internal error"})
+                return
+            await error_response(RpcError(INTERNAL_ERROR, INTERNAL_MESSAGE, INTERNAL_MESSAGE), 200)(
+                scope, receive, send)
 
     def _playground(self) -> Response:
         """The GraphiQL page (static, no data: served without a token), or 404 with docs off."""

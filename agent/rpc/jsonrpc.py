@@ -4,31 +4,47 @@ Parses the body, validates the envelope, calls the method's handler and renders 
 the error. A handler raises `RpcError` for expected failures; anything else is logged with its
 traceback and answered -32603 without one. A handler may return a `StreamReply` to answer a
 single request with Server-Sent Events instead.
+
+JSON-RPC 2.0 to the letter (issue 18): the body is parsed by storage.jsonvalues (depth limit,
+NaN/Infinity refused, in our words); `id` must be a string, a finite number or null, else -32600
+with `id: null`; a request without `id` is a notification: executed, never answered (HTTP 204
+when nothing is left to answer); a batch holds at most SERVICE_MAX_BATCH calls; replies are
+encoded so that they never fail (JsonReply).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import re
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 
-from agent.auth import ANONYMOUS, Caller
-from agent.errors import (
+from taskgrove.agent.auth import ANONYMOUS, Caller
+from taskgrove.agent.errors import (
     INTERNAL_ERROR,
+    INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
     PARSE_ERROR,
     RpcError,
 )
+from taskgrove.storage import jsonvalues
 
 log = logging.getLogger(__name__)
-MAX_BODY_BYTES = 32 * 1024 * 1024
+# Defaults of SERVICE_MAX_BATCH and SERVICE_MAX_JSON_DEPTH, for callers that pass no limits.
+DEFAULT_MAX_BATCH = 100
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The envelope's limits (Settings.max_batch, Settings.max_json_depth)."""
+
+    max_batch: int = DEFAULT_MAX_BATCH
+    max_json_depth: int = jsonvalues.DEFAULT_MAX_DEPTH
 
 
 @dataclass
@@ -42,6 +58,8 @@ class CallContext:
     llm_api_key: str | None = field(default=None, repr=False)
     llm_provider: str | None = None
     request: Request | None = field(default=None, repr=False)
+    # The envelope's limits from the settings (agent.edge.call_context fills them for every surface).
+    limits: Limits = field(default_factory=Limits)
 
 
 Handler = Callable[[Any, CallContext], Awaitable[Any]]
@@ -61,106 +79,147 @@ def _error(code: int, message: str, data: Any = None, id_: Any = None) -> dict[s
     return {"jsonrpc": "2.0", "id": id_, "error": RpcError(code, message, data).to_dict()}
 
 
-def parse_body(body: bytes) -> Any:
-    """The decoded body, or a ready error response object."""
-    if len(body) > MAX_BODY_BYTES:
-        raise RpcError(INVALID_REQUEST, "Invalid Request", f"request body larger than {MAX_BODY_BYTES} bytes")
+class JsonReply(Response):
+    """A JSON response encoded by storage.jsonvalues.dumps_bytes: never fails on depth (a tree
+    read of a long chain), never sends NaN or invalid Unicode (it would not be JSON)."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return jsonvalues.dumps_bytes(content)
+
+
+def parse_body(body: bytes, max_depth: int = jsonvalues.DEFAULT_MAX_DEPTH) -> jsonvalues.Parsed:
+    """The decoded body; RpcError -32700 (in our words) when the text itself is not JSON."""
     try:
-        payload = json.loads(body, parse_constant=_no_constant)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise RpcError(PARSE_ERROR, "Parse error", f"body is not valid JSON: {exc}") from None
-    # A lone surrogate escape (`"\ud800"`) parses, but can be neither stored nor sent back as UTF-8.
-    if _SURROGATE_ESCAPE.search(body) and _has_lone_surrogate(payload):
-        raise RpcError(PARSE_ERROR, "Parse error", "body is not valid JSON: a string holds a lone surrogate escape")
-    return payload
+        return jsonvalues.loads(body, max_depth)
+    except jsonvalues.JsonTextError as exc:
+        raise RpcError(PARSE_ERROR, "Parse error", str(exc)) from None
 
 
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+def valid_id(value: Any) -> bool:
+    """JSON-RPC 2.0: a string, a number or null; we add finite (NaN and 1e400 are no JSON) and
+    valid Unicode (an id is echoed back, so it must be sendable)."""
+    if value is None:
+        return True
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, str):
+        return jsonvalues.is_valid_text(value)
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return isinstance(value, int)
 
 
-def _no_constant(name: str) -> Any:
-    """NaN and Infinity are not JSON (RFC 8259); stored, they would break every later response."""
-    raise ValueError(f"{name} is not a valid JSON value")
+def reply_id(message: Any) -> Any:
+    """The id to answer `message` with: its own when valid, else null."""
+    id_ = message.get("id") if isinstance(message, dict) else None
+    return id_ if valid_id(id_) else None
 
 
-def _has_lone_surrogate(value: Any) -> bool:
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                return True
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return False
+def _envelope_problem(message: dict[str, Any], suspect: bool) -> tuple[int, str] | None:
+    """(code, detail) when the envelope of one request is unusable."""
+    if message.get("jsonrpc") != "2.0":
+        return INVALID_REQUEST, 'jsonrpc must be exactly "2.0"'
+    method = message.get("method")
+    if not isinstance(method, str) or not method:
+        return INVALID_REQUEST, "method must be a non-empty string"
+    if not jsonvalues.is_valid_text(method):
+        return INVALID_REQUEST, "method is not valid Unicode text (it holds a lone surrogate)"
+    params = message.get("params", {})
+    if params is not None and not isinstance(params, (dict, list)):
+        return INVALID_REQUEST, "params must be an object or an array"
+    if suspect:  # only documents that may hold NaN/1e400/lone surrogates are walked
+        found = jsonvalues.problem(params, "params")
+        if found is not None:
+            return INVALID_PARAMS, found
+        others = {k: v for k, v in message.items() if k not in ("params", "id", "method", "jsonrpc")}
+        found = jsonvalues.problem(others, "request")
+        if found is not None:
+            return INVALID_REQUEST, found
+    return None
 
 
-def _valid_id(value: Any) -> bool:
-    return value is None or (isinstance(value, (str, int, float)) and not isinstance(value, bool))
-
-
-async def call_one(message: Any, methods: Mapping[str, Handler], ctx: CallContext) -> Any:
-    """Answer one request object: a response dict, a StreamReply pair, or None for a notification."""
+async def call_one(message: Any, methods: Mapping[str, Handler], ctx: CallContext, suspect: bool = True) -> Any:
+    """Answer one request object: a response dict, an (id, StreamReply) pair, or None when there
+    is nothing to answer (a notification: a valid request without an `id` member)."""
     if not isinstance(message, dict):
         return _error(INVALID_REQUEST, "Invalid Request", "request must be a JSON object")
     id_ = message.get("id")
-    if not _valid_id(id_):
-        return _error(INVALID_REQUEST, "Invalid Request", "id must be a string, a number or null")
-    if message.get("jsonrpc") != "2.0":
-        return _error(INVALID_REQUEST, "Invalid Request", "jsonrpc must be exactly \"2.0\"", id_)
-    method = message.get("method")
-    if not isinstance(method, str) or not method:
-        return _error(INVALID_REQUEST, "Invalid Request", "method must be a non-empty string", id_)
+    if not valid_id(id_):
+        return _error(INVALID_REQUEST, "Invalid Request", "id must be a string, a finite number or null")
+    notification = "id" not in message
+    refused = _envelope_problem(message, suspect)
+    if refused is not None:  # an invalid request is answered even without an id (JSON-RPC 2.0, 5)
+        code, detail = refused
+        if code == INVALID_PARAMS:
+            return None if notification else _error(code, detail, detail, id_)
+        return _error(code, "Invalid Request", detail, id_)
+    method = message["method"]
     handler = methods.get(method)
     if handler is None:
-        return _error(METHOD_NOT_FOUND, "Method not found", f"Method '{method}' not found", id_)
+        shown = method if len(method) <= 200 else method[:197] + "..."
+        return None if notification else _error(METHOD_NOT_FOUND, "Method not found",
+                                                 f"Method '{shown}' not found", id_)
     params = message.get("params", {})
     if params is None:
         params = {}
-    if not isinstance(params, (dict, list)):
-        return _error(INVALID_REQUEST, "Invalid Request", "params must be an object or an array", id_)
     try:
         result = await handler(params, ctx, message) if getattr(handler, "wants_message", False) \
             else await handler(params, ctx)
     except RpcError as exc:
-        return {"jsonrpc": "2.0", "id": id_, "error": exc.to_dict()}
+        return None if notification else {"jsonrpc": "2.0", "id": id_, "error": exc.to_dict()}
     except Exception:  # the traceback goes to the log, never to the client
         log.exception("method %s failed", method)
-        return _error(INTERNAL_ERROR, "Internal error", f"{method} failed on the server; see the service log", id_)
+        return None if notification else \
+            _error(INTERNAL_ERROR, "Internal error", f"{method} failed on the server; see the service log", id_)
     if isinstance(result, StreamReply):
+        if notification:
+            if result.close is not None:
+                result.close()
+            return None
         return id_, result
+    if notification:
+        return None
     return {"jsonrpc": "2.0", "id": id_, "result": result}
 
 
+def batch_too_long(limits: Limits, count: int) -> str:
+    """The -32600 detail for a batch over SERVICE_MAX_BATCH (every JSON-RPC surface says it so)."""
+    return f"a batch may hold at most {limits.max_batch} calls, this one has {count}; split it " \
+           "(the limit is SERVICE_MAX_BATCH)"
+
+
 async def dispatch(body: bytes, methods: Mapping[str, Handler], ctx: CallContext) -> Response:
-    """One HTTP request: a single call, or a batch answered as an array."""
+    """One HTTP request: a single call, or a batch answered as an array; HTTP 204 when only
+    notifications were sent (nothing to answer)."""
+    limits = ctx.limits
     try:
-        payload = parse_body(body)
+        parsed = parse_body(body, limits.max_json_depth)
     except RpcError as exc:
-        return JSONResponse({"jsonrpc": "2.0", "id": None, "error": exc.to_dict()})
+        return JsonReply({"jsonrpc": "2.0", "id": None, "error": exc.to_dict()})
+    payload = parsed.value
     if isinstance(payload, list):
         if not payload:
-            return JSONResponse(_error(INVALID_REQUEST, "Invalid Request", "empty batch"))
+            return JsonReply(_error(INVALID_REQUEST, "Invalid Request", "empty batch"))
+        if len(payload) > limits.max_batch:
+            return JsonReply(_error(INVALID_REQUEST, "Invalid Request", batch_too_long(limits, len(payload))))
         answers = []
         for message in payload:
-            answer = await call_one(message, methods, ctx)
+            answer = await call_one(message, methods, ctx, parsed.suspect)
             if isinstance(answer, tuple):  # no streaming inside a batch: answer the first result
                 id_, reply = answer
                 if reply.close is not None:
                     reply.close()
                 answer = {"jsonrpc": "2.0", "id": id_, "result": reply.first}
-            answers.append(answer)
-        return JSONResponse(answers)
-    answer = await call_one(payload, methods, ctx)
+            if answer is not None:
+                answers.append(answer)
+        return JsonReply(answers) if answers else Response(status_code=204)
+    answer = await call_one(payload, methods, ctx, parsed.suspect)
     if isinstance(answer, tuple):
         id_, reply = answer
         return sse_response({"jsonrpc": "2.0", "id": id_, "result": reply.first}, reply.events)
-    return JSONResponse(answer)
+    return JsonReply(answer) if answer is not None else Response(status_code=204)
 
 
 def sse_response(first: Any, events: AsyncIterator[Any]) -> StreamingResponse:
@@ -182,4 +241,4 @@ def sse_response(first: Any, events: AsyncIterator[Any]) -> StreamingResponse:
 
 
 def _sse(data: Any) -> bytes:
-    return f"data: {json.dumps(data, default=str)}\n\n".encode()
+    return b"data: " + jsonvalues.dumps_bytes(data) + b"\n\n"

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agent.errors import invalid_params
+from taskgrove.agent.errors import invalid_params
+from taskgrove.storage.jsonvalues import is_valid_text
 
 _MISSING = object()
 
@@ -31,6 +32,8 @@ def string(params: Mapping[str, Any], name: str, *, aliases: Sequence[str] = (),
         raise invalid_params(f"{name} is longer than {max_length} characters")
     if "\x00" in value:
         raise invalid_params(f"{name} must not contain NUL characters")
+    if not is_valid_text(value):  # GraphQL's own escapes reach here without the JSON gate
+        raise invalid_params(f"{name} is not valid Unicode text (it holds a lone surrogate such as \\ud800)")
     return value
 
 
@@ -66,6 +69,8 @@ def string_list(params: Mapping[str, Any], name: str, *, aliases: Sequence[str] 
         value = [value]
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise invalid_params(f"{name} must be an array of non-empty strings")
+    if not all(is_valid_text(v) for v in value):
+        raise invalid_params(f"{name} holds a string that is not valid Unicode text (a lone surrogate)")
     return value
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from agent.rpc.jsonrpc import Handler
-from agent.service import TaskService
+from taskgrove.agent.rpc.jsonrpc import Handler
+from taskgrove.agent.service import TaskService
 
 
 def task_methods(service: TaskService) -> dict[str, Handler]:

@@ -3,7 +3,7 @@
 from alembic import context
 from sqlalchemy import text
 
-from storage.models import Base
+from taskgrove.storage.models import Base
 
 connection = context.config.attributes["connection"]
 if connection.dialect.name == "postgresql":

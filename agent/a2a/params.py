@@ -1,0 +1,151 @@
+"""Params of A2A methods checked before the SDK parses them, so a malformed request is -32602.
+
+The SDK's 0.3 adapter answers a params validation failure with -32600 and the whole pydantic dump
+(0.3 says invalid params are -32602), and its 1.0 dispatcher puts protobuf's parser text into the
+error data and silently maps an unknown enum value (a `status` filter of `"NOPE"`, a `role` of
+`"BAD"`) to "unspecified", which for ListTasks means "no filter". Here each wire's own model
+validates the params first and the answer names the fields in our words.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from a2a.server.routes.jsonrpc_dispatcher import JSONRPC03Adapter, JsonRpcDispatcher  # (SDK import order)
+from a2a.types.a2a_pb2 import Role, TaskState
+from google.protobuf.json_format import ParseDict, ParseError
+from pydantic import ValidationError
+
+from taskgrove.agent.a2a.envelope import MAX_DEPTH, EnvelopeError, depth_of
+from taskgrove.agent.errors import INVALID_PARAMS
+
+VERSION_NOT_SUPPORTED = -32009
+MAX_FIELDS = 5  # a reply names at most this many bad fields
+_PARSE_FIELD = re.compile(r"Failed to parse (\w+) field")
+
+
+def check_params(method: str, message: dict[str, Any]) -> None:
+    """Raise EnvelopeError(-32602) when the params do not fit the method's request type."""
+    id_ = message.get("id")
+    if depth_of(message.get("params")) > MAX_DEPTH - 1:
+        raise _invalid(f"{method}: params nest arrays and objects deeper than {MAX_DEPTH - 1} levels "
+                       "(a data part becomes a protobuf Struct, which has a depth limit)", id_)
+    if method in JSONRPC03Adapter.METHOD_TO_MODEL:
+        _check_v03(method, message, id_)
+    elif method in JsonRpcDispatcher.METHOD_TO_MODEL:
+        _check_v10(method, message.get("params"), id_)
+
+
+V03_TO_V10 = {
+    "message/send": "SendMessage", "message/stream": "SendStreamingMessage", "tasks/get": "GetTask",
+    "tasks/cancel": "CancelTask", "tasks/resubscribe": "SubscribeToTask",
+    "tasks/pushNotificationConfig/set": "CreateTaskPushNotificationConfig",
+    "tasks/pushNotificationConfig/get": "GetTaskPushNotificationConfig",
+    "tasks/pushNotificationConfig/list": "ListTaskPushNotificationConfigs",
+    "tasks/pushNotificationConfig/delete": "DeleteTaskPushNotificationConfig",
+    "agent/getAuthenticatedExtendedCard": "GetExtendedAgentCard",
+}
+
+
+def check_version(method: str, message: dict[str, Any], version: str | None) -> None:
+    """A 0.3 method sent as A2A 1.x is VersionNotSupportedError (-32009), said as such.
+
+    (The SDK raises the same error, but its 0.3 adapter turns every code 0.3 lacks into -32603.)
+    """
+    version = (version or "").strip()
+    if method in JSONRPC03Adapter.METHOD_TO_MODEL and version.startswith("1"):
+        detail = (f"{method} is an A2A 0.3 method but the request says A2A-Version {version}: "
+                  f"use {V03_TO_V10.get(method, 'the 1.0 method')}, or send A2A-Version: 0.3")
+        raise EnvelopeError(VERSION_NOT_SUPPORTED, "Version not supported", detail, message.get("id"))
+
+
+def _invalid(detail: str, id_: Any) -> EnvelopeError:
+    return EnvelopeError(INVALID_PARAMS, "Invalid params", detail, id_)
+
+
+def _check_v03(method: str, message: dict[str, Any], id_: Any) -> None:
+    model = JSONRPC03Adapter.METHOD_TO_MODEL[method]
+    try:
+        # The id was checked by the envelope rules (a fractional id is valid JSON-RPC, not valid here).
+        model.model_validate({**message, "id": 0})  # type: ignore[attr-defined]
+    except ValidationError as exc:
+        raise _invalid(f"{method}: " + "; ".join(describe_v03(exc)), id_) from None
+
+
+def describe_v03(exc: ValidationError) -> list[str]:
+    """pydantic's errors as `params.message.messageId is required`, at most MAX_FIELDS of them.
+
+    A union (a part may be text, file or data) reports every branch; the shortest paths say
+    most, so duplicates and longer paths below an already named one are dropped.
+    """
+    named: list[str] = []
+    for error in sorted(exc.errors(), key=lambda e: len(e["loc"])):
+        loc = [str(p) for p in error["loc"] if not _is_branch_name(p)]
+        path = ".".join(loc) or "params"
+        if any(path == n.split(" ")[0] or path.startswith(n.split(" ")[0] + ".") for n in named):
+            continue
+        named.append(f"{path} {_reason(error)}")
+        if len(named) == MAX_FIELDS:
+            break
+    return named
+
+
+def _is_branch_name(part: Any) -> bool:
+    """pydantic inserts model names (`TextPart`, `function-after[...]`) into union locations."""
+    return isinstance(part, str) and (part[:1].isupper() or "[" in part)
+
+
+def _reason(error: dict[str, Any]) -> str:
+    kind = error.get("type", "")
+    ctx = error.get("ctx") or {}
+    if kind == "missing":
+        return "is required"
+    if kind in ("literal_error", "enum") and ctx.get("expected"):
+        return f"must be one of {ctx['expected']}"
+    if kind.startswith("string"):
+        return "must be a string"
+    if kind.startswith(("int", "float")):
+        return "must be a number"
+    if kind.startswith("bool"):
+        return "must be true or false"
+    if kind.startswith(("dict", "model")):
+        return "must be an object"
+    if kind.startswith("list"):
+        return "must be an array"
+    if kind == "extra_forbidden":
+        return "is not a known field"
+    return "has an invalid value"
+
+
+ENUM_FIELDS: dict[str, list[tuple[tuple[str, ...], Any]]] = {
+    "SendMessage": [(("message", "role"), Role)],
+    "SendStreamingMessage": [(("message", "role"), Role)],
+    "ListTasks": [(("status",), TaskState)],
+}
+
+
+def _check_v10(method: str, params: Any, id_: Any) -> None:
+    model = JsonRpcDispatcher.METHOD_TO_MODEL[method]
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise _invalid(f"{method}: params must be an object", id_)
+    try:
+        ParseDict(params, model(), ignore_unknown_fields=True)
+    except ParseError as exc:
+        fields = ".".join(_PARSE_FIELD.findall(str(exc)))
+        where = f"params.{fields}" if fields else "params"
+        raise _invalid(f"{method}: {where} has the wrong type or value for the A2A 1.0 "
+                       f"{model.DESCRIPTOR.name} message", id_) from None
+    for path, enum in ENUM_FIELDS.get(method, []):
+        value: Any = params
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        if value is None:
+            continue
+        names = list(enum.keys())
+        if (isinstance(value, str) and value not in names) or (isinstance(value, int) and value not in enum.values()) \
+                or not isinstance(value, (str, int)) or isinstance(value, bool):
+            allowed = ", ".join(n for n in names if not n.endswith("UNSPECIFIED"))
+            raise _invalid(f"{method}: params.{'.'.join(path)} must be one of {allowed}, got {value!r}", id_)

@@ -1,0 +1,92 @@
+"""Services: the objects one running service is made of, built once and handed to every surface.
+
+Below the surfaces (rpc, a2a, graphql, ws) and above the services they bundle (TaskService,
+SystemService, GenerateService, KeyConfigService), the engine and storage; it imports no surface.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from taskgrove.agent.auth import check_settings
+from taskgrove.agent.engine.bus import EventBus
+from taskgrove.agent.engine.engine import Engine
+from taskgrove.agent.generate import GenerateService
+from taskgrove.agent.keys import KeyConfigService
+from taskgrove.agent.rpc.jsonrpc import Handler
+from taskgrove.agent.idempotency import IdempotentMethods
+from taskgrove.agent.rpc.tasks import task_methods
+from taskgrove.agent.service import TaskService
+from taskgrove.agent.settings import Settings
+from taskgrove.agent.system import SystemService
+from taskgrove.executors.database import dispose_engines
+from taskgrove.executors.registry import ExecutorRegistry
+from taskgrove.agent.metrics import Metrics
+from taskgrove.storage.db import create_batch_engine, create_engine, migrate
+from taskgrove.storage.keys import KeyStore
+from taskgrove.storage.repository import TaskRepository
+
+
+@dataclass
+class Services:
+    """The objects one running service is made of, handed to every surface."""
+
+    settings: Settings
+    repo: TaskRepository
+    bus: EventBus
+    registry: ExecutorRegistry
+    engine: Engine
+    tasks: TaskService
+    system: SystemService
+    task_methods: dict[str, Handler] = field(default_factory=dict)
+    system_methods: dict[str, Handler] = field(default_factory=dict)
+    keys: KeyConfigService | None = None
+    # Awaited first on shutdown, by surfaces that own background work (the A2A handler, push sender).
+    shutdown_hooks: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    metrics: Metrics = field(default_factory=Metrics)
+    # Idempotency-Key handling, shared by the JSON-RPC methods and A2A message/send.
+    idempotency: IdempotentMethods | None = None
+    # Set once the schema is at the migrations' head (for /readyz).
+    migrated: bool = False
+
+    @classmethod
+    def build(cls, settings: Settings, registry: ExecutorRegistry | None = None) -> "Services":
+        check_settings(settings)
+        repo = TaskRepository(create_engine(settings.database_url), create_batch_engine(settings.database_url))
+        bus = EventBus()
+        registry = registry or ExecutorRegistry.discover(settings.extensions)
+        metrics = Metrics()
+        engine = Engine(repo, registry, settings, bus, metrics=metrics)
+        tasks = TaskService(repo, engine, registry, bus, settings)
+        system = SystemService(repo, engine, registry, tasks)
+        engine.services["tasks"] = tasks
+        engine.services["registry"] = registry  # generate_executor offers the app's executors
+        keys = KeyConfigService(KeyStore(repo.engine, settings.secret_key))
+        engine.services["llm_key_lookup"] = keys.lookup  # stored per-user keys for the LLM client
+        services = cls(settings, repo, bus, registry, engine, tasks, system, keys=keys, metrics=metrics)
+        services.task_methods = task_methods(tasks)
+        idempotent = services.idempotency = IdempotentMethods(repo, settings)
+        for name in ("tasks.create", "tasks.execute", "execute_task_tree", "tasks.copy", "tasks.clone"):
+            services.task_methods[name] = idempotent.wrap(name, services.task_methods[name])
+        services.task_methods["tasks.generate"] = GenerateService(tasks, registry, settings, engine.services).generate
+        services.system_methods = {
+            "system.health": system.health,
+            "system.executors": system.executors,
+            "examples.init": system.examples_init,
+            "examples.status": system.examples_status,
+            **keys.methods(),
+        }
+        return services
+
+    async def start(self) -> None:
+        await migrate(self.repo.engine)
+        self.migrated = True
+        await self.engine.start()
+
+    async def stop(self) -> None:
+        for hook in self.shutdown_hooks:
+            await hook()
+        await self.engine.stop()
+        await dispose_engines()  # database_executor's connection pools
+        await self.repo.close()

@@ -1,0 +1,157 @@
+"""The shared HTTP edge of every surface: who is calling, and the JSON-RPC answers given before
+a method runs (a malformed request header, 401).
+
+`call_context` turns a request into a CallContext (authentication through agent.auth, the LLM key
+header); `rpc_endpoint` is the POST endpoint of a JSON-RPC method table (/tasks, /system).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from starlette.requests import HTTPConnection, Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from taskgrove.agent.auth import AuthError, authenticate
+from taskgrove.agent.container import Services
+from taskgrove.agent.errors import INTERNAL_ERROR, INVALID_PARAMS, PERMISSION_DENIED, RpcError
+from taskgrove.agent.rpc.jsonrpc import CallContext, Handler, JsonReply, Limits, dispatch, reply_id
+from taskgrove.storage import jsonvalues
+from taskgrove.llm.client import parse_key_header
+
+# Methods anyone may call while JWT is on (SPEC.md, Authentication).
+PUBLIC_METHODS = frozenset({"system.health", "system.executors"})
+
+
+def call_context(request: Request, services: Services, surface: str) -> CallContext | AuthError:
+    """Who is calling and with which LLM key; an AuthError is returned, not raised, so public
+    methods can still be answered. A malformed X-LLM-API-KEY header raises RpcError (-32602)."""
+    headers = request.headers
+    try:
+        caller = authenticate(headers, _Cookies(request), services.settings)
+    except AuthError as exc:
+        return exc
+    provider, key = _llm_key(headers)
+    return CallContext(caller=caller, surface=surface, llm_api_key=key, llm_provider=provider, request=request,
+                       limits=limits(services))
+
+
+class _Cookies(Mapping[str, str]):
+    """The request's cookies, parsed only if authentication looks at them (JWT on)."""
+
+    __slots__ = ("_connection",)
+
+    def __init__(self, connection: HTTPConnection) -> None:
+        self._connection = connection
+
+    def __getitem__(self, name: str) -> str:
+        return self._connection.cookies[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._connection.cookies)
+
+    def __len__(self) -> int:
+        return len(self._connection.cookies)
+
+
+def _llm_key(headers: Mapping[str, str]) -> tuple[str | None, str | None]:
+    raw = headers.get("x-llm-api-key")
+    if raw is None:
+        return None, None
+    try:
+        return parse_key_header(raw)
+    except ValueError as exc:  # the message describes the format, never the value
+        raise RpcError(INVALID_PARAMS, str(exc), str(exc)) from None
+
+
+def _payload(body: bytes) -> Any:
+    """The decoded body, None when it is not JSON: parsed by the same function as dispatch, so
+    a NaN id or a deep body is never a reason to fail here."""
+    try:
+        return jsonvalues.loads(body).value
+    except jsonvalues.JsonTextError:
+        return None
+
+
+def error_reply(body: bytes, exc: RpcError) -> Response:
+    """`exc` as the JSON-RPC answer to every call in `body` (HTTP 200, ids echoed when valid)."""
+    payload = _payload(body)
+    if isinstance(payload, list) and payload:
+        return JsonReply([{"jsonrpc": "2.0", "id": reply_id(c), "error": exc.to_dict()} for c in payload])
+    return JsonReply({"jsonrpc": "2.0", "id": reply_id(payload), "error": exc.to_dict()})
+
+
+def internal_error(request: Request, exc: Exception) -> Response:
+    """The last net under every HTTP route (Starlette's server-error handler): an exception no
+    surface caught is answered -32603 in the surface's shape, HTTP 200, never a plain-text 500;
+    Starlette still re-raises it, so the server logs the traceback."""
+    detail = "The request failed on the server; see the service log"
+    if request.url.path.startswith("/graphql"):
+        return JsonReply({"data": None, "errors": [{"message": detail, "extensions": {
+            "code": INTERNAL_ERROR, "codeName": "INTERNAL_ERROR"}}]})
+    return JsonReply({"jsonrpc": "2.0", "id": None,
+                      "error": {"code": INTERNAL_ERROR, "message": "Internal error", "data": detail}})
+
+
+def unauthorized(exc: AuthError) -> Response:
+    body = {"jsonrpc": "2.0", "id": None, "error": {"code": PERMISSION_DENIED, "message": str(exc),
+                                                   "data": str(exc)}}
+    return JsonReply(body, status_code=401, headers={"WWW-Authenticate": "Bearer"})
+
+
+def _only_public(body: bytes) -> bool:
+    payload = _payload(body)
+    calls = payload if isinstance(payload, list) else [payload]
+    return all(isinstance(c, dict) and c.get("method") in PUBLIC_METHODS for c in calls)
+
+
+def limits(services: Services) -> Limits:
+    """The envelope's limits from the settings (SERVICE_MAX_BATCH, SERVICE_MAX_JSON_DEPTH)."""
+    settings = services.settings
+    return _limits(settings.max_batch, settings.max_json_depth)
+
+
+@functools.lru_cache(maxsize=16)
+def _limits(max_batch: int, max_json_depth: int) -> Limits:
+    return Limits(max_batch=max_batch, max_json_depth=max_json_depth)  # frozen: one per pair
+
+
+class _RpcEndpoint:
+    """The POST endpoint of a JSON-RPC method table as a plain ASGI app.
+
+    Why not a Starlette endpoint function: Starlette wraps those in two more layers per request
+    (request_response and a per-route exception wrapper) that matter at thousands of requests a
+    second (bench/README.md). The exception handlers are the app's own either way: nothing here
+    raises HTTPException, and every other exception reaches the app's server-error handler as before.
+    """
+
+    def __init__(self, services: Services, methods: Mapping[str, Handler], surface: str) -> None:
+        self.services = services
+        self.methods = methods
+        self.surface = surface
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive, send)
+        response = await self.answer(request)
+        await response(scope, receive, send)
+
+    async def answer(self, request: Request) -> Response:
+        services, surface = self.services, self.surface
+        body = await request.body()
+        try:
+            ctx = call_context(request, services, surface)
+        except RpcError as exc:
+            return error_reply(body, exc)
+        if isinstance(ctx, AuthError):
+            if not _only_public(body):
+                return unauthorized(ctx)
+            ctx = CallContext(surface=surface, request=request, limits=limits(services))
+        return await dispatch(body, self.methods, ctx)
+
+
+def rpc_endpoint(services: Services, methods: Mapping[str, Handler], surface: str) -> ASGIApp:
+    """The POST endpoint of `methods` (a Route takes it as an ASGI app: see _RpcEndpoint)."""
+    return _RpcEndpoint(services, methods, surface)

@@ -1,0 +1,148 @@
+"""Leases, takeover and recovery: no execution is left for a person to restart.
+
+Every instance renews the leases it holds (its attempts and its executions) every third of
+`SERVICE_LEASE_SECONDS`. On PostgreSQL every instance also looks, every POLL_SECONDS, for
+leases that ran out: an attempt whose instance stopped renewing is settled as an interrupted
+attempt (retried if its policy allows, else failed), and an execution whose owner is gone is
+taken over (a compare-and-set on its epoch, so exactly one instance wins) and continued from
+the database. On SQLite there is one instance, so the same happens once, at start-up, for
+everything left running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from datetime import datetime, timedelta
+from typing import Any, Mapping
+
+from taskgrove.agent.engine import bus as ev
+from taskgrove.agent.engine.retry import iso_in, stored_policy
+from taskgrove.agent.engine.run import INTERRUPTED, RESTART_ERROR
+from taskgrove.agent.engine.webhooks import WebhookConfig, deliver_webhooks
+from taskgrove.storage import executions as xs
+from taskgrove.storage.trees import now_iso
+
+log = logging.getLogger(__name__)
+POLL_SECONDS = 1.0
+
+
+class LeaseKeeper:
+    """Owned by one Engine (typed Any: the engine module imports this one, not the reverse)."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+
+    async def recover_at_start(self) -> None:
+        """SQLite: everything left running belongs to a dead process. PostgreSQL: what expired."""
+        await self.sweep(everything=self.engine.sqlite)
+
+    async def loop(self) -> None:
+        lease = self.engine.settings.lease_seconds
+        renew_every = lease / 3
+        last_renewal = time.monotonic()
+        poll = POLL_SECONDS if not self.engine.sqlite else renew_every
+        while True:
+            await asyncio.sleep(min(poll, renew_every))
+            try:
+                if time.monotonic() - last_renewal >= renew_every - 0.05:
+                    await self.renew()
+                    last_renewal = time.monotonic()
+                if not self.engine.sqlite:
+                    await self.sweep(everything=False)
+            except Exception:
+                log.exception("lease upkeep failed")
+
+    async def renew(self) -> None:
+        """Extend our leases; a lease we no longer hold means another instance took that work."""
+        engine = self.engine
+        task_ids = list(engine.running)
+        execution_ids = [run.execution_id for run in engine.runs.values()]
+        if not (task_ids or execution_ids):
+            return
+        tasks, executions = await engine.repo.run(xs.renew, engine.instance_id, task_ids, execution_ids,
+                                                  engine.lease_until())
+        for run in list(engine.runs.values()):
+            if run.execution_id not in executions:
+                engine._drop(run, "its lease was lost (this instance stopped renewing it in time)")
+        for tid in set(task_ids) - tasks:
+            running = engine.running.get(tid)
+            if running is not None and engine.runs.get(running.run.tree_id) is running.run:
+                engine._spawn(engine.refresh(running.run.tree_id))
+        # Members in progress on an instance that is gone: look again once they are settled.
+        for run in list(engine.runs.values()):
+            if run.foreign:
+                engine._spawn(engine.refresh(run.tree_id))
+
+    async def sweep(self, *, everything: bool) -> None:
+        """Settle attempts whose lease ran out, then take over executions whose owner is gone."""
+        engine = self.engine
+        stamp = now_iso()
+        for row in await engine.repo.run(xs.expired_tasks, None if everything else stamp):
+            await self._interrupt(row, stamp, restarted=everything)
+        taken = await engine.repo.run(xs.take_over, engine.instance_id, engine.lease_until(), stamp,
+                                      not everything)
+        for execution in taken:
+            log.warning("continuing the execution of tree %s (previous owner %s)", execution["task_tree_id"],
+                        execution["previous_owner"])
+            for config in execution["webhooks"] or ():
+                self._deliver(execution["task_tree_id"], config)
+            async with engine._execute_lock:
+                await engine._rebuild(execution)
+
+    async def _interrupt(self, row: Mapping[str, Any], stamp: str, *, restarted: bool) -> None:
+        engine = self.engine
+        policy = stored_policy(row, engine.default_retry)
+        attempt = max(1, row.get("attempt") or 1)
+        if restarted:
+            why = RESTART_ERROR
+        else:
+            why = INTERRUPTED + (f"instance {row['lease_owner'] or '(unknown)'} stopped renewing its lease at "
+                                 f"{_renewed_at(row.get('lease_expires_at'), engine.settings.lease_seconds)}")
+        values: dict[str, Any] = {"updated_at": stamp, "lease_owner": None, "lease_expires_at": None}
+        if attempt < policy.max_attempts:
+            delay = policy.delay(attempt)
+            values.update(status="pending", progress=0.0, next_attempt_at=iso_in(delay),
+                          error=f"{why}; attempt {attempt} of {policy.max_attempts} interrupted")
+            message = f"{values['error']}; next attempt at {values['next_attempt_at']}"
+            kind, status = ev.PROGRESS, "pending"
+        else:
+            values.update(status="failed", completed_at=stamp,
+                          error=f"{why}; attempt {attempt} of {policy.max_attempts} interrupted")
+            message, kind, status = values["error"], ev.TASK_FAILED, "failed"
+        if not await engine.repo.run(xs.interrupt, row, values):
+            return  # settled meanwhile (it ended, or another instance got there first)
+        engine.metrics.attempt_ended(engine.registry.wanted(row), "interrupted", None)
+        log.warning("task %s: %s", row["id"], values["error"],
+                    extra={"task_id": row["id"], "root_task_id": row["task_tree_id"]})
+        running = engine._detach(row["id"]) if row.get("lease_owner") == engine.instance_id else None
+        if running is not None:
+            await engine._stop(running)
+        engine.emit({"type": kind, "task_id": row["id"], "root_task_id": row["task_tree_id"], "name": row["name"],
+                     "user_id": row["user_id"], "timestamp": stamp, "status": status,
+                     "progress": values.get("progress", row.get("progress") or 0.0), "error": values["error"],
+                     "next_attempt_at": values.get("next_attempt_at"), "attempt": attempt, "message": message,
+                     "status_changed": True})
+        if row["task_tree_id"] in engine.runs:
+            engine._spawn(engine.refresh(row["task_tree_id"]))
+
+    def _deliver(self, tree_id: str, config: Mapping[str, Any]) -> None:
+        """Webhooks of an execution continued here: its remaining events, `final` included."""
+        try:
+            webhook = WebhookConfig(**config)
+        except TypeError:
+            log.warning("stored webhook of tree %s is unreadable; skipped", tree_id)
+            return
+        sub = self.engine.bus.subscribe(lambda e: e["root_task_id"] == tree_id, maxsize=10_000)
+        self.engine._spawn(deliver_webhooks(sub, webhook))
+
+
+def _renewed_at(expires: str | None, lease_seconds: float) -> str:
+    """When the lease was last renewed: its expiry minus one lease."""
+    if not expires:
+        return "an unknown time"
+    try:
+        return (datetime.fromisoformat(expires) - timedelta(seconds=lease_seconds)).isoformat(timespec="seconds")
+    except ValueError:
+        return expires

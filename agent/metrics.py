@@ -1,0 +1,123 @@
+"""Prometheus metrics of one service: what the engine does and what HTTP clients ask.
+
+One `Metrics` per app, on a registry of its own (a test process builds many apps; the default
+global registry would refuse the second). The engine reports into it; the HTTP middleware below
+counts every request by surface, method and status code; `/metrics` (agent/operations.py) renders
+it, after refreshing the gauges that are read from the database at scrape time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE  # noqa: F401 - re-exported for the route
+
+# The label sets are closed: an unknown executor id or path never creates a new time series.
+SURFACES = {"tasks": "tasks", "system": "system", "graphql": "graphql", "ws": "ws", "a2a": "a2a",
+            "": "a2a", ".well-known": "card", "metrics": "operations", "healthz": "operations",
+            "readyz": "operations"}
+HTTP_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
+TASK_STATUSES = ("pending", "in_progress", "completed", "failed", "cancelled")
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.tasks = Gauge("taskgrove_tasks", "Stored tasks by status (read at scrape time)", ["status"], registry=r)
+        self.started = Counter("taskgrove_executions_started", "Attempts started, by executor",
+                               ["executor"], registry=r)
+        self.finished = Counter("taskgrove_executions_finished",
+                                "Attempts ended, by executor and outcome (completed, failed, retry, "
+                                "cancelled, interrupted)", ["executor", "outcome"], registry=r)
+        self.duration = Histogram("taskgrove_execution_duration_seconds", "How long attempts ran, by executor",
+                                  ["executor"], registry=r,
+                                  buckets=(.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60, 300, 1800))
+        self.retries = Counter("taskgrove_retries", "Failed attempts that will be tried again, by executor",
+                               ["executor"], registry=r)
+        self.queue = Gauge("taskgrove_runnable_queue_depth", "Tasks runnable here, waiting for a free slot",
+                           registry=r)
+        self.running = Gauge("taskgrove_running_tasks", "Attempts running in this instance", registry=r)
+        self.passes = Histogram("taskgrove_engine_pass_seconds", "Duration of one engine pass (writes and claims)",
+                                registry=r, buckets=(.0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1, 5))
+        self.requests = Counter("taskgrove_http_requests", "HTTP requests, by surface, method and status code",
+                                ["surface", "method", "code"], registry=r)
+        self.latency = Histogram("taskgrove_http_request_duration_seconds", "HTTP request latency",
+                                 ["surface", "method"], registry=r,
+                                 buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10))
+        self._known_executors: frozenset[str] = frozenset()
+
+    def know_executors(self, ids: list[str]) -> None:
+        self._known_executors = frozenset(ids)
+
+    def _executor(self, executor_id: str | None) -> str:
+        if not executor_id:
+            return "none"  # a grouping task
+        return executor_id if executor_id in self._known_executors else "unknown"
+
+    # --- the engine reports ---------------------------------------------------------------
+
+    def attempt_started(self, executor_id: str | None) -> None:
+        self.started.labels(self._executor(executor_id)).inc()
+
+    def attempt_ended(self, executor_id: str | None, outcome: str, seconds: float | None) -> None:
+        executor = self._executor(executor_id)
+        self.finished.labels(executor, outcome).inc()
+        if outcome == "retry":
+            self.retries.labels(executor).inc()
+        if seconds is not None:
+            self.duration.labels(executor).observe(seconds)
+
+    def engine_pass(self, seconds: float) -> None:
+        self.passes.observe(seconds)
+
+    # --- scrape ---------------------------------------------------------------------------
+
+    def render(self, by_status: Mapping[str, int], queue_depth: int, running: int) -> bytes:
+        for status in TASK_STATUSES:
+            self.tasks.labels(status).set(by_status.get(status, 0))
+        self.queue.set(queue_depth)
+        self.running.set(running)
+        return generate_latest(self.registry)
+
+
+class HttpMetrics:
+    """ASGI middleware: counts and times every HTTP request (WebSocket upgrades are not timed)."""
+
+    def __init__(self, app: Any, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+        # The children of the labelled series, looked up once (labels() takes a lock every call).
+        self._counters: dict[tuple[str, str, int], Any] = {}
+        self._timers: dict[tuple[str, str], Any] = {}
+
+    async def __call__(self, scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def record(message: dict[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, record)
+        finally:
+            surface = SURFACES.get(scope["path"].strip("/").split("/", 1)[0], "other")
+            method = scope["method"] if scope["method"] in HTTP_METHODS else "other"
+            counter = self._counters.get((surface, method, status))
+            if counter is None:
+                counter = self._counters[(surface, method, status)] = \
+                    self.metrics.requests.labels(surface, method, str(status))
+            timer = self._timers.get((surface, method))
+            if timer is None:
+                timer = self._timers[(surface, method)] = self.metrics.latency.labels(surface, method)
+            counter.inc()
+            timer.observe(time.perf_counter() - started)

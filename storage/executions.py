@@ -1,0 +1,363 @@
+"""The statements of durable, fenced execution (the engine runs them through `TaskRepository.run`).
+
+Each function takes a synchronous connection and is one step of the execution protocol:
+
+- an *execution* row records that a tree is being executed (target task, webhooks) and which
+  instance drives it, under a lease; at most one per tree is `running`;
+- a *claim* moves a task from `pending` to `in_progress` only if the database agrees that it may
+  run now: it belongs to a running execution this instance owns, its retry delay is over, and
+  its dependencies are satisfied *in the database* (never in some instance's memory);
+- a claim bumps the task's `lease_epoch`: with `lease_owner` that is the fencing token, and every
+  later write for that attempt (progress, checkpoint, outcome) is a compare-and-set on it, so an
+  instance that lost its lease (paused, cut off) can no longer change the task.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import bindparam, insert, select, text, update
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
+
+from taskgrove.storage.models import executions_table as X
+from taskgrove.storage.models import tasks_table as T
+from taskgrove.storage.models import with_defaults
+
+Row = dict[str, Any]
+
+# A dependency keeps a task from being claimed while it is unfinished; a required one also when
+# it ended in anything but `completed`. An optional dependency that nobody will run (pending
+# outside any execution of this tree) does not hold the task back.
+_BLOCKING_DEPENDENCY = {
+    "sqlite": """
+        SELECT 1 FROM json_each(tasks.dependencies) AS d
+        JOIN tasks AS x ON x.id = json_extract(d.value, '$.id')
+        WHERE x.status = 'in_progress'
+           OR (coalesce(json_extract(d.value, '$.required'), 1) AND x.status <> 'completed')
+           OR (x.status = 'pending' AND x.execution_id = tasks.execution_id)""",
+    "postgresql": """
+        SELECT 1 FROM json_array_elements(tasks.dependencies) AS d
+        JOIN tasks AS x ON x.id = d->>'id'
+        WHERE x.status = 'in_progress'
+           OR (coalesce((d->>'required')::boolean, true) AND x.status <> 'completed')
+           OR (x.status = 'pending' AND x.execution_id = tasks.execution_id)""",
+}
+
+
+@functools.lru_cache(maxsize=4)
+def _claim_statement(dialect: str) -> Any:
+    return text(f"""
+        UPDATE tasks SET status = 'in_progress', progress = 0.0, result = NULL, error = NULL,
+               started_at = :stamp, completed_at = NULL, updated_at = :stamp, next_attempt_at = NULL,
+               lease_owner = :owner, lease_expires_at = :until, lease_epoch = lease_epoch + 1,
+               attempt = attempt + 1
+        WHERE id IN :ids AND status = 'pending'
+          AND (next_attempt_at IS NULL OR next_attempt_at <= :stamp)
+          AND EXISTS (SELECT 1 FROM executions AS e WHERE e.id = tasks.execution_id
+                      AND e.status = 'running' AND e.owner = :owner)
+          AND NOT EXISTS ({_BLOCKING_DEPENDENCY[dialect]})
+        RETURNING id, lease_epoch, attempt, checkpoint
+    """).bindparams(bindparam("ids", expanding=True)).columns(
+        T.c.id, T.c.lease_epoch, T.c.attempt, T.c.checkpoint)
+
+
+def claim(c: Connection, ids: Sequence[str], owner: str, until: str, stamp: str) -> dict[str, Row]:
+    """Claim what the database agrees may run now; returns id -> {lease_epoch, attempt, checkpoint}."""
+    if not ids:
+        return {}
+    if c.dialect.name == "sqlite":
+        return _sqlite_claim(c, ids, owner, until, stamp)
+    query = _claim_statement(c.dialect.name)
+    claimed: dict[str, Row] = {}
+    for start in range(0, len(ids), 500):
+        params = {"ids": list(ids[start:start + 500]), "owner": owner, "until": until, "stamp": stamp}
+        for row in c.execute(query, params):
+            claimed[row.id] = {"lease_epoch": row.lease_epoch, "attempt": row.attempt, "checkpoint": row.checkpoint}
+    return claimed
+
+
+def fenced_write(c: Connection, task_id: str, owner: str, epoch: int, values: Mapping[str, Any]) -> bool:
+    """Write `values` for the attempt this instance holds; False when it no longer holds it."""
+    return c.execute(_fenced_statement(tuple(values)), _fenced_params(task_id, owner, epoch, values)).rowcount > 0
+
+
+def fenced_writes(c: Connection, writes: Sequence[tuple[str, int, Mapping[str, Any]]], owner: str) -> set[str]:
+    """Several fenced writes in one transaction; returns the ids whose write was accepted.
+
+    Writes of the same shape go out as one executemany; only when the database reports fewer
+    rows changed than sent (a token no longer honoured) are they retried one by one to learn which.
+    """
+    accepted: set[str] = set()
+    groups: dict[tuple[str, ...], list[tuple[str, int, Mapping[str, Any]]]] = {}
+    for write in writes:
+        groups.setdefault(tuple(write[2]), []).append(write)
+    if c.dialect.name == "sqlite":
+        return _sqlite_fenced_writes(c, groups, owner)
+    for keys, group in groups.items():
+        if len(group) > 1 and c.dialect.supports_sane_multi_rowcount:
+            result = c.execute(_fenced_statement(keys), [_fenced_params(tid, owner, epoch, values)
+                                                         for tid, epoch, values in group])
+            if result.rowcount == len(group):
+                accepted.update(tid for tid, _, _ in group)
+                continue
+        accepted.update(tid for tid, epoch, values in group if fenced_write(c, tid, owner, epoch, values))
+    return accepted
+
+
+@functools.lru_cache(maxsize=64)
+def _fenced_statement(keys: tuple[str, ...]) -> Any:
+    """Built once per shape: constructing a statement costs more than running it on SQLite."""
+    return (update(T).where(T.c.id == bindparam("_id"), T.c.status == "in_progress",
+                            T.c.lease_owner == bindparam("_owner"), T.c.lease_epoch == bindparam("_epoch"))
+            .values({key: bindparam(f"_v_{key}") for key in keys}))
+
+
+def _fenced_params(task_id: str, owner: str, epoch: int, values: Mapping[str, Any]) -> dict[str, Any]:
+    return {"_id": task_id, "_owner": owner, "_epoch": epoch, **{f"_v_{k}": v for k, v in values.items()}}
+
+
+# --- SQLite: the same statements as plain prepared statements ---------------------------------
+# The engine's pass runs these thousands of times for a large tree; through the DB-API cursor they
+# cost a third of what SQLAlchemy's execution layer adds around them. Same SQL, same semantics.
+
+_JSON_COLUMNS = frozenset({"result", "checkpoint", "inputs", "params", "schemas", "dependencies", "extra", "retry"})
+
+
+def _sqlite_value(key: str, value: Any) -> Any:
+    return json.dumps(value) if key in _JSON_COLUMNS else value
+
+
+@functools.lru_cache(maxsize=64)
+def _sqlite_fenced_sql(keys: tuple[str, ...]) -> str:
+    assignments = ", ".join(f"{key} = ?" for key in keys)
+    return f"UPDATE tasks SET {assignments} WHERE id = ? AND status = 'in_progress' AND lease_owner = ? " \
+           "AND lease_epoch = ?"
+
+
+def _sqlite_fenced_writes(c: Connection, groups: Mapping[tuple[str, ...], list[tuple[str, int, Mapping[str, Any]]]],
+                          owner: str) -> set[str]:
+    cursor = c.connection.driver_connection.cursor()
+    accepted: set[str] = set()
+    for keys, group in groups.items():
+        sql = _sqlite_fenced_sql(keys)
+        params = [(*(_sqlite_value(k, values[k]) for k in keys), tid, owner, epoch) for tid, epoch, values in group]
+        cursor.executemany(sql, params)
+        if cursor.rowcount == len(group):
+            accepted.update(tid for tid, _, _ in group)
+            continue
+        for (tid, _, _), row in zip(group, params):
+            cursor.execute(sql, row)
+            if cursor.rowcount:
+                accepted.add(tid)
+    return accepted
+
+
+def _sqlite_claim(c: Connection, ids: Sequence[str], owner: str, until: str, stamp: str) -> dict[str, Row]:
+    cursor = c.connection.driver_connection.cursor()
+    template = _sqlite_claim_sql()
+    claimed: dict[str, Row] = {}
+    for start in range(0, len(ids), 500):
+        chunk = list(ids[start:start + 500])
+        sql = template.replace("(:ids)", "(" + ", ".join("?" * len(chunk)) + ")")
+        for tid, epoch, attempt, checkpoint in cursor.execute(sql, (stamp, stamp, owner, until, *chunk, stamp, owner)):
+            claimed[tid] = {"lease_epoch": epoch, "attempt": attempt,
+                            "checkpoint": json.loads(checkpoint) if checkpoint is not None else None}
+    return claimed
+
+
+@functools.lru_cache(maxsize=1)
+def _sqlite_claim_sql() -> str:
+    """The claim statement of _claim_statement in qmark style, `(:ids)` left to expand per call."""
+    return f"""
+        UPDATE tasks SET status = 'in_progress', progress = 0.0, result = NULL, error = NULL,
+               started_at = ?, completed_at = NULL, updated_at = ?, next_attempt_at = NULL,
+               lease_owner = ?, lease_expires_at = ?, lease_epoch = lease_epoch + 1,
+               attempt = attempt + 1
+        WHERE id IN (:ids) AND status = 'pending'
+          AND (next_attempt_at IS NULL OR next_attempt_at <= ?)
+          AND EXISTS (SELECT 1 FROM executions AS e WHERE e.id = tasks.execution_id
+                      AND e.status = 'running' AND e.owner = ?)
+          AND NOT EXISTS ({_BLOCKING_DEPENDENCY["sqlite"]})
+        RETURNING id, lease_epoch, attempt, checkpoint"""
+
+
+# --- executions -----------------------------------------------------------------------------
+
+def running_execution(c: Connection, tree_id: str, lock: bool = False) -> Row | None:
+    query = select(X).where(X.c.task_tree_id == tree_id, X.c.status == "running")
+    row = c.execute(query.with_for_update() if lock else query).first()
+    return dict(row._mapping) if row else None
+
+
+def latest_execution(c: Connection, tree_id: str) -> Row | None:
+    """The tree's most recent execution, running or ended."""
+    row = c.execute(select(X).where(X.c.task_tree_id == tree_id).order_by(X.c.created_at.desc()).limit(1)).first()
+    return dict(row._mapping) if row else None
+
+
+def get_execution(c: Connection, execution_id: str) -> Row | None:
+    row = c.execute(select(X).where(X.c.id == execution_id)).first()
+    return dict(row._mapping) if row else None
+
+
+def open_execution(c: Connection, tree_id: str, task_id: str, user_id: str | None, owner: str, until: str,
+                   stamp: str, webhook: Mapping[str, Any] | None) -> Row:
+    """The tree's running execution, created (owned by `owner`) when there is none.
+
+    A second request for a tree that is already being executed joins that execution: its
+    webhook is added to the execution's list, and the owner runs the tasks it asks for.
+    """
+    for _ in range(3):
+        found = running_execution(c, tree_id, lock=True)
+        if found is not None:
+            if webhook is not None:
+                webhooks = [*found["webhooks"], dict(webhook)]
+                c.execute(update(X).where(X.c.id == found["id"]).values(webhooks=webhooks, updated_at=stamp))
+                found["webhooks"] = webhooks
+            return found
+        row = _new_execution(tree_id, task_id, user_id, owner, until, stamp, webhook)
+        if c.dialect.name == "sqlite":  # one instance, whose engine opens executions one at a time
+            c.execute(insert(X), row)
+            return row
+        try:
+            with c.begin_nested():  # another instance may have opened one first
+                c.execute(insert(X), row)
+        except IntegrityError:
+            continue
+        return row
+    raise RuntimeError(f"could not open an execution of tree {tree_id}")
+
+
+def join(c: Connection, execution_id: str, expected: Mapping[str, str], stamp: str) -> int:
+    """Make tasks members of the execution, ready for a fresh first attempt; returns how many.
+
+    `expected` maps each task id to the status it was read with: a task that moved since (it
+    just completed, another request took it) is left alone. Bumps the execution's `updated_at`
+    (its version): an owner about to end it must first see the new members.
+    """
+    joined = 0
+    by_status: dict[str, list[str]] = {}
+    for tid, status in expected.items():
+        by_status.setdefault(status, []).append(tid)
+    for status, ids in by_status.items():
+        for start in range(0, len(ids), 500):
+            joined += c.execute(update(T).where(T.c.id.in_(ids[start:start + 500]), T.c.status == status).values(
+                status="pending", progress=0.0, result=None, error=None, started_at=None, completed_at=None,
+                updated_at=stamp, execution_id=execution_id, attempt=0, next_attempt_at=None, checkpoint=None,
+                lease_owner=None, lease_expires_at=None)).rowcount
+    c.execute(update(X).where(X.c.id == execution_id).values(updated_at=stamp))
+    return joined
+
+
+def _new_execution(tree_id: str, task_id: str, user_id: str | None, owner: str, until: str, stamp: str,
+                   webhook: Mapping[str, Any] | None) -> Row:
+    return {"id": uuid.uuid4().hex, "task_tree_id": tree_id, "task_id": task_id, "user_id": user_id,
+            "status": "running", "final_status": None, "webhooks": [dict(webhook)] if webhook else [],
+            "owner": owner, "epoch": 1, "lease_expires_at": until, "created_at": stamp, "updated_at": stamp,
+            "ended_at": None}
+
+
+def insert_tree(c: Connection, rows: Sequence[Mapping[str, Any]], user_id: str | None, owner: str, until: str,
+                stamp: str) -> Row:
+    """A new tree and its execution in one transaction (IntegrityError when an id is taken: the
+    tree's, or a running execution's of a tree with the same root id)."""
+    root = rows[0]
+    execution = _new_execution(root["task_tree_id"], root["id"], user_id, owner, until, stamp, None)
+    c.execute(insert(X), execution)
+    c.execute(insert(T), [with_defaults({**row, "execution_id": execution["id"]} if row["status"] == "pending"
+                                        else row) for row in rows])
+    return execution
+
+
+def end_execution(c: Connection, execution_id: str, owner: str, version: str, stamp: str) -> str | None:
+    """End an execution whose members are all settled; returns the final status from the stored
+    members (`completed` only if every one is), or None when it cannot end now: a member is
+    still in progress, or the execution changed (joined, taken over) since `version`."""
+    members, end = _end_statements()
+    statuses = set(c.execute(members, {"_id": execution_id}).scalars())
+    if "in_progress" in statuses:
+        return None
+    final = "completed" if statuses <= {"completed"} else "failed"
+    changed = c.execute(end, {"_id": execution_id, "_owner": owner, "_version": version, "_final": final,
+                              "_stamp": stamp}).rowcount
+    return final if changed else None
+
+
+@functools.lru_cache(maxsize=1)
+def _end_statements() -> tuple[Any, Any]:
+    members = select(T.c.status).where(T.c.execution_id == bindparam("_id")).distinct()
+    end = (update(X).where(X.c.id == bindparam("_id"), X.c.owner == bindparam("_owner"), X.c.status == "running",
+                           X.c.updated_at == bindparam("_version"))
+           .values(status="ended", final_status=bindparam("_final"), ended_at=bindparam("_stamp"),
+                   lease_expires_at=None))
+    return members, end
+
+
+def renew(c: Connection, owner: str, task_ids: Sequence[str], execution_ids: Sequence[str],
+          until: str) -> tuple[set[str], set[str]]:
+    """Extend this instance's leases; returns the task and execution ids it still holds."""
+    tasks: set[str] = set()
+    for start in range(0, len(task_ids), 500):
+        query = (update(T).where(T.c.id.in_(task_ids[start:start + 500]), T.c.status == "in_progress",
+                                 T.c.lease_owner == owner).values(lease_expires_at=until).returning(T.c.id))
+        tasks.update(c.execute(query).scalars())
+    executions: set[str] = set()
+    if execution_ids:
+        query = (update(X).where(X.c.id.in_(list(execution_ids)), X.c.status == "running", X.c.owner == owner)
+                 .values(lease_expires_at=until).returning(X.c.id))
+        executions.update(c.execute(query).scalars())
+    return tasks, executions
+
+
+def expired_tasks(c: Connection, now: str | None) -> list[Row]:
+    """Tasks in progress whose lease ran out before `now` (None: every task in progress)."""
+    query = select(T).where(T.c.status == "in_progress")
+    if now is not None:
+        query = query.where((T.c.lease_expires_at.is_(None)) | (T.c.lease_expires_at < now))
+    return [dict(row._mapping) for row in c.execute(query)]
+
+
+def interrupt(c: Connection, row: Mapping[str, Any], values: Mapping[str, Any]) -> bool:
+    """End an attempt whose instance is gone: compare-and-set on the token that attempt held."""
+    query = (update(T).where(T.c.id == row["id"], T.c.status == "in_progress",
+                             T.c.lease_owner.is_(row["lease_owner"]) if row["lease_owner"] is None
+                             else T.c.lease_owner == row["lease_owner"],
+                             T.c.lease_epoch == row["lease_epoch"]).values(**values))
+    return c.execute(query).rowcount > 0
+
+
+def take_over(c: Connection, owner: str, until: str, stamp: str, only_expired: bool) -> list[Row]:
+    """Executions whose owner's lease ran out (or every running one), now owned by `owner`."""
+    now = stamp if only_expired else None
+    query = select(X).where(X.c.status == "running")
+    if now is not None:
+        query = query.where((X.c.lease_expires_at.is_(None)) | (X.c.lease_expires_at < now))
+    taken: list[Row] = []
+    for found in [dict(row._mapping) for row in c.execute(query)]:
+        if found["owner"] == owner and now is not None:
+            continue  # our own lease lapsed while we were busy: the heartbeat deals with it
+        changed = c.execute(update(X).where(X.c.id == found["id"], X.c.status == "running",
+                                            X.c.epoch == found["epoch"])
+                            .values(owner=owner, epoch=found["epoch"] + 1, lease_expires_at=until,
+                                    updated_at=stamp)).rowcount
+        if changed:
+            taken.append({**found, "previous_owner": found["owner"], "owner": owner, "epoch": found["epoch"] + 1})
+    return taken
+
+
+def release(c: Connection, owner: str, execution_ids: Sequence[str], task_values: Mapping[str, Any],
+            stamp: str) -> list[str]:
+    """Graceful stop: hand this instance's executions and attempts back for another to resume."""
+    # The cut-off attempt does not count: the resumed one takes its number.
+    query = (update(T).where(T.c.status == "in_progress", T.c.lease_owner == owner)
+             .values(**task_values, attempt=T.c.attempt - 1).returning(T.c.id))
+    released = list(c.execute(query).scalars())
+    if execution_ids:
+        c.execute(update(X).where(X.c.id.in_(list(execution_ids)), X.c.owner == owner, X.c.status == "running")
+                  .values(lease_expires_at=stamp, updated_at=stamp))
+    return released

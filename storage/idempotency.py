@@ -1,0 +1,46 @@
+"""Idempotency keys: a request resent with the same `Idempotency-Key` gets the first answer.
+
+A client cut off before it saw the answer (a crash, a timeout, a lost connection) cannot tell
+whether its request took effect. Sending it again with the same key is always safe: within the
+retention window, the first answer is returned and the request is not carried out twice.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import delete, insert, select, update
+from sqlalchemy.engine import Connection
+
+from taskgrove.storage.models import idempotency_table as K
+
+Row = dict[str, Any]
+
+
+def reserve(c: Connection, owner: str, key: str, method: str, fingerprint: str, stamp: str,
+            expired_before: str) -> Row | None:
+    """Reserve `key` for this request; returns the row of an earlier request with it, if any.
+
+    Runs in a transaction of its own: the insert that loses a race fails on the primary key.
+    """
+    c.execute(delete(K).where(K.c.owner == owner, K.c.key == key, K.c.created_at < expired_before))
+    found = c.execute(select(K).where(K.c.owner == owner, K.c.key == key)).first()
+    if found is not None:
+        return dict(found._mapping)
+    # `answer` left out: SQL NULL ("in flight"); a JSON None would be stored as the JSON text null.
+    c.execute(insert(K).values(owner=owner, key=key, method=method, fingerprint=fingerprint, created_at=stamp))
+    return None
+
+
+def lookup(c: Connection, owner: str, key: str) -> Row | None:
+    found = c.execute(select(K).where(K.c.owner == owner, K.c.key == key)).first()
+    return dict(found._mapping) if found is not None else None
+
+
+def remember(c: Connection, owner: str, key: str, answer: Any) -> None:
+    c.execute(update(K).where(K.c.owner == owner, K.c.key == key).values(answer={"value": answer}))
+
+
+def release(c: Connection, owner: str, key: str) -> None:
+    """The request failed: the key may be used again (a corrected resend is a new request)."""
+    c.execute(delete(K).where(K.c.owner == owner, K.c.key == key, K.c.answer.is_(None)))

@@ -1,0 +1,361 @@
+"""Our own input fuzzer (issue 18, item 8), against a real server (uvicorn in this process).
+
+Hypothesis generates JSON-RPC envelopes and batches with params for every /tasks and /system
+method, task trees, GraphQL documents and variables, and /ws and graphql-transport-ws frames,
+including the values that broke the service before: NaN and Infinity tokens, numbers that
+overflow (1e400), lone surrogates, wrong types, deep nesting. After every example:
+
+* no HTTP 5xx and no -32603 (an internal error is never the answer to a client's input), and every
+  answer is JSON: a valid JSON-RPC envelope on /tasks and /system (HTTP 204 only when nothing was
+  to be answered), a GraphQL-shaped body on /graphql;
+* nothing stored on an error (a single call that answers an error leaves the task count as it was);
+* `tasks.list` still answers, for the caller and for another user;
+* the other user's tasks are byte-identical (the fuzzing caller is a plain user, JWT on);
+* a WebSocket either answers (and still answers a ping) or is closed with a close frame.
+
+The number of examples is bounded (TASKGROVE_FUZZ_EXAMPLES, default 100 per strategy) so the file
+runs in well under a minute.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import websockets
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from websockets.exceptions import ConnectionClosed
+
+from taskgrove.agent.auth import mint_token
+from taskgrove.agent.settings import Settings
+from tests.test_ws import Live, live_server
+
+EXAMPLES = int(os.environ.get("TASKGROVE_FUZZ_EXAMPLES", "100"))
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SECRET = "fuzz-secret-0123456789abcdef0123456789abcdef"
+BIG = "__OVERFLOW__"  # replaced by the number 1e400 in the request text
+
+TASK_METHODS = ["tasks.create", "tasks.get", "tasks.detail", "tasks.update", "tasks.delete", "tasks.copy",
+                "tasks.clone", "tasks.list", "tasks.children", "tasks.tree", "tasks.execute", "execute_task_tree",
+                "tasks.running.list", "tasks.running.status", "tasks.running.count", "tasks.cancel",
+                "tasks.running.cancel", "tasks.generate"]
+SYSTEM_METHODS = ["system.health", "system.executors", "config.llm_key.set", "config.llm_key.get",
+                  "config.llm_key.delete", "examples.status"]
+
+
+# --- values -------------------------------------------------------------------------------------
+
+text = st.text(alphabet=st.characters(categories=["L", "N", "P", "S", "Z", "Cs", "Cc"]), max_size=12)
+scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(min_value=-(10**30), max_value=10**30),
+    st.floats(allow_nan=True, allow_infinity=True), st.just(BIG), text,
+)
+json_values = st.recursive(scalars, lambda inner: st.one_of(
+    st.lists(inner, max_size=4), st.dictionaries(text, inner, max_size=4)), max_leaves=12)
+# Task ids: mostly real ones (the caller's and another user's), then the known troublemakers.
+TROUBLE = st.sampled_from(["\ud800", "a\udc00", BIG, float("nan"), "x" * 300, [], True, "\x00"])
+ids = st.one_of(st.sampled_from(["a1", "a2", "b1", "b2", "missing", ""]), TROUBLE, TROUBLE, text, json_values)
+
+
+def encode(value: Any) -> bytes:
+    """JSON text as a hostile client writes it: NaN/Infinity tokens, \\ud800 escapes, 1e400."""
+    return json.dumps(value, allow_nan=True, ensure_ascii=True).replace(f'"{BIG}"', "1e400").encode()
+
+
+@st.composite
+def task_trees(draw: Any) -> Any:
+    size = draw(st.integers(min_value=0, max_value=5))
+    tasks = []
+    for index in range(size):
+        task: dict[str, Any] = {"name": draw(st.one_of(st.just(f"t{index}"), text, json_values))}
+        if draw(st.booleans()):
+            task["id"] = draw(st.one_of(st.just(f"n{index}"), ids))
+        if index and draw(st.booleans()):
+            task["parent_id"] = draw(st.one_of(st.just(f"n{index - 1}"), ids))
+        for field in ("inputs", "params", "result", "priority", "progress", "dependencies", "user_id",
+                      "status", "schemas", "custom"):
+            if draw(st.integers(0, 5)) == 0:
+                task[field] = draw(json_values)
+        tasks.append(task)
+    return draw(st.sampled_from([{"tasks": tasks}, tasks, tasks[0] if tasks else {}, {"tasks": draw(json_values)}]))
+
+
+PARAM_NAMES = ["id", "parent_id", "user_id", "status", "limit", "offset", "task_ids", "children", "origin_type",
+               "reset_fields", "save", "recursive", "force", "api_key", "provider", "inputs", "result", "progress",
+               "name", "dependencies", "use_streaming", "link_task_ids", "priority", "webhook_config"]
+
+
+def params_for(method: str) -> Any:
+    extra = st.dictionaries(st.sampled_from(PARAM_NAMES), st.one_of(ids, json_values), max_size=3)
+    common = st.builds(lambda task_id, more: {**({"task_id": task_id} if task_id is not None else {}), **more},
+                       st.one_of(ids, ids, st.none()), extra)
+    if method == "tasks.create":
+        return st.one_of(task_trees(), json_values)
+    return st.one_of(common, json_values, st.none())
+
+
+@st.composite
+def envelopes(draw: Any, methods: list[str]) -> Any:
+    method = draw(st.one_of(st.sampled_from(methods), st.sampled_from(methods), json_values))
+    message: dict[str, Any] = {}
+    if draw(st.integers(0, 9)):  # mostly well-formed envelopes, so that the params reach the methods
+        message["jsonrpc"] = "2.0" if draw(st.integers(0, 5)) else draw(json_values)
+    if draw(st.integers(0, 4)):
+        message["id"] = draw(st.one_of(st.integers(), st.text(max_size=5), json_values))
+    message["method"] = method
+    if draw(st.integers(0, 5)):
+        message["params"] = draw(params_for(method if isinstance(method, str) else ""))
+    return message
+
+
+def bodies(methods: list[str]) -> Any:
+    one = envelopes(methods)
+    return st.one_of(
+        one.map(encode),
+        st.lists(one, max_size=4).map(encode),
+        json_values.map(encode),
+        st.sampled_from([b"", b"[", b"[" * 3000, b'{"jsonrpc":"2.0","id":1e400,"method":"tasks.list"}', b"\xff"]),
+    )
+
+
+# --- the world: one server, two users -------------------------------------------------------------
+
+@dataclass
+class World:
+    loop: asyncio.Runner
+    server: Live
+    alice: dict[str, str]
+    bob: dict[str, str]
+    bob_rows: Any
+
+    def run(self, coro: Any) -> Any:
+        return self.loop.run(coro)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    env = {"SERVICE_DATABASE_URL": f"sqlite:///{tmp_path_factory.mktemp('fuzz') / 'fuzz.db'}",
+           "SERVICE_API_PROTOCOL": "graphql", "SERVICE_JWT_SECRET": SECRET, "SERVICE_CREATE_WAIT_TIMEOUT": "0",
+           "SERVICE_MAX_TREE_TASKS": "50", "SERVICE_SECRET_KEY": "fuzz-key-secret"}
+    config = Settings.from_env(env)
+    alice = {"Authorization": "Bearer " + mint_token(config, "alice")}
+    bob = {"Authorization": "Bearer " + mint_token(config, "bob")}
+    runner = asyncio.Runner()
+    context = live_server(config)
+    server = runner.run(context.__aenter__())
+    try:
+        for who, prefix in ((alice, "a"), (bob, "b")):
+            runner.run(server.rpc("tasks.create", {"tasks": [
+                {"id": f"{prefix}1", "name": "root", "inputs": {"k": [1, 2.5, "x"]}},
+                {"id": f"{prefix}2", "name": "child", "parent_id": f"{prefix}1"}]}, who))
+        world = World(runner, server, alice, bob, None)
+        runner.run(server.wait_status("b2", ("completed",), bob))
+        world.bob_rows = runner.run(bob_snapshot(world))
+        yield world
+    finally:
+        runner.run(context.__aexit__(None, None, None))
+        runner.close()
+
+
+async def bob_snapshot(world: World) -> Any:
+    return sorted(json.dumps(r, sort_keys=True, default=str)
+                  for r in await world.server.services.repo.list(user_id="bob", limit=1000))
+
+
+async def task_count(world: World) -> int:
+    return await world.server.services.repo.count()
+
+
+async def invariants_hold(world: World) -> None:
+    for who in (world.alice, world.bob):
+        answer = await world.server.http.post("/tasks", json={"jsonrpc": "2.0", "id": 1, "method": "tasks.list",
+                                                              "params": {"limit": 1000}}, headers=who)
+        assert answer.status_code == 200 and isinstance(answer.json()["result"], list), answer.text
+    assert await bob_snapshot(world) == world.bob_rows, "another user's tasks changed"
+
+
+def check_envelope(answer: Any) -> None:
+    assert isinstance(answer, dict), answer
+    assert answer.get("jsonrpc") == "2.0"
+    id_ = answer.get("id")
+    assert id_ is None or isinstance(id_, str) or (isinstance(id_, (int, float)) and not isinstance(id_, bool)
+                                                   and math.isfinite(id_))
+    assert ("result" in answer) != ("error" in answer), answer
+    if "error" in answer:
+        assert isinstance(answer["error"]["code"], int) and isinstance(answer["error"]["message"], str)
+        assert answer["error"]["code"] != -32603, f"an internal error for a client's input: {answer}"
+        for leak in ("Traceback", "codec can't", "surrogates not allowed", "pydantic", "Error:"):
+            assert leak not in json.dumps(answer["error"]), answer
+
+
+async def post_rpc(world: World, path: str, body: bytes) -> None:
+    before = await task_count(world)
+    response = await world.server.http.post(path, content=body, headers={**world.alice,
+                                                                         "Content-Type": "application/json"})
+    assert response.status_code < 500, response.text
+    if response.status_code == 204:
+        assert response.content == b""
+    else:
+        answer = response.json()
+        if isinstance(answer, list):
+            assert answer, "an empty batch answer must be HTTP 204"
+            for item in answer:
+                check_envelope(item)
+        else:
+            check_envelope(answer)
+            if "error" in answer:
+                assert await task_count(world) == before, f"stored on an error: {answer}"
+    await invariants_hold(world)
+
+
+@FUZZ
+@given(body=bodies(TASK_METHODS))
+def test_fuzz_tasks_endpoint(world: World, body: bytes) -> None:
+    world.run(post_rpc(world, "/tasks", body))
+
+
+@FUZZ
+@given(body=bodies(SYSTEM_METHODS))
+def test_fuzz_system_endpoint(world: World, body: bytes) -> None:
+    world.run(post_rpc(world, "/system", body))
+
+
+@st.composite
+def method_calls(draw: Any) -> tuple[str, bytes]:
+    """A well-formed envelope, so that every example reaches a method with fuzzed params."""
+    path, method = draw(st.sampled_from([("/tasks", m) for m in TASK_METHODS] + [("/system", m) for m in SYSTEM_METHODS]))
+    return path, encode({"jsonrpc": "2.0", "id": draw(st.integers(0, 1000)), "method": method,
+                         "params": draw(params_for(method))})
+
+
+@settings(FUZZ, max_examples=2 * EXAMPLES)
+@given(call=method_calls())
+def test_fuzz_params_of_every_method(world: World, call: tuple[str, bytes]) -> None:
+    world.run(post_rpc(world, *call))
+
+
+# --- GraphQL ------------------------------------------------------------------------------------
+
+FIELDS = st.lists(st.sampled_from(["id", "name", "status", "priority", "progress", "result", "error",
+                                   "createdAt", "parentId", "children { id name }"]), min_size=1, max_size=4)
+
+
+@st.composite
+def graphql_documents(draw: Any) -> str:
+    fields = " ".join(draw(FIELDS))
+    literal = draw(st.one_of(st.sampled_from(['"a1"', '"b1"', '"missing"', '""', "1e400", "NaN", "null", "[1]",
+                                              '"\\ud800"', "{v: 1e999}", "-1e400"]),
+                             st.text(max_size=8).map(json.dumps)))
+    operation = draw(st.sampled_from([
+        f"{{ task(taskId: {literal}) {{ {fields} }} }}",
+        f"{{ tasks(limit: {draw(st.integers(-5, 3000))}) {{ {fields} }} }}",
+        f"{{ taskChildren(parentId: {literal}) {{ {fields} }} }}",
+        f"mutation {{ createTask(taskInput: {{name: {literal}, inputs: {literal}}}) {{ {fields} }} }}",
+        f"mutation {{ updateTask(taskId: {literal}, taskInput: {{inputs: {literal}}}) {{ {fields} }} }}",
+        f"mutation {{ cancelTask(taskId: {literal}) }}",
+        f"mutation {{ deleteTask(taskId: {literal}) }}",
+        "query($id: String) { task(taskId: $id) { id } }",
+        "{ " + " ".join(f"a{i}: tasks {{ id }}" for i in range(draw(st.integers(0, 60)))) + " }",
+        "{ tasks { " + "children { " * draw(st.integers(0, 20)) + "id" + " }" * 0 + " }",
+    ]))
+    return draw(st.one_of(st.just(operation), text))
+
+
+@st.composite
+def graphql_bodies(draw: Any) -> bytes:
+    request: Any = {"query": draw(graphql_documents())}
+    if draw(st.booleans()):
+        request["variables"] = draw(st.one_of(st.dictionaries(st.just("id"), json_values), json_values))
+    if draw(st.integers(0, 5)) == 0:
+        request = draw(json_values)
+    return encode(request)
+
+
+@FUZZ
+@given(body=graphql_bodies())
+def test_fuzz_graphql_endpoint(world: World, body: bytes) -> None:
+    async def example() -> None:
+        before = await task_count(world)
+        response = await world.server.http.post("/graphql", content=body,
+                                                headers={**world.alice, "Content-Type": "application/json"})
+        assert response.status_code < 500, response.text
+        answer = response.json()
+        assert isinstance(answer, dict) and ("data" in answer or "errors" in answer), answer
+        for error in answer.get("errors") or []:
+            assert isinstance(error["extensions"]["code"], int), error
+            assert error["extensions"]["code"] != -32603, f"an internal error for a client's input: {error}"
+            assert "Traceback" not in error["message"]
+        if answer.get("errors") and not answer.get("data"):
+            assert await task_count(world) == before, f"stored on an error: {answer}"
+        await invariants_hold(world)
+
+    world.run(example())
+
+
+# --- WebSocket frames ------------------------------------------------------------------------------
+
+ws_frames = st.one_of(
+    st.fixed_dictionaries({"action": st.one_of(st.sampled_from(["subscribe", "unsubscribe", "ping"]), json_values),
+                           "task_id": ids}).map(encode),
+    json_values.map(encode),
+    st.sampled_from([b"[" * 3000, b"\xff", b"", b'{"action":"subscribe","task_id":"\\ud800"}']),
+)
+
+
+@FUZZ
+@given(frames=st.lists(ws_frames, min_size=1, max_size=3))
+def test_fuzz_ws_frames(world: World, frames: list[bytes]) -> None:
+    async def example() -> None:
+        async with websockets.connect(f"{world.server.ws_url}/ws", additional_headers=world.alice) as ws:
+            for frame in frames:
+                try:
+                    await ws.send(frame.decode("utf-8"))
+                except UnicodeDecodeError:
+                    await ws.send(frame)
+                answer = json.loads(await asyncio.wait_for(ws.recv(), 5))
+                assert answer["type"] in ("error", "pong", "task_status", "task_completed", "task_failed"), answer
+            await ws.send(json.dumps({"action": "ping"}))
+            while (answer := json.loads(await asyncio.wait_for(ws.recv(), 5)))["type"] != "pong":
+                pass
+        await invariants_hold(world)
+
+    world.run(example())
+
+
+transport_frames = st.one_of(
+    st.fixed_dictionaries({"type": st.one_of(st.sampled_from(["subscribe", "ping", "pong", "complete"]), json_values),
+                           "id": ids, "payload": st.one_of(graphql_documents().map(lambda q: {"query": q}),
+                                                           json_values)}).map(encode),
+    json_values.map(encode),
+)
+
+
+@FUZZ
+@given(frame=transport_frames)
+def test_fuzz_graphql_transport_ws(world: World, frame: bytes) -> None:
+    async def example() -> None:
+        async with websockets.connect(f"{world.server.ws_url}/graphql", subprotocols=["graphql-transport-ws"],
+                                      additional_headers=world.alice) as ws:
+            await ws.send(json.dumps({"type": "connection_init", "payload": {}}))
+            assert json.loads(await asyncio.wait_for(ws.recv(), 5))["type"] == "connection_ack"
+            await ws.send(frame.decode("utf-8"))
+            await ws.send(json.dumps({"type": "ping"}))
+            try:
+                while True:  # answers until our ping's pong, or a close frame
+                    answer = json.loads(await asyncio.wait_for(ws.recv(), 5))
+                    if answer["type"] == "pong":
+                        break
+            except ConnectionClosed as closed:
+                assert closed.rcvd is not None, "dropped without a close frame"
+                assert closed.rcvd.code in (4400, 4401, 4403, 4409, 4429, 1000), closed.rcvd
+        await invariants_hold(world)
+
+    world.run(example())

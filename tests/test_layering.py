@@ -1,0 +1,168 @@
+"""The house: what the distribution holds under its one import name, and which way imports run.
+
+Every `import` and `from ... import` of every module is read with `ast`, wherever it stands: at the
+top, inside a function (lazy), under `if TYPE_CHECKING:`. A type-only import is still a dependency
+of the design, so it counts like any other.
+"""
+
+from __future__ import annotations
+
+import ast
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TOP = ("agent", "executors", "storage", "llm")
+
+# Rooms inside `agent`, top to bottom: a module may import its own room and the rooms below, never
+# one above. `executors`, `llm` and `storage` sit below all of them (checked separately).
+AGENT_ROOMS: list[tuple[str, tuple[str, ...]]] = [
+    ("entry point", ("taskgrove.agent.cli",)),
+    ("wiring", ("taskgrove.agent.app",)),
+    ("surfaces", ("taskgrove.agent.a2a", "taskgrove.agent.graphql", "taskgrove.agent.ws",
+                  "taskgrove.agent.mcp",
+                  "taskgrove.agent.edge", "taskgrove.agent.bodylimit", "taskgrove.agent.operations")),
+    ("service container", ("taskgrove.agent.container",)),
+    ("services", ("taskgrove.agent.service", "taskgrove.agent.system", "taskgrove.agent.generate",
+                  "taskgrove.agent.keys", "taskgrove.agent.examples", "taskgrove.agent.rpc.tasks",
+                  "taskgrove.agent.idempotency")),
+    ("engine", ("taskgrove.agent.engine",)),
+    ("foundations", ("taskgrove.agent.rpc.jsonrpc", "taskgrove.agent.rpc.params", "taskgrove.agent.rpc",
+                     "taskgrove.agent.auth", "taskgrove.agent.errors", "taskgrove.agent.settings",
+                     "taskgrove.agent.logs", "taskgrove.agent.metrics",
+                     "taskgrove.agent")),
+]
+
+
+def _dotted(folder: Path) -> str:
+    return ".".join(("taskgrove", *folder.relative_to(ROOT).parts))
+
+
+def _modules() -> dict[str, Path]:
+    """Every module of the distribution: dotted name -> file."""
+    found = {"taskgrove": ROOT / "__init__.py"}
+    for top in TOP:
+        for path in (ROOT / top).rglob("*.py"):
+            if "__pycache__" in path.parts:
+                continue
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join(("taskgrove", *parts))] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _is_package(name: str) -> bool:
+    return MODULES[name].name == "__init__.py"
+
+
+def _imports(name: str) -> set[str]:
+    """The taskgrove modules `name` imports, anywhere in its body."""
+    tree = ast.parse(MODULES[name].read_text(encoding="utf-8"), filename=str(MODULES[name]))
+    package = name if _is_package(name) else name.rpartition(".")[0]
+    targets: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            for alias in node.names:
+                submodule = f"{source}.{alias.name}"
+                targets.add(submodule if submodule in MODULES else source)
+    resolved = set()
+    for target in targets:
+        while target and target not in MODULES:  # `import taskgrove.x.y as z`: the module itself
+            target = target.rpartition(".")[0]
+        if target.startswith("taskgrove") and target != name:
+            resolved.add(target)
+    return resolved
+
+
+GRAPH = {name: _imports(name) for name in MODULES}
+
+
+def _within(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def _room(name: str) -> int | None:
+    best: tuple[int, int] | None = None  # (length of the matching prefix, room index): longest wins
+    for index, (_label, prefixes) in enumerate(AGENT_ROOMS):
+        for prefix in prefixes:
+            if _within(name, prefix) and (best is None or len(prefix) > best[0]):
+                best = (len(prefix), index)
+    return None if best is None else best[1]
+
+
+def test_every_package_folder_is_in_the_distribution() -> None:
+    """pyproject.toml lists the packages by hand (so tests/ and bench/ never ship): none forgotten."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert config["package-dir"] == {"taskgrove": "."}
+    folders = {ROOT}
+    for top in TOP:
+        folders |= {p.parent for p in (ROOT / top).rglob("*.py") if "__pycache__" not in p.parts}
+    assert sorted(config["packages"]) == sorted(
+        "taskgrove" if f == ROOT else _dotted(f) for f in folders)
+
+
+def test_the_import_graph_is_read() -> None:
+    """Guard against a vacuous pass: the reader sees the imports it must see."""
+    assert "taskgrove.agent.container" in GRAPH["taskgrove.agent.app"]
+    assert "taskgrove.storage.repository" in GRAPH["taskgrove.agent.engine.engine"]
+    assert "taskgrove.llm.client" in GRAPH["taskgrove.executors.llm"]
+
+
+def test_no_import_circle() -> None:
+    """Depth-first search over the module graph; any back edge is a circle, reported in full."""
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    path: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        path.append(node)
+        for target in sorted(GRAPH[node]):
+            if state.get(target) == 1:
+                circles.append(path[path.index(target):] + [target])
+            elif target not in state:
+                visit(target)
+        path.pop()
+        state[node] = 2
+
+    for name in sorted(GRAPH):
+        if name not in state:
+            visit(name)
+    assert not circles, "import circles:\n" + "\n".join(" -> ".join(c) for c in circles)
+
+
+def test_rooms_talk_downwards_only() -> None:
+    wrong = []
+    for name, targets in GRAPH.items():
+        for target in targets:
+            if _within(name, "taskgrove.storage") and not _within(target, "taskgrove.storage"):
+                wrong.append(f"{name} -> {target} (storage imports none of the others)")
+            if (_within(name, "taskgrove.executors") or _within(name, "taskgrove.llm")) \
+                    and _within(target, "taskgrove.agent"):
+                wrong.append(f"{name} -> {target} (executors and llm never reach up into agent)")
+            if _within(name, "taskgrove.llm") and _within(target, "taskgrove.executors"):
+                wrong.append(f"{name} -> {target} (llm sits below executors)")
+            if target == "taskgrove.agent.app" and name != "taskgrove.agent.cli":
+                wrong.append(f"{name} -> {target} (app.py only wires; only the entry point starts it)")
+            source_room, target_room = _room(name), _room(target)
+            if source_room is not None and target_room is not None and target_room < source_room:
+                wrong.append(f"{name} ({AGENT_ROOMS[source_room][0]}) -> {target} "
+                             f"({AGENT_ROOMS[target_room][0]}): upwards")
+    assert not wrong, "\n".join(sorted(wrong))
+
+
+def test_every_agent_module_has_a_room() -> None:
+    homeless = [name for name in MODULES if _within(name, "taskgrove.agent") and _room(name) is None]
+    assert not homeless, f"add these to AGENT_ROOMS: {homeless}"

@@ -1,0 +1,93 @@
+"""SQLite reads through the DB-API (storage.repository._SqliteReader) return exactly the rows the
+SQLAlchemy statements return: same keys in the same order, same decoded values (JSON columns,
+booleans, floats), the same stand-ins for values that cannot be read back. Anything unusual
+takes the SQLAlchemy path."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from taskgrove.storage.jsonvalues import Unreadable
+from taskgrove.storage.repository import TaskRepository
+from tests.conftest import Client
+from tests.test_input_values import store_bad_row
+
+pytestmark = pytest.mark.parametrize("backend", ["sqlite"])
+
+
+def shown(value: Any) -> Any:
+    """A read result with its Unreadable stand-ins made visible (they compare equal to {})."""
+    if isinstance(value, Unreadable):
+        return ("unreadable", value.reason)
+    if isinstance(value, dict):
+        return [(k, type(v).__name__, shown(v)) for k, v in value.items()]
+    if isinstance(value, list):
+        return [shown(v) for v in value]
+    return value
+
+
+async def every_read(repo: TaskRepository) -> list[Any]:
+    return [
+        await repo.get("bad"), await repo.get("root"), await repo.get("missing"),
+        await repo.get_many(["bad", "root", "other", "missing", "bad"]), await repo.get_many([]),
+        await repo.tree("root"), await repo.tree("other"), await repo.tree("missing"),
+        await repo.children("root"), await repo.children("missing"),
+        await repo.list(), await repo.list(limit=2, offset=1), await repo.list(status="completed"),
+        await repo.list(user_id="nobody"), await repo.list(user_id="alice", status="pending"),
+    ]
+
+
+async def stored(client: Client) -> TaskRepository:
+    await client.result("tasks.create", {"tasks": [
+        {"id": "root", "name": "root"},
+        {"id": "bad", "name": "bad", "parent_id": "root"},
+        {"id": "c2", "name": "c2", "parent_id": "root", "inputs": {"é": [1, 2.5, None, True]},
+         "dependencies": [{"id": "bad", "required": False}], "custom": {"x": 1}}]})
+    await client.result("tasks.create",
+                        {"tasks": [{"id": "other", "name": "other", "inputs": {"ok": 1}, "user_id": "alice"}]})
+    await client.wait_status("c2", ("completed",))
+    await client.runs_ended()
+    await store_bad_row(client, "bad", "sqlite")
+    repo = client.services.repo
+    async with repo.engine.begin() as conn:  # booleans and a float stored as an integer
+        await conn.execute(text("UPDATE tasks SET has_copy = 1, progress = 1 WHERE id = 'root'"))
+    return repo
+
+
+async def test_the_sqlite_reader_returns_what_sqlalchemy_returns(client: Client) -> None:
+    repo = await stored(client)
+    assert repo._reader is not None
+    fast = await every_read(repo)
+    reader, repo._reader = repo._reader, None
+    try:
+        usual = await every_read(repo)
+    finally:
+        repo._reader = reader
+    assert shown(fast) == shown(usual)
+    assert fast[1]["has_copy"] is True and isinstance(fast[1]["progress"], float)
+    assert isinstance(fast[0]["inputs"], Unreadable)
+
+
+async def test_large_results_and_errors_take_the_sqlalchemy_path(client: Client, monkeypatch: Any) -> None:
+    repo = await stored(client)
+    assert repo._reader is not None
+    expected = shown(await every_read(repo))
+    monkeypatch.setattr(repo._reader, "INLINE_ROWS", 1)
+    assert shown(await every_read(repo)) == expected
+
+    def broken(*_args: Any) -> Any:
+        raise AssertionError("not called")
+
+    monkeypatch.setattr(repo._reader, "INLINE_ROWS", 1000)
+    monkeypatch.setattr(repo._reader, "_row", lambda _values: broken())  # a value no processor expected
+    assert shown(await every_read(repo)) == expected
+
+
+async def test_a_read_sees_what_was_just_committed(client: Client) -> None:
+    await client.result("tasks.create", {"tasks": [{"id": "t", "name": "t"}]})
+    for n in range(20):
+        await client.result("tasks.update", {"task_id": "t", "name": f"n{n}"})
+        assert (await client.result("tasks.get", {"task_id": "t"}))["name"] == f"n{n}"
