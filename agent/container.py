@@ -1,7 +1,7 @@
 """Services: the objects one running service is made of, built once and handed to every surface.
 
 Below the surfaces (rpc, a2a, graphql, ws) and above the services they bundle (TaskService,
-SystemService, GenerateService, KeyConfigService), the engine and storage; it imports no surface.
+ScheduleService, SystemService, GenerateService, KeyConfigService), the engine and storage; it imports no surface.
 """
 
 from __future__ import annotations
@@ -16,7 +16,10 @@ from taskgrove.agent.generate import GenerateService
 from taskgrove.agent.keys import KeyConfigService
 from taskgrove.agent.rpc.jsonrpc import Handler
 from taskgrove.agent.idempotency import IdempotentMethods
+from taskgrove.agent.rpc.schedules import schedule_methods
 from taskgrove.agent.rpc.tasks import task_methods
+from taskgrove.agent.engine.scheduler import Scheduler
+from taskgrove.agent.schedules import ScheduleService
 from taskgrove.agent.service import TaskService
 from taskgrove.agent.settings import Settings
 from taskgrove.agent.system import SystemService
@@ -39,6 +42,8 @@ class Services:
     engine: Engine
     tasks: TaskService
     system: SystemService
+    scheduler: Scheduler
+    schedules: ScheduleService
     task_methods: dict[str, Handler] = field(default_factory=dict)
     system_methods: dict[str, Handler] = field(default_factory=dict)
     keys: KeyConfigService | None = None
@@ -64,8 +69,11 @@ class Services:
         engine.services["registry"] = registry  # generate_executor offers the app's executors
         keys = KeyConfigService(KeyStore(repo.engine, settings.secret_key))
         engine.services["llm_key_lookup"] = keys.lookup  # stored per-user keys for the LLM client
-        services = cls(settings, repo, bus, registry, engine, tasks, system, keys=keys, metrics=metrics)
-        services.task_methods = task_methods(tasks)
+        scheduler = Scheduler(engine)
+        schedules = ScheduleService(repo, scheduler, settings)
+        services = cls(settings, repo, bus, registry, engine, tasks, system, scheduler, schedules, keys=keys,
+                       metrics=metrics)
+        services.task_methods = {**task_methods(tasks), **schedule_methods(schedules)}
         idempotent = services.idempotency = IdempotentMethods(repo, settings)
         for name in ("tasks.create", "tasks.execute", "execute_task_tree", "tasks.copy", "tasks.clone"):
             services.task_methods[name] = idempotent.wrap(name, services.task_methods[name])
@@ -83,8 +91,11 @@ class Services:
         await migrate(self.repo.engine)
         self.migrated = True
         await self.engine.start()
+        if self.settings.enable_scheduler:
+            self.scheduler.start()
 
     async def stop(self) -> None:
+        await self.scheduler.stop()  # no new runs; the engine then hands back what is running
         for hook in self.shutdown_hooks:
             await hook()
         await self.engine.stop()

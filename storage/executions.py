@@ -263,11 +263,11 @@ def _new_execution(tree_id: str, task_id: str, user_id: str | None, owner: str, 
 
 
 def insert_tree(c: Connection, rows: Sequence[Mapping[str, Any]], user_id: str | None, owner: str, until: str,
-                stamp: str) -> Row:
+                stamp: str, webhook: Mapping[str, Any] | None = None) -> Row:
     """A new tree and its execution in one transaction (IntegrityError when an id is taken: the
     tree's, or a running execution's of a tree with the same root id)."""
     root = rows[0]
-    execution = _new_execution(root["task_tree_id"], root["id"], user_id, owner, until, stamp, None)
+    execution = _new_execution(root["task_tree_id"], root["id"], user_id, owner, until, stamp, webhook)
     c.execute(insert(X), execution)
     c.execute(insert(T), [with_defaults({**row, "execution_id": execution["id"]} if row["status"] == "pending"
                                         else row) for row in rows])

@@ -128,7 +128,46 @@ class IdempotencyKey(Base):
     created_at: Mapped[str] = mapped_column(String(40))
 
 
+class Schedule(Base):
+    """A template tree run on a cron expression or an interval (agent/schedules.py, storage/schedules.py).
+
+    `next_run_at` is the slot the next run is due at; claiming it is one compare-and-set on this
+    column (storage/schedules.claim_slot), so each slot runs once whatever the number of instances.
+    """
+
+    __tablename__ = "schedules"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    task_id: Mapped[str] = mapped_column(String(64))  # the root of the template tree
+    user_id: Mapped[str | None] = mapped_column(String(255), nullable=True)  # the template's owner
+    cron: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    interval_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
+    timezone: Mapped[str] = mapped_column(String(64), default="UTC")
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    max_runs: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    start_at: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    end_at: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    overlap: Mapped[str] = mapped_column(String(16), default="skip")  # skip | allow
+    catch_up: Mapped[str] = mapped_column(String(16), default="latest")  # latest | none
+    webhook_config: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    next_run_at: Mapped[str | None] = mapped_column(String(40), nullable=True)  # NULL: no more runs
+    last_run_at: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    last_slot: Mapped[str | None] = mapped_column(String(40), nullable=True)  # slot of the latest run
+    last_root_task_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    runs: Mapped[int] = mapped_column(Integer, default=0)
+    skipped: Mapped[int] = mapped_column(Integer, default=0)  # slots consumed without a run (overlap, catch-up)
+    last_skipped_at: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    created_at: Mapped[str] = mapped_column(String(40))
+    updated_at: Mapped[str] = mapped_column(String(40))
+
+    __table_args__ = (
+        Index("ix_schedules_due", "enabled", "next_run_at"),
+        Index("ix_schedules_user_id", "user_id"),
+    )
+
+
 tasks_table = Task.__table__
+schedules_table = Schedule.__table__
 llm_keys_table = LLMKey.__table__
 executions_table = Execution.__table__
 idempotency_table = IdempotencyKey.__table__

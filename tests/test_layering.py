@@ -25,6 +25,7 @@ AGENT_ROOMS: list[tuple[str, tuple[str, ...]]] = [
     ("service container", ("taskgrove.agent.container",)),
     ("services", ("taskgrove.agent.service", "taskgrove.agent.system", "taskgrove.agent.generate",
                   "taskgrove.agent.keys", "taskgrove.agent.examples", "taskgrove.agent.rpc.tasks",
+                  "taskgrove.agent.schedules", "taskgrove.agent.rpc.schedules",
                   "taskgrove.agent.idempotency")),
     ("engine", ("taskgrove.agent.engine",)),
     ("foundations", ("taskgrove.agent.rpc.jsonrpc", "taskgrove.agent.rpc.params", "taskgrove.agent.rpc",

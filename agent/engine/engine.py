@@ -289,6 +289,12 @@ class Engine:
         # A new tree cannot be any run's yet: the insert needs no lock, so creates run side by side.
         execution = await self.repo.run(xs.insert_tree, rows, call.get("user_id"), self.instance_id,
                                         self.lease_until(), stamp)
+        return await self.run_inserted(execution, rows, call)
+
+    async def run_inserted(self, execution: Mapping[str, Any], rows: list[dict[str, Any]],
+                           call: Mapping[str, Any]) -> TreeRun:
+        """Run a tree its caller inserted together with its execution (xs.insert_tree), owned by
+        this instance: a create, a schedule's run."""
         calls = dict.fromkeys((r["id"] for r in rows), dict(call))
         async with self._execute_lock:
             if rows[0]["task_tree_id"] in self.runs:  # someone executed it already: read what is stored

@@ -1,0 +1,101 @@
+"""The schedule loop: wake at the earliest due slot, claim what is due, start the runs.
+
+Small on purpose. The database decides everything: a slot is claimed by the compare-and-set in
+storage/schedules.claim_slot (the same transaction inserts the run's copy and its execution), so
+any number of instances may run this loop on one database and each slot runs once. The loop
+wakes at the earliest `next_run_at`, at least every POLL_SECONDS on PostgreSQL (other instances
+create and change schedules), and at once when this instance creates, changes or triggers one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from taskgrove.agent.engine.engine import Engine
+from taskgrove.agent.engine.slots import iso, parse_iso, plan
+from taskgrove.agent.engine.webhooks import WebhookConfig, deliver_webhooks
+from taskgrove.storage import schedules as ss
+from taskgrove.storage.trees import now_iso
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 1.0  # PostgreSQL: how stale this instance's view of other instances' schedules may be
+IDLE_SECONDS = 30.0  # SQLite: one instance, which wakes itself on every change; this is a safety net
+
+
+class Scheduler:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.repo = engine.repo
+        self._wake = asyncio.Event()
+        self._job: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._job = asyncio.create_task(self._loop(), name="taskgrove-scheduler")
+
+    async def stop(self) -> None:
+        if self._job is not None:
+            self._job.cancel()
+            await asyncio.gather(self._job, return_exceptions=True)
+            self._job = None
+
+    def wake(self) -> None:
+        """Look again now (a schedule of this instance was created, changed or triggered)."""
+        self._wake.set()
+
+    async def _loop(self) -> None:
+        while True:
+            self._wake.clear()
+            try:
+                delay = await self.tick(datetime.now(timezone.utc))
+            except Exception:  # a failed pass (the database went away) is retried, never fatal
+                log.exception("schedule pass failed")
+                delay = POLL_SECONDS
+            try:
+                await asyncio.wait_for(self._wake.wait(), delay)
+            except asyncio.TimeoutError:
+                pass
+
+    async def tick(self, now: datetime) -> float:
+        """Claim and start every slot due at `now`; returns the seconds until the next look."""
+        if not self.engine.stopping:
+            for schedule in await self.repo.run(ss.due, iso(now)):
+                try:
+                    await self.claim(schedule, now)
+                except Exception:  # one schedule must not hold up the others
+                    log.exception("schedule %s: claiming slot %s failed", schedule["id"], schedule["next_run_at"])
+        earliest = await self.repo.run(ss.earliest)
+        cap = IDLE_SECONDS if self.engine.sqlite else POLL_SECONDS
+        if earliest is None:
+            return cap
+        return min(cap, max(0.0, (parse_iso(earliest) - datetime.now(timezone.utc)).total_seconds()))
+
+    async def claim(self, schedule: Mapping[str, Any], now: datetime) -> None:
+        slot = schedule["next_run_at"]
+        runs, following = plan(schedule, parse_iso(slot), now)
+        await self.start_run(schedule, slot, None if following is None else iso(following), runs=runs)
+
+    async def start_run(self, schedule: Mapping[str, Any], slot: str | None, next_run_at: str | None, *,
+                        runs: bool = True) -> dict[str, Any] | None:
+        """Claim `slot` (None: a manual run) and start the run it inserted; None when the claim
+        was lost, else the claim (updated schedule, execution, copies)."""
+        engine = self.engine
+        claimed = await self.repo.run(ss.claim_slot, schedule, slot, next_run_at, runs, now_iso(),
+                                      engine.instance_id, engine.lease_until())
+        if claimed is None or claimed["execution"] is None:
+            if claimed is not None:
+                log.info("schedule %s: slot %s consumed without a run", schedule["id"], slot)
+            return claimed
+        copies = claimed["copies"]
+        tree_id = copies[0]["task_tree_id"]
+        if schedule["webhook_config"]:  # subscribed before the run starts: no event is missed
+            sub = engine.bus.subscribe(lambda e: e["root_task_id"] == tree_id, maxsize=10_000)
+            engine._spawn(deliver_webhooks(sub, WebhookConfig(**schedule["webhook_config"])))
+        call = {"user_id": schedule["user_id"], "llm_api_key": None, "llm_provider": None}
+        await engine.run_inserted(claimed["execution"], copies, call)
+        log.info("schedule %s: slot %s runs as tree %s", schedule["id"], slot or "(manual)", tree_id)
+        return claimed

@@ -1,0 +1,125 @@
+"""The statements of schedules (the service runs them through `TaskRepository.run`).
+
+A schedule's `next_run_at` is the slot its next run is due at. `claim_slot` consumes a slot with
+one compare-and-set (`UPDATE schedules ... WHERE id = :id AND next_run_at = :slot AND enabled`)
+and, in the same transaction, inserts the run: a copy of the template tree and the copy's
+execution row. Whichever instance's statement changes the row owns the slot; every other one
+changes nothing and runs nothing. A crash before the commit loses nothing (the slot is still
+due), a crash after it duplicates nothing (the execution is in the database and is continued by
+the engine: at the next start on SQLite, by another instance on lease expiry on PostgreSQL).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import and_, case, delete, func, insert, literal, null, select, update
+from sqlalchemy.engine import Connection
+
+from taskgrove.storage import executions as xs
+from taskgrove.storage import trees
+from taskgrove.storage.models import schedules_table as S
+from taskgrove.storage.models import tasks_table as T
+
+Row = dict[str, Any]
+
+
+def insert_schedule(c: Connection, row: Mapping[str, Any]) -> None:
+    c.execute(insert(S), dict(row))
+
+
+def get_schedule(c: Connection, schedule_id: str) -> Row | None:
+    found = c.execute(select(S).where(S.c.id == schedule_id)).first()
+    return dict(found._mapping) if found else None
+
+
+def list_schedules(c: Connection, user_id: str | None, task_id: str | None, limit: int, offset: int) -> list[Row]:
+    query = select(S)
+    if user_id is not None:
+        query = query.where(S.c.user_id == user_id)
+    if task_id is not None:
+        query = query.where(S.c.task_id == task_id)
+    query = query.order_by(S.c.created_at.desc(), S.c.id).limit(limit).offset(offset)
+    return [dict(r._mapping) for r in c.execute(query)]
+
+
+def update_schedule(c: Connection, schedule_id: str, values: Mapping[str, Any]) -> Row | None:
+    c.execute(update(S).where(S.c.id == schedule_id).values(**values))
+    return get_schedule(c, schedule_id)
+
+
+def delete_schedule(c: Connection, schedule_id: str) -> bool:
+    return c.execute(delete(S).where(S.c.id == schedule_id)).rowcount > 0
+
+
+def due(c: Connection, now: str, limit: int = 100) -> list[Row]:
+    """Enabled schedules whose slot has come, the most overdue first."""
+    query = (select(S).where(S.c.enabled.is_(True), S.c.next_run_at.is_not(None), S.c.next_run_at <= now)
+             .order_by(S.c.next_run_at).limit(limit))
+    return [dict(r._mapping) for r in c.execute(query)]
+
+
+def earliest(c: Connection) -> str | None:
+    """The earliest slot of any enabled schedule (when the scheduler must look again)."""
+    return c.execute(select(func.min(S.c.next_run_at)).where(S.c.enabled.is_(True))).scalar()
+
+
+def template_rows(c: Connection, task_id: str) -> list[Row] | None:
+    """The template tree rooted at `task_id`; None when that task is gone."""
+    root = c.execute(select(T.c.task_tree_id).where(T.c.id == task_id)).first()
+    if root is None:
+        return None
+    rows = [dict(r._mapping) for r in c.execute(select(T).where(T.c.task_tree_id == root.task_tree_id))]
+    return rows
+
+
+def claim_slot(c: Connection, schedule: Mapping[str, Any], slot: str | None, next_run_at: str | None,
+               run: bool, stamp: str, owner: str, until: str) -> Row | None:
+    """Consume `slot` of `schedule` (None: a manual run, which consumes no slot), and start its run.
+
+    `run=False` consumes the slot without a run (a missed slot with `catch_up: none`). With
+    `overlap: skip`, a slot whose previous run is still executing is consumed without a run too.
+    Returns None when the slot was not ours to take (claimed elsewhere, schedule changed or
+    disabled); else {"schedule": the updated row, "execution": row or None, "copies": rows}.
+    """
+    busy = (slot is not None and schedule["overlap"] == "skip" and schedule["last_root_task_id"] is not None
+            and xs.running_execution(c, schedule["last_root_task_id"]) is not None)
+    copies: list[Row] = []
+    template = template_rows(c, schedule["task_id"]) if run and not busy else None
+    values: dict[str, Any] = {"updated_at": stamp}
+    if template is not None:
+        copies = _copies(template, schedule["task_id"], schedule["id"], slot)
+        values.update(runs=S.c.runs + 1, last_run_at=stamp, last_slot=slot, last_root_task_id=copies[0]["id"])
+        ends = and_(S.c.max_runs.is_not(None), S.c.runs + 1 >= S.c.max_runs)
+    else:  # consumed without a run; a template that is gone stops the schedule
+        values.update(skipped=S.c.skipped + 1, last_skipped_at=stamp)
+        ends = literal(run and not busy)
+    if slot is not None:
+        values["next_run_at"] = case((ends, null()), else_=literal(next_run_at) if next_run_at else null())
+        where = and_(S.c.id == schedule["id"], S.c.next_run_at == slot, S.c.enabled.is_(True),
+                     (S.c.max_runs.is_(None)) | (S.c.runs < S.c.max_runs))
+    else:
+        values["next_run_at"] = case((ends, null()), else_=S.c.next_run_at)
+        where = S.c.id == schedule["id"]
+    if template is None and run and not busy:
+        values["enabled"] = False
+    claimed = c.execute(update(S).where(where).values(**values).returning(*S.c)).first()
+    if claimed is None:
+        return None
+    execution = None
+    if copies:
+        execution = xs.insert_tree(c, copies, schedule["user_id"], owner, until, stamp,
+                                   webhook=schedule["webhook_config"])
+        originals = sorted({copy["original_task_id"] for copy in copies})
+        c.execute(update(T).where(T.c.id.in_(originals)).values(has_copy=True))
+    return {"schedule": dict(claimed._mapping), "execution": execution, "copies": copies}
+
+
+def _copies(template: list[Row], task_id: str, schedule_id: str, slot: str | None) -> list[Row]:
+    """A fresh copy of the template (tasks.copy semantics), root first; the root names its run."""
+    selected, root = trees.connect(template, trees.copy_selection(template, task_id, False))
+    copies = trees.plan_copies(template, selected, root, origin_for=dict.fromkeys(selected, "clone"),
+                               reset=trees.RESETTABLE)
+    copies[0]["extra"] = {**(copies[0].get("extra") or {}), "schedule_id": schedule_id, "schedule_slot": slot}
+    return copies
