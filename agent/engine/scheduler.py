@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 POLL_SECONDS = 1.0  # PostgreSQL: how stale this instance's view of other instances' schedules may be
 IDLE_SECONDS = 30.0  # SQLite: one instance, which wakes itself on every change; this is a safety net
+STOP_SECONDS = 10.0  # how long stop() waits for the pass under way before cancelling it
 
 
 class Scheduler:
@@ -33,22 +34,34 @@ class Scheduler:
         self.repo = engine.repo
         self._wake = asyncio.Event()
         self._job: asyncio.Task[None] | None = None
+        self._stopping = False
 
     def start(self) -> None:
+        self._stopping = False
         self._job = asyncio.create_task(self._loop(), name="taskgrove-scheduler")
 
     async def stop(self) -> None:
-        if self._job is not None:
-            self._job.cancel()
-            await asyncio.gather(self._job, return_exceptions=True)
-            self._job = None
+        """Let the pass under way finish (a claim is one transaction either way), then end.
+
+        A flag, not only a cancel: on Python 3.11 a cancel that arrives just as `wait_for`'s
+        event fires is swallowed, and the loop would sleep on."""
+        job, self._job = self._job, None
+        if job is None:
+            return
+        self._stopping = True
+        self._wake.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(job), STOP_SECONDS)
+        except asyncio.TimeoutError:
+            job.cancel()
+            await asyncio.gather(job, return_exceptions=True)
 
     def wake(self) -> None:
         """Look again now (a schedule of this instance was created, changed or triggered)."""
         self._wake.set()
 
     async def _loop(self) -> None:
-        while True:
+        while not self._stopping:
             self._wake.clear()
             try:
                 delay = await self.tick(datetime.now(timezone.utc))
@@ -64,6 +77,8 @@ class Scheduler:
         """Claim and start every slot due at `now`; returns the seconds until the next look."""
         if not self.engine.stopping:
             for schedule in await self.repo.run(ss.due, iso(now)):
+                if self._stopping:
+                    break
                 try:
                     await self.claim(schedule, now)
                 except Exception:  # one schedule must not hold up the others
