@@ -24,7 +24,8 @@ from tests.processes import BIN, Service
 SECRET = "mcp-test-secret-with-enough-bytes-for-hs256"
 TOOLS = {"tasks_create", "tasks_get", "tasks_tree", "tasks_list", "tasks_children", "tasks_update",
          "tasks_delete", "tasks_copy", "tasks_clone", "tasks_execute", "tasks_cancel", "tasks_generate",
-         "tasks_running", "system_executors", "system_health"}
+         "tasks_running", "system_executors", "system_health", "schedules_create", "schedules_get",
+         "schedules_list", "schedules_update", "schedules_delete", "schedules_trigger"}
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -115,6 +116,27 @@ async def test_tools_listed_with_schemas(service: Service) -> None:
     assert tools["tasks_cancel"].input_schema["properties"]["task_ids"]["type"] == "array"
     assert tools["tasks_get"].annotations.read_only_hint is True
     assert tools["tasks_delete"].annotations.destructive_hint is True
+
+
+async def test_schedule_tools_call_the_schedule_methods(service: Service) -> None:
+    await service.rpc("tasks.create", SMALL_TREE)
+    async with session(service.url) as client:
+        created = await client.call_tool("schedules_create", {"task_id": "root", "cron": "0 3 * * *",
+                                                              "timezone": "Europe/Berlin"})
+        assert not created.is_error, created
+        schedule = _value(created)
+        assert schedule["task_id"] == "root" and schedule["next_run_at"] and schedule["runs"] == 0
+        triggered = _value(await client.call_tool("schedules_trigger", {"schedule_id": schedule["id"]}))
+        assert triggered["runs"] == 1
+        await service.wait_status(triggered["root_task_id"], ("completed",), timeout=20)
+        listed = _value(await client.call_tool("schedules_list", {}))
+        assert [s["id"] for s in listed] == [schedule["id"]]
+        bad = await client.call_tool("schedules_create", {"task_id": "root", "cron": "every day"})
+        rpc = await service.call("schedules.create", {"task_id": "root", "cron": "every day"})
+        assert bad.is_error and _value(bad)["error"] == rpc["error"] and rpc["error"]["code"] == -32602
+        deleted = _value(await client.call_tool("schedules_delete", {"schedule_id": schedule["id"]}))
+        assert deleted["success"] is True
+        assert _value(await client.call_tool("schedules_get", {"schedule_id": schedule["id"]})) is None
 
 
 async def test_create_returns_the_completed_tree_and_errors_are_tool_results(service: Service) -> None:

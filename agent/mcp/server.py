@@ -38,8 +38,8 @@ EXECUTORS_URI = "taskgrove://executors"
 SURFACE = "mcp"
 # Hints for clients that ask before running tools: what only reads, what removes or stops work.
 READ_ONLY = frozenset({"tasks_get", "tasks_tree", "tasks_list", "tasks_children", "tasks_running",
-                       "system_executors", "system_health"})
-DESTRUCTIVE = frozenset({"tasks_delete", "tasks_cancel", "tasks_update"})
+                       "schedules_get", "schedules_list", "system_executors", "system_health"})
+DESTRUCTIVE = frozenset({"tasks_delete", "tasks_cancel", "tasks_update", "schedules_delete", "schedules_update"})
 # How often a followed execution re-reads its root, in case its `final` event never comes.
 FOLLOW_POLL_SECONDS = 5.0
 

@@ -180,10 +180,64 @@ def tool_specs(executor_ids: list[str]) -> list[ToolSpec]:
                  "The tasks executing right now.",
                  _obj({"user_id": {"type": "string"},
                        "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}})),
+        *schedule_specs(),
         ToolSpec("system_executors", "system.executors", "system",
                  "The executors this service offers, with their input schemas: what schemas.method may name.",
                  _obj({})),
         ToolSpec("system_health", "system.health", "system",
                  "Service health, version and number of running tasks.",
                  _obj({})),
+    ]
+
+
+SCHEDULE_ID = {"type": "string", "minLength": 1, "description": "The id of a schedule."}
+
+
+def schedule_fields() -> dict[str, Any]:
+    """What schedules_create and schedules_update may set (agent/schedules.py checks them)."""
+    return {
+        "cron": {"type": "string", "description": "Five-field cron expression (minute hour day-of-month month "
+                                                  "day-of-week), read in `timezone`. Give cron or interval_seconds."},
+        "interval_seconds": {"type": "number", "minimum": 1, "description": "Run every this many seconds."},
+        "timezone": {"type": "string", "default": "UTC", "description": "IANA time zone of the cron expression."},
+        "enabled": {"type": "boolean", "default": True},
+        "max_runs": {"type": "integer", "minimum": 1, "description": "Stop after this many runs."},
+        "start_at": {"type": "string", "description": "ISO 8601 date-time: no run before it (the first interval "
+                                                      "slot)."},
+        "end_at": {"type": "string", "description": "ISO 8601 date-time: no run after it."},
+        "overlap": {"type": "string", "enum": ["skip", "allow"], "default": "skip",
+                    "description": "skip: a slot whose previous run still runs is skipped."},
+        "catch_up": {"type": "string", "enum": ["latest", "none"], "default": "latest",
+                     "description": "After downtime: latest runs once for the missed slots; none runs none."},
+        "webhook_config": {"type": "object", "required": ["url"],
+                           "description": "Events of every run are posted here, as for tasks_execute."},
+    }
+
+
+def schedule_specs() -> list[ToolSpec]:
+    return [
+        ToolSpec("schedules_create", "schedules.create", "tasks",
+                 "Run a stored tree on a cron expression or an interval: each run executes a fresh copy of the "
+                 "template tree (task_id, a root), whose original_task_id points to the template. Returns the "
+                 "schedule with next_run_at.",
+                 _obj({"task_id": TASK_ID, **schedule_fields()}, ["task_id"])),
+        ToolSpec("schedules_get", "schedules.get", "tasks",
+                 "Read one schedule (next_run_at, last_run_at, last_root_task_id, runs). Null when it does not exist.",
+                 _obj({"schedule_id": SCHEDULE_ID}, ["schedule_id"])),
+        ToolSpec("schedules_list", "schedules.list", "tasks",
+                 "List the schedules you may see, newest first.",
+                 _obj({"user_id": {"type": "string"}, "task_id": TASK_ID,
+                       "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
+                       "offset": {"type": "integer", "minimum": 0, "default": 0}})),
+        ToolSpec("schedules_update", "schedules.update", "tasks",
+                 "Change a schedule (its template cannot change); enabled=false stops new runs. Setting cron "
+                 "replaces interval_seconds and the other way round.",
+                 _obj({"schedule_id": SCHEDULE_ID, **schedule_fields()}, ["schedule_id"])),
+        ToolSpec("schedules_delete", "schedules.delete", "tasks",
+                 "Delete a schedule: no new runs; the runs made so far stay.",
+                 _obj({"schedule_id": SCHEDULE_ID}, ["schedule_id"])),
+        ToolSpec("schedules_trigger", "schedules.trigger", "tasks",
+                 "Run the schedule's template now (one more run; the next slot is unchanged). Returns the "
+                 "schedule and root_task_id, the run's root.",
+                 _obj({"schedule_id": SCHEDULE_ID}, ["schedule_id"])),
     ]
