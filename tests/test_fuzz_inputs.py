@@ -242,6 +242,122 @@ def test_fuzz_params_of_every_method(world: World, call: tuple[str, bytes]) -> N
     world.run(post_rpc(world, *call))
 
 
+# --- schedules -----------------------------------------------------------------------------------
+
+SCHEDULE_METHODS = ["schedules.create", "schedules.get", "schedules.list", "schedules.update",
+                    "schedules.delete", "schedules.trigger"]
+SCHEDULE_VALUES = {
+    "task_id": st.sampled_from(["a1", "a2", "b1", "missing"]),
+    "schedule_id": st.sampled_from(["missing", ""]),
+    "cron": st.sampled_from(["* * * * *", "0 9 * * 1-5", "*/5 * * * *", "61 * * * *", "0 0 30 2 *", "* * * *",
+                             "@daily", "0 0 * * * *", "a b c d e", "0 0 L * *", "0 0 1W * *"]),
+    "interval_seconds": st.one_of(st.sampled_from([1, 60, 0.5, 0, -1, 1e308]), st.floats()),
+    "timezone": st.sampled_from(["UTC", "Europe/Berlin", "America/New_York", "Mars/Base", "../etc", "/etc/passwd",
+                                 "Europe", "\x00", "EST5EDT", "Etc/GMT+14"]),
+    "enabled": st.booleans(),
+    "max_runs": st.integers(-3, 2**40),
+    "start_at": st.sampled_from(["2026-01-01T00:00:00Z", "2026-01-01T00:00:00", "9999-12-31T23:59:59+14:00",
+                                 "0001-01-01T00:00:00-12:00", "yesterday", "2026-13-01T00:00:00Z"]),
+    "end_at": st.sampled_from(["2027-01-01T00:00:00Z", "2020-01-01T00:00:00+01:00", "9999-12-31T23:59:59-14:00"]),
+    "overlap": st.sampled_from(["skip", "allow", "SKIP", ""]),
+    "catch_up": st.sampled_from(["latest", "none", "all"]),
+    "webhook_config": st.sampled_from([{"url": "http://127.0.0.1:9/hook"}, {"url": "ftp://x"}, {}, "x"]),
+    "user_id": st.sampled_from(["alice", "bob"]),
+    "limit": st.integers(-2, 2000),
+    "offset": st.integers(-2, 10),
+}
+
+
+EXISTING = "__EXISTING_SCHEDULE__"  # replaced by the id of a stored schedule of alice's, when there is one
+
+
+@st.composite
+def schedule_params(draw: Any, method: str) -> Any:
+    """Mostly plausible params (so that most examples reach the checks past the first), each field
+    sometimes replaced by anything at all."""
+    params: dict[str, Any] = {}
+    if method == "schedules.create":
+        params["task_id"] = draw(st.sampled_from(["a1", "a1", "a1", "a2", "b1", "missing"]))
+        timing = draw(st.sampled_from(["cron", "interval_seconds", "both", "neither"]))
+        for key in (("cron", "interval_seconds") if timing == "both" else () if timing == "neither" else (timing,)):
+            params[key] = draw(SCHEDULE_VALUES[key])
+    elif method != "schedules.list":
+        params["schedule_id"] = draw(st.sampled_from([EXISTING, EXISTING, EXISTING, "missing"]))
+    listing = ["user_id", "task_id", "limit", "offset"]
+    fields = [k for k in SCHEDULE_VALUES if k not in ("schedule_id", "user_id", "limit", "offset", "task_id")]
+    keys = draw(st.lists(st.sampled_from(listing if method == "schedules.list" else fields), max_size=3,
+                         unique=True))
+    if not draw(st.integers(0, 9)):
+        keys.append(draw(st.sampled_from(["id", "color", *SCHEDULE_VALUES])))
+    for key in keys:
+        good = SCHEDULE_VALUES.get(key, ids)
+        params[key] = draw(st.one_of(good, good, good, good, good, ids, json_values))
+    return draw(st.one_of(st.just(params), st.just(params), st.just(params), json_values, st.none()))
+
+
+@pytest.fixture(scope="module")
+def schedule_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    """A server of its own with the scheduler off: no run may start in the background of an example."""
+    env = {"SERVICE_DATABASE_URL": f"sqlite:///{tmp_path_factory.mktemp('fuzz') / 'schedules.db'}",
+           "SERVICE_JWT_SECRET": SECRET, "SERVICE_CREATE_WAIT_TIMEOUT": "0", "SERVICE_ENABLE_SCHEDULER": "false"}
+    config = Settings.from_env(env)
+    alice = {"Authorization": "Bearer " + mint_token(config, "alice")}
+    bob = {"Authorization": "Bearer " + mint_token(config, "bob")}
+    runner = asyncio.Runner()
+    context = live_server(config)
+    server = runner.run(context.__aenter__())
+    try:
+        for who, prefix in ((alice, "a"), (bob, "b")):
+            runner.run(server.rpc("tasks.create", {"tasks": [
+                {"id": f"{prefix}1", "name": "root"}, {"id": f"{prefix}2", "name": "child", "parent_id": f"{prefix}1"}]},
+                who))
+        yield World(runner, server, alice, bob, None)
+    finally:
+        runner.run(context.__aexit__(None, None, None))
+        runner.close()
+
+
+async def post_schedule_call(world: World, message: dict[str, Any]) -> None:
+    stored = await world.server.services.repo.run(_all_schedules)
+    if not stored:  # something for get, update, trigger and delete to work on
+        await world.server.rpc("schedules.create", {"task_id": "a1", "interval_seconds": 60}, world.alice)
+        stored = await world.server.services.repo.run(_all_schedules)
+    before = len(stored)
+    body = encode(message).replace(EXISTING.encode(), (stored[0]["id"] if stored else "missing").encode())
+    response = await world.server.http.post("/tasks", content=body, headers={**world.alice,
+                                                                             "Content-Type": "application/json"})
+    assert response.status_code < 500, response.text
+    answer = response.json()
+    check_envelope(answer)
+    after = await world.server.services.repo.run(_all_schedules)
+    if "error" in answer:
+        assert len(after) == before, f"stored on an error: {answer}"
+    assert all(row["user_id"] == "alice" for row in after), "a schedule on another user's template"
+
+
+def _all_schedules(c: Any) -> list[dict[str, Any]]:
+    from taskgrove.storage import schedules as ss
+
+    return ss.list_schedules(c, None, None, 10_000, 0)
+
+
+@st.composite
+def schedule_calls(draw: Any) -> dict[str, Any]:
+    method = draw(st.sampled_from(SCHEDULE_METHODS))
+    message: dict[str, Any] = {"jsonrpc": "2.0", "id": draw(st.integers(0, 1000)), "method": method}
+    params = draw(schedule_params(method))
+    if params is not None:
+        message["params"] = params
+    return message
+
+
+@settings(FUZZ, max_examples=3 * EXAMPLES)
+@given(message=schedule_calls())
+def test_fuzz_params_of_the_schedule_methods(schedule_world: World, message: dict[str, Any]) -> None:
+    """No 5xx, no -32603, nothing stored on an error, never a schedule on another user's template."""
+    schedule_world.run(post_schedule_call(schedule_world, message))
+
+
 # --- GraphQL ------------------------------------------------------------------------------------
 
 FIELDS = st.lists(st.sampled_from(["id", "name", "status", "priority", "progress", "result", "error",
