@@ -350,3 +350,21 @@ async def test_update_checks_like_create_and_switches_between_cron_and_interval(
     assert switched["cron"] == "*/5 * * * *" and switched["interval_seconds"] is None
     assert switched["next_run_at"] != schedule["next_run_at"]
     assert await client.result("schedules.get", {"schedule_id": "nope"}) is None
+
+
+async def test_each_run_posts_its_events_to_the_schedules_webhook(make_settings: Callable[..., Settings]) -> None:
+    from tests.servers import receiver
+
+    async with running_app(make_settings()) as client, receiver() as hook:
+        tpl = await template(client)
+        schedule = await client.result("schedules.create", {
+            "task_id": tpl, "cron": "0 0 1 1 *", "webhook_config": {"url": hook.url, "headers": {"X-Secret": "s3"}}})
+        assert schedule["webhook_config"]["url"] == hook.url
+        assert schedule["webhook_config"]["headers"] == {"X-Secret": "***"}  # not echoed
+        run = await client.result("schedules.trigger", {"schedule_id": schedule["id"]})
+        root = run["root_task_id"]
+        await hook.wait_for(lambda reqs: any(r["json"]["type"] == "final" and r["json"]["root_task_id"] == root
+                                             for r in reqs), timeout=20)
+        final = next(r for r in hook.requests if r["json"]["type"] == "final")
+        assert final["json"]["status"] == "completed" and final["headers"]["x-secret"] == "s3"
+        assert {r["json"]["root_task_id"] for r in hook.requests} == {root}
