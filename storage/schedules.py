@@ -111,8 +111,10 @@ def claim_slot(c: Connection, schedule: Mapping[str, Any], slot: str | None, nex
     if copies:
         execution = xs.insert_tree(c, copies, schedule["user_id"], owner, until, stamp,
                                    webhook=schedule["webhook_config"])
+        # Only the first run marks the template: later runs lock no template row (two schedules of
+        # one template claimed at once on two instances must not wait on each other).
         originals = sorted({copy["original_task_id"] for copy in copies})
-        c.execute(update(T).where(T.c.id.in_(originals)).values(has_copy=True))
+        c.execute(update(T).where(T.c.id.in_(originals), T.c.has_copy.is_(False)).values(has_copy=True))
     return {"schedule": dict(claimed._mapping), "execution": execution, "copies": copies}
 
 
