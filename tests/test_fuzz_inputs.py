@@ -20,6 +20,7 @@ runs in well under a minute.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -140,11 +141,9 @@ class World:
         return self.loop.run(coro)
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    env = {"SERVICE_DATABASE_URL": f"sqlite:///{tmp_path_factory.mktemp('fuzz') / 'fuzz.db'}",
-           "SERVICE_API_PROTOCOL": "graphql", "SERVICE_JWT_SECRET": SECRET, "SERVICE_CREATE_WAIT_TIMEOUT": "0",
-           "SERVICE_MAX_TREE_TASKS": "50", "SERVICE_SECRET_KEY": "fuzz-key-secret"}
+@contextlib.contextmanager
+def started_world(env: dict[str, str]) -> Iterator[World]:
+    """A live server with two users, alice and bob, each owning a stored tree a1/a2 and b1/b2."""
     config = Settings.from_env(env)
     alice = {"Authorization": "Bearer " + mint_token(config, "alice")}
     bob = {"Authorization": "Bearer " + mint_token(config, "bob")}
@@ -156,13 +155,21 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             runner.run(server.rpc("tasks.create", {"tasks": [
                 {"id": f"{prefix}1", "name": "root", "inputs": {"k": [1, 2.5, "x"]}},
                 {"id": f"{prefix}2", "name": "child", "parent_id": f"{prefix}1"}]}, who))
-        world = World(runner, server, alice, bob, None)
         runner.run(server.wait_status("b2", ("completed",), bob))
-        world.bob_rows = runner.run(bob_snapshot(world))
-        yield world
+        yield World(runner, server, alice, bob, None)
     finally:
         runner.run(context.__aexit__(None, None, None))
         runner.close()
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    with started_world({
+            "SERVICE_DATABASE_URL": f"sqlite:///{tmp_path_factory.mktemp('fuzz') / 'fuzz.db'}",
+            "SERVICE_API_PROTOCOL": "graphql", "SERVICE_JWT_SECRET": SECRET, "SERVICE_CREATE_WAIT_TIMEOUT": "0",
+            "SERVICE_MAX_TREE_TASKS": "50", "SERVICE_SECRET_KEY": "fuzz-key-secret"}) as world:
+        world.bob_rows = world.run(bob_snapshot(world))
+        yield world
 
 
 async def bob_snapshot(world: World) -> Any:
@@ -298,23 +305,11 @@ def schedule_params(draw: Any, method: str) -> Any:
 @pytest.fixture(scope="module")
 def schedule_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     """A server of its own with the scheduler off: no run may start in the background of an example."""
-    env = {"SERVICE_DATABASE_URL": f"sqlite:///{tmp_path_factory.mktemp('fuzz') / 'schedules.db'}",
-           "SERVICE_JWT_SECRET": SECRET, "SERVICE_CREATE_WAIT_TIMEOUT": "0", "SERVICE_ENABLE_SCHEDULER": "false"}
-    config = Settings.from_env(env)
-    alice = {"Authorization": "Bearer " + mint_token(config, "alice")}
-    bob = {"Authorization": "Bearer " + mint_token(config, "bob")}
-    runner = asyncio.Runner()
-    context = live_server(config)
-    server = runner.run(context.__aenter__())
-    try:
-        for who, prefix in ((alice, "a"), (bob, "b")):
-            runner.run(server.rpc("tasks.create", {"tasks": [
-                {"id": f"{prefix}1", "name": "root"}, {"id": f"{prefix}2", "name": "child", "parent_id": f"{prefix}1"}]},
-                who))
-        yield World(runner, server, alice, bob, None)
-    finally:
-        runner.run(context.__aexit__(None, None, None))
-        runner.close()
+    with started_world({
+            "SERVICE_DATABASE_URL": f"sqlite:///{tmp_path_factory.mktemp('fuzz') / 'schedules.db'}",
+            "SERVICE_JWT_SECRET": SECRET, "SERVICE_CREATE_WAIT_TIMEOUT": "0",
+            "SERVICE_ENABLE_SCHEDULER": "false"}) as world:
+        yield world
 
 
 async def post_schedule_call(world: World, message: dict[str, Any]) -> None:
