@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
@@ -26,6 +27,9 @@ log = logging.getLogger(__name__)
 POLL_SECONDS = 1.0  # PostgreSQL: how stale this instance's view of other instances' schedules may be
 IDLE_SECONDS = 30.0  # SQLite: one instance, which wakes itself on every change; this is a safety net
 STOP_SECONDS = 10.0  # how long stop() waits for the pass under way before cancelling it
+DUE_BATCH = 100  # slots claimed per pass at most
+FAILED_CLAIM_SECONDS = 5.0  # a schedule whose claim raised is left alone this long
+MIN_WAIT_SECONDS = 0.05
 
 
 class Scheduler:
@@ -35,6 +39,7 @@ class Scheduler:
         self._wake = asyncio.Event()
         self._job: asyncio.Task[None] | None = None
         self._stopping = False
+        self._backoff: dict[str, float] = {}  # schedule id -> monotonic time before which it is not claimed
 
     def start(self) -> None:
         self._stopping = False
@@ -75,19 +80,35 @@ class Scheduler:
 
     async def tick(self, now: datetime) -> float:
         """Claim and start every slot due at `now`; returns the seconds until the next look."""
+        due: list[dict[str, Any]] = []
         if not self.engine.stopping:
-            for schedule in await self.repo.run(ss.due, iso(now)):
+            due = await self.repo.run(ss.due, iso(now), DUE_BATCH)
+            clock = time.monotonic()
+            for schedule in due:
                 if self._stopping:
                     break
+                if self._backoff.get(schedule["id"], 0.0) > clock:
+                    continue
                 try:
                     await self.claim(schedule, now)
-                except Exception:  # one schedule must not hold up the others
-                    log.exception("schedule %s: claiming slot %s failed", schedule["id"], schedule["next_run_at"])
+                    self._backoff.pop(schedule["id"], None)
+                except Exception:  # one schedule must not hold up the others, nor spin the loop
+                    log.exception("schedule %s: claiming slot %s failed; trying again in %.0f s", schedule["id"],
+                                  schedule["next_run_at"], FAILED_CLAIM_SECONDS)
+                    self._backoff[schedule["id"]] = time.monotonic() + FAILED_CLAIM_SECONDS
+        if len(due) == DUE_BATCH and not self._backoff:
+            return 0.0  # more are due than one pass takes
         earliest = await self.repo.run(ss.earliest)
         cap = IDLE_SECONDS if self.engine.sqlite else POLL_SECONDS
         if earliest is None:
             return cap
-        return min(cap, max(0.0, (parse_iso(earliest) - datetime.now(timezone.utc)).total_seconds()))
+        wait = (parse_iso(earliest) - datetime.now(timezone.utc)).total_seconds()
+        if wait > 0:
+            return min(cap, wait)
+        # Something is due still: it came due during this pass, or its claim failed just now.
+        clock = time.monotonic()
+        self._backoff = {sid: until for sid, until in self._backoff.items() if until > clock}
+        return min(cap, max(MIN_WAIT_SECONDS, min(self._backoff.values(), default=clock) - clock))
 
     async def claim(self, schedule: Mapping[str, Any], now: datetime) -> None:
         slot = schedule["next_run_at"]
