@@ -79,3 +79,39 @@ async def test_two_instances_on_one_postgres_database_run_each_slot_exactly_once
             assert sum(1 for c in copies if c["extra"]["schedule_id"] == sid) == schedule["runs"]
         owners = Counter(c["owner"] for c in copies)
         print(f"{len(copies)} runs, one per slot; runs started per instance: {dict(owners)}")
+
+
+async def test_a_run_cut_off_by_kill_9_is_continued_after_the_restart_and_no_slot_runs_twice(
+        tmp_path: Path) -> None:
+    """The claim and the run's copy and execution are one transaction: after kill -9 mid-run, the
+    restarted service continues that run (nothing lost) and starts no second run for its slot."""
+    service = Service(tmp_path, {"SERVICE_DATABASE_URL": f"sqlite:///{tmp_path / 'tg.db'}",
+                                 "SERVICE_CREATE_WAIT_TIMEOUT": "10"}).start()
+    try:
+        await service.rpc("tasks.create", [{"id": "tpl-0", "name": "template", "dependencies": [{"id": "tpl-0-nap"}]},
+                                           {"id": "tpl-0-nap", "name": "nap", "parent_id": "tpl-0",
+                                            "schemas": {"method": "sleep_executor"}, "inputs": {"seconds": 1.5},
+                                            # an interrupted attempt is a failed one: allow the resumed one
+                                            "retry": {"max_attempts": 3, "base_seconds": 0.1}}])
+        schedule = await service.rpc("schedules.create", {"task_id": "tpl-0", "interval_seconds": 1})
+        deadline = time.monotonic() + 30
+        while True:  # a run under way
+            found = await service.rpc("schedules.get", {"schedule_id": schedule["id"]})
+            if found["runs"] and (await service.task(found["last_root_task_id"]))["status"] != "completed":
+                break
+            assert time.monotonic() < deadline, found
+            await asyncio.sleep(0.1)
+        cut_off = found["last_root_task_id"]
+        service.kill()
+        service.start()
+        await service.wait_status(cut_off, ("completed",), timeout=30)
+        await service.rpc("schedules.update", {"schedule_id": schedule["id"], "enabled": False})
+        final = await service.rpc("schedules.get", {"schedule_id": schedule["id"]})
+        roots = [t for t in await service.rpc("tasks.list", {"limit": 1000})
+                 if t["original_task_id"] == "tpl-0"]
+        for root in roots:
+            await service.wait_status(root["id"], ("completed",), timeout=30)
+    finally:
+        service.stop()
+    slots = Counter(root["schedule_slot"] for root in roots)
+    assert len(roots) == final["runs"] and max(slots.values()) == 1, slots
