@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import functools
 import json
+import operator
+import sqlite3
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -128,8 +130,18 @@ def _fenced_params(task_id: str, owner: str, epoch: int, values: Mapping[str, An
 _JSON_COLUMNS = frozenset({"result", "checkpoint", "inputs", "params", "schemas", "dependencies", "extra", "retry"})
 
 
+_EMPTY_JSON = {type(None): "null", dict: "{}", list: "[]"}  # most stored JSON values: json.dumps skipped
+
+
 def _sqlite_value(key: str, value: Any) -> Any:
-    return json.dumps(value) if key in _JSON_COLUMNS else value
+    return _sqlite_json(value) if key in _JSON_COLUMNS else value
+
+
+def _sqlite_json(value: Any) -> str:
+    """The text SQLAlchemy's JSON type stores for `value` (json.dumps; None is 'null')."""
+    if not value and type(value) in _EMPTY_JSON:
+        return _EMPTY_JSON[type(value)]
+    return json.dumps(value)
 
 
 @functools.lru_cache(maxsize=64)
@@ -155,6 +167,36 @@ def _sqlite_fenced_writes(c: Connection, groups: Mapping[tuple[str, ...], list[t
             if cursor.rowcount:
                 accepted.add(tid)
     return accepted
+
+
+def _sqlite_insert_tasks(c: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Full rows (`with_defaults`) inserted as SQLAlchemy's executemany would store them: the same
+    column values and the same JSON text (json.dumps, which `dependents()` matches with LIKE)."""
+    columns = _task_columns()
+    row_values = operator.itemgetter(*columns)
+    json_at = [i for i, key in enumerate(columns) if key in _JSON_COLUMNS]
+    params = []
+    for row in rows:
+        values = list(row_values(row))
+        for i in json_at:
+            values[i] = _sqlite_json(values[i])
+        params.append(values)
+    sql = _sqlite_insert_sql()
+    try:
+        c.connection.driver_connection.cursor().executemany(sql, params)
+    except sqlite3.IntegrityError as exc:  # an id is taken: the same error the SQLAlchemy path raises
+        raise IntegrityError(sql, None, exc) from exc
+
+
+@functools.lru_cache(maxsize=1)
+def _task_columns() -> tuple[str, ...]:
+    return tuple(column.name for column in T.c)
+
+
+@functools.lru_cache(maxsize=1)
+def _sqlite_insert_sql() -> str:
+    columns = _task_columns()
+    return f"INSERT INTO tasks ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
 
 
 def _sqlite_claim(c: Connection, ids: Sequence[str], owner: str, until: str, stamp: str) -> dict[str, Row]:
@@ -269,8 +311,12 @@ def insert_tree(c: Connection, rows: Sequence[Mapping[str, Any]], user_id: str |
     root = rows[0]
     execution = _new_execution(root["task_tree_id"], root["id"], user_id, owner, until, stamp, None)
     c.execute(insert(X), execution)
-    c.execute(insert(T), [with_defaults({**row, "execution_id": execution["id"]} if row["status"] == "pending"
-                                        else row) for row in rows])
+    full = [with_defaults({**row, "execution_id": execution["id"]} if row["status"] == "pending" else row)
+            for row in rows]
+    if c.dialect.name == "sqlite":
+        _sqlite_insert_tasks(c, full)
+    else:
+        c.execute(insert(T), full)
     return execution
 
 
