@@ -7,10 +7,11 @@ repository writes what these functions return in one transaction.
 from __future__ import annotations
 
 import math
+import time
 import uuid
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any
 
 from taskgrove.storage import jsonvalues
@@ -39,11 +40,19 @@ class TreeError(ValueError):
     """A tree or task definition breaks a rule; the message says which task and what is wrong."""
 
 
+_SECOND: tuple[int, str] = (-1, "")  # the last second formatted, and its text up to the seconds
+
+
 def now_iso(offset_us: int = 0) -> str:
-    moment = datetime.now(timezone.utc)
-    if offset_us:
-        moment += timedelta(microseconds=offset_us)
-    return moment.isoformat(timespec="microseconds")
+    """UTC now (+ offset) as `datetime.isoformat(timespec="microseconds")` writes it. Every event
+    and write carries one, so the date part is formatted once per second, not once per call."""
+    global _SECOND
+    second, micro = divmod(time.time_ns() // 1000 + offset_us, 1_000_000)
+    cached, text = _SECOND
+    if cached != second:
+        text = datetime.fromtimestamp(second, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+        _SECOND = (second, text)
+    return f"{text}.{micro:06d}+00:00"
 
 
 def new_id() -> str:
