@@ -91,13 +91,19 @@ def fenced_write(c: Connection, task_id: str, owner: str, epoch: int, values: Ma
 def fenced_writes(c: Connection, writes: Sequence[tuple[str, int, Mapping[str, Any]]], owner: str) -> set[str]:
     """Several fenced writes in one transaction; returns the ids whose write was accepted.
 
-    Writes of the same shape go out as one executemany; only when the database reports fewer
-    rows changed than sent (a token no longer honoured) are they retried one by one to learn which.
+    Writes of the same shape go out together: on PostgreSQL as one UPDATE ... RETURNING (one round
+    trip whatever their number); elsewhere as one executemany, retried one by one to learn which
+    were refused only when the database reports fewer rows changed than sent.
     """
     accepted: set[str] = set()
     groups: dict[tuple[str, ...], list[tuple[str, int, Mapping[str, Any]]]] = {}
     for write in writes:
         groups.setdefault(tuple(write[2]), []).append(write)
+    if c.dialect.name == "postgresql":
+        for keys, group in groups.items():
+            batch = json.dumps([{"_id": tid, "_epoch": epoch, **values} for tid, epoch, values in group])
+            accepted.update(c.execute(_pg_fenced_statement(keys), {"_writes": batch, "_owner": owner}).scalars())
+        return accepted
     if c.dialect.name == "sqlite":
         return _sqlite_fenced_writes(c, groups, owner)
     for keys, group in groups.items():
@@ -117,6 +123,26 @@ def _fenced_statement(keys: tuple[str, ...]) -> Any:
     return (update(T).where(T.c.id == bindparam("_id"), T.c.status == "in_progress",
                             T.c.lease_owner == bindparam("_owner"), T.c.lease_epoch == bindparam("_epoch"))
             .values({key: bindparam(f"_v_{key}") for key in keys}))
+
+
+_PG_TYPES = {"JSON": "json", "FLOAT": "double precision", "INTEGER": "integer", "BOOLEAN": "boolean"}
+
+
+@functools.lru_cache(maxsize=64)
+def _pg_fenced_statement(keys: tuple[str, ...]) -> Any:
+    """The fenced UPDATE for many tasks at once: the writes travel as one JSON array, unpacked by
+    json_to_recordset. A JSON column written None holds JSON 'null', as SQLAlchemy writes it."""
+    for key in keys:
+        if key not in T.c:
+            raise ValueError(f"not a task column: {key}")
+    types = {key: _PG_TYPES.get(T.c[key].type.__visit_name__.upper(), "text") for key in keys}
+    assignments = ", ".join(f"{key} = COALESCE(w.{key}, 'null'::json)" if types[key] == "json" else f"{key} = w.{key}"
+                            for key in keys)
+    fields = ", ".join(["_id text", "_epoch integer", *(f"{key} {types[key]}" for key in keys)])
+    return text(f"UPDATE tasks AS t SET {assignments} "
+                f"FROM json_to_recordset(CAST(CAST(:_writes AS text) AS json)) AS w({fields}) "
+                "WHERE t.id = w._id AND t.status = 'in_progress' AND t.lease_owner = :_owner "
+                "AND t.lease_epoch = w._epoch RETURNING t.id")
 
 
 def _fenced_params(task_id: str, owner: str, epoch: int, values: Mapping[str, Any]) -> dict[str, Any]:
