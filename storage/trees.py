@@ -10,7 +10,7 @@ import math
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -454,6 +454,35 @@ def public(row: Mapping[str, Any]) -> dict[str, Any]:
     if unreadable:
         task["unreadable_fields"] = unreadable
     return task
+
+
+class PublicView(Mapping[str, Any]):
+    """`public(row)` as of now, built only when first read: the engine hands one to every
+    executor, and most (noop, sleep, aggregate...) never look at it."""
+
+    __slots__ = ("_row", "_task")
+
+    def __init__(self, row: Mapping[str, Any]) -> None:
+        self._row: Mapping[str, Any] | None = dict(row)  # the engine changes its row later
+        self._task: dict[str, Any] | None = None
+
+    def _view(self) -> dict[str, Any]:
+        if self._task is None:
+            assert self._row is not None
+            self._task, self._row = public(self._row), None
+        return self._task
+
+    def __getitem__(self, key: str) -> Any:
+        return self._view()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._view())
+
+    def __len__(self) -> int:
+        return len(self._view())
+
+    def __repr__(self) -> str:
+        return repr(self._view())
 
 
 def nest(rows: Sequence[Mapping[str, Any]], root_id: str) -> dict[str, Any]:
