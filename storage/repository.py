@@ -275,6 +275,13 @@ class TaskRepository:
         the end of executions whose last task just ended (`ends`: execution id and version).
         Returns the ids whose write was accepted, the claimed ids with their tokens, and each
         ended execution's final status (None: it cannot end now)."""
+        if self.engine.dialect.name == "postgresql" and not ends and len(claims) <= executions.PG_PASS_MAX_CLAIMS:
+            async with self.engine.connect() as async_conn:  # one statement: no BEGIN/COMMIT round trips
+                autocommit = await async_conn.execution_options(isolation_level="AUTOCOMMIT")
+                accepted, claimed = await autocommit.run_sync(executions.pg_pass, writes, claims, owner, until, stamp)
+            self.answered_at = time.monotonic()
+            return accepted, claimed, {}
+
         def op(c: Connection) -> tuple[set[str], dict[str, Row], dict[str, str | None]]:
             accepted = executions.fenced_writes(c, writes, owner)
             claimed = executions.claim(c, claims, owner, until, stamp)
