@@ -20,7 +20,7 @@ AGENT_ROOMS: list[tuple[str, tuple[str, ...]]] = [
     ("entry point", ("taskgrove.agent.cli",)),
     ("wiring", ("taskgrove.agent.app",)),
     ("surfaces", ("taskgrove.agent.a2a", "taskgrove.agent.graphql", "taskgrove.agent.ws",
-                  "taskgrove.agent.mcp",
+                  "taskgrove.agent.mcp", "taskgrove.agent.ui",
                   "taskgrove.agent.edge", "taskgrove.agent.bodylimit", "taskgrove.agent.operations")),
     ("service container", ("taskgrove.agent.container",)),
     ("services", ("taskgrove.agent.service", "taskgrove.agent.system", "taskgrove.agent.generate",
