@@ -11,6 +11,7 @@ const main = document.getElementById("main");
 const notice = document.getElementById("notice");
 const tokenBox = document.getElementById("token");
 let leave = null;
+let generation = 0;  // one per route change: a view whose route has gone stops drawing
 
 function notify(text, kind = "error") {
   notice.hidden = !text;
@@ -40,23 +41,29 @@ async function route() {
   if (leave) leave();
   leave = null;
   notify("");
+  delete document.body.dataset.renderMs;  // set again by a tree page once drawn
+  const mine = ++generation;
+  const current = () => mine === generation;
   const hash = location.hash.replace(/^#/, "") || "/";
   const [path, search = ""] = hash.split("?");
   try {
     if (path.startsWith("/tree/")) {
-      leave = await showTree(main, decodeURIComponent(path.slice("/tree/".length)), notify, go);
+      const stop = await showTree(main, decodeURIComponent(path.slice("/tree/".length)), notify, go, current);
+      if (current()) leave = stop;
+      else if (stop) stop();
     } else if (path === "/system") {
-      await showSystem();
+      await showSystem(current);
     } else {
-      await showList(main, new URLSearchParams(search), notify, go);
+      await showList(main, new URLSearchParams(search), notify, go, current);
     }
   } catch (error) {
-    explain(error);
+    if (current()) explain(error);
   }
 }
 
-async function showSystem() {
+async function showSystem(current) {
   const [health, executors] = await Promise.all([call("system.health"), call("system.executors")]);
+  if (!current()) return;
   main.replaceChildren(h("section", {},
     h("h1", {}, "Service"),
     h("dl", {}, ["status", "message", "version", "running_tasks_count", "timestamp"].flatMap((key) =>

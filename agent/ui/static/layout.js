@@ -9,6 +9,7 @@ export const NODE_H = 46;
 const GAP_X = 80;
 const GAP_Y = 12;
 const PAD = 20;
+const MAX_LINKED = 50;
 
 // tree: the nested node of tasks.tree. Returns {tasks, order, pos, edges, links, width, height}.
 export function layout(tree) {
@@ -62,12 +63,15 @@ export function layout(tree) {
     });
     height = Math.max(height, ids.length * (NODE_H + GAP_Y));
   });
-  // Parent/child links drawn where no dependency already joins the two tasks.
+  // Parent/child links drawn where no dependency already joins the two tasks, for parents of at
+  // most MAX_LINKED children: past that the lines hide the graph, and the preorder alone keeps a
+  // parent's children together.
   const joined = new Set(edges.map(([a, b]) => `${a}\n${b}`));
   const links = [];
   for (const id of order) {
     const parent = tasks.get(id).parent_id;
-    if (parent && tasks.has(parent) && !joined.has(`${id}\n${parent}`) && !joined.has(`${parent}\n${id}`)) {
+    if (parent && tasks.has(parent) && (tasks.get(parent).children || []).length <= MAX_LINKED
+        && !joined.has(`${id}\n${parent}`) && !joined.has(`${parent}\n${id}`)) {
       links.push([parent, id]);
     }
   }

@@ -7,7 +7,7 @@ import {h} from "./dom.js";
 export const STATUSES = ["pending", "in_progress", "completed", "failed", "cancelled"];
 const PAGE = 20;
 
-export async function showList(main, query, notify, go) {
+export async function showList(main, query, notify, go, current) {
   const status = query.get("status") || "";
   const search = query.get("search") || "";
   const page = Math.max(0, parseInt(query.get("page") || "0", 10) || 0);
@@ -35,10 +35,11 @@ export async function showList(main, query, notify, go) {
   const table = h("table", {class: "trees", "data-testid": "trees"},
     h("thead", {}, h("tr", {}, ["tree", "id", "status", "tasks by status", "created"].map((t) => h("th", {}, t)))),
     body);
-  main.replaceChildren(h("section", {}, h("h1", {}, "Trees"), filters, table, h("p", {class: "pager"}, "loading…")),
-                       createPanel(notify, go));
+  const pager = h("p", {class: "pager"}, "loading…");
+  main.replaceChildren(h("section", {}, h("h1", {}, "Trees"), filters, table, pager), createPanel(notify, go));
 
   const rows = await call("tasks.list", params);
+  if (!current()) return;
   const shown = rows.slice(0, PAGE);
   for (const row of shown) {
     body.append(h("tr", {"data-testid": "tree-row", "data-task-id": row.id},
@@ -49,7 +50,7 @@ export async function showList(main, query, notify, go) {
       h("td", {class: "time"}, row.created_at || "")));
   }
   if (!shown.length) body.append(h("tr", {}, h("td", {colspan: 5, class: "empty"}, "No trees match.")));
-  main.querySelector(".pager").replaceChildren(
+  pager.replaceChildren(
     page > 0 ? h("a", {href: link({page: String(page - 1)})}, "← newer") : "",
     ` page ${page + 1} `,
     rows.length > PAGE ? h("a", {href: link({page: String(page + 1)})}, "older →") : "");

@@ -12,9 +12,10 @@ const FIELDS = ["id", "name", "status", "progress", "priority", "user_id", "pare
   "original_task_id", "dependencies", "inputs", "params", "schemas", "result", "error", "retry", "attempt",
   "next_attempt_at", "timeout_seconds", "created_at", "started_at", "completed_at", "updated_at"];
 
-export async function showTree(main, rootId, notify, go) {
+export async function showTree(main, rootId, notify, go, current) {
   const started = performance.now();
   const tree = await call("tasks.tree", {task_id: rootId});
+  if (!current()) return null;
   const plan = layout(tree);
   const detail = h("aside", {class: "detail", "data-testid": "detail"}, h("p", {class: "hint"}, "Click a task for its detail."));
   const summary = h("span", {class: "summary", "data-testid": "summary"});
@@ -90,6 +91,7 @@ export async function showTree(main, rootId, notify, go) {
   refreshSummary();
   // The time to a drawn frame: layout, DOM, style and layout by the browser.
   await new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));
+  if (!current()) return null;
   const renderMs = performance.now() - started;
   measured.textContent = `drawn in ${Math.round(renderMs)} ms`;
   document.body.dataset.renderMs = String(renderMs);
