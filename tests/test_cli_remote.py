@@ -209,3 +209,16 @@ def test_tokens_missing_refused_and_accepted(services: dict[str, Service]) -> No
     watched = cli(["tasks", "watch", "mine", "--json"], service, token=token)  # /ws with the token
     assert watched.returncode == 0, watched.stderr
     assert json.loads(watched.stdout.splitlines()[-1])["status"] == "completed"
+
+
+def test_watch_a_tree_larger_than_one_connection(services: dict[str, Service]) -> None:
+    """/ws takes at most 1000 subscriptions per connection: a larger tree is watched over several."""
+    service = services["plain"]
+    tasks: list[dict[str, Any]] = [{"id": "wide", "name": "wide", "schemas": {"method": "noop_executor"}}]
+    tasks += [{"id": f"wide-{i}", "name": f"leaf {i}", "parent_id": "wide", "schemas": {"method": "noop_executor"}}
+              for i in range(1100)]
+    asyncio.run(service.rpc("tasks.create", {"tasks": tasks}))
+    watched = cli(["tasks", "watch", "wide", "--json", "--timeout", "120"], service, timeout=150)
+    assert watched.returncode == 0, watched.stderr
+    outcome = json.loads(watched.stdout.splitlines()[-1])
+    assert outcome["status"] == "completed" and len(outcome["statuses"]) == 1101

@@ -130,6 +130,9 @@ def test_list_shows_a_created_tree_with_its_name_as_text(services: dict[str, Ser
     expect(node(page, "xss-root")).to_have_attribute("data-status", "completed", timeout=WAIT_MS)
     node(page, "xss-leaf").click()
     expect(page.locator('[data-field="result"]')).to_contain_text('"ok": true', timeout=WAIT_MS)
+    for field in ("inputs", "params", "schemas", "error", "created_at", "started_at", "completed_at",
+                  "attempt", "retry"):
+        expect(page.locator(f'[data-field="{field}"]')).to_have_count(1)
     expect(page.locator("main img")).to_have_count(0)
 
 

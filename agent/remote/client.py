@@ -9,6 +9,7 @@ RemoteError with a message and an exit status, so the command line prints one li
 from __future__ import annotations
 
 import argparse
+import asyncio
 import itertools
 import json
 import os
@@ -20,6 +21,8 @@ import httpx
 DEFAULT_URL = "http://127.0.0.1:8000"
 # One /ws connection watches at most this many tasks (agent/ws.py MAX_SUBSCRIPTIONS).
 WS_SUBSCRIPTIONS = 1000
+# Put by a connection the service closed.
+_CLOSED = object()
 
 
 class RemoteError(Exception):
@@ -85,18 +88,45 @@ class Remote:
 
     async def events(self, task_ids: Sequence[str]) -> AsyncIterator[dict[str, Any]]:
         """Messages of /ws for `task_ids`: first each task's snapshot, then its changes as they
-        happen. The token goes in the handshake's Authorization header (never in the URL)."""
+        happen. The token goes in the handshake's Authorization header (never in the URL). One
+        connection watches at most WS_SUBSCRIPTIONS tasks, so a larger tree uses several."""
+        ids = list(task_ids)
+        chunks = [ids[i:i + WS_SUBSCRIPTIONS] for i in range(0, len(ids), WS_SUBSCRIPTIONS)] or [[]]
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+
+        async def pump(chunk: list[str]) -> None:
+            try:
+                async for message in self._connection(chunk):
+                    queue.put_nowait(message)
+                queue.put_nowait(_CLOSED)
+            except BaseException as exc:  # handed to the reader, which raises it
+                queue.put_nowait(exc)
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
+
+        pumps = [asyncio.create_task(pump(chunk)) for chunk in chunks]
+        try:
+            while True:
+                item = await queue.get()
+                if item is _CLOSED:  # one connection ended: the stream is incomplete from here on
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            for task in pumps:
+                task.cancel()
+            await asyncio.gather(*pumps, return_exceptions=True)
+
+    async def _connection(self, task_ids: list[str]) -> AsyncIterator[dict[str, Any]]:
         from websockets.asyncio.client import connect
         from websockets.exceptions import InvalidStatus, WebSocketException
 
         ws_url = "ws" + self.url[len("http"):] + "/ws" if self.url.startswith("http") else self.url + "/ws"
-        ids = list(task_ids)
-        if len(ids) > WS_SUBSCRIPTIONS:
-            raise RemoteError(f"watching more than {WS_SUBSCRIPTIONS} tasks at once is not supported", 2)
         try:
             async with connect(ws_url, additional_headers=self._headers(), max_size=None,
                                open_timeout=30) as socket:
-                for task_id in ids:
+                for task_id in task_ids:
                     await socket.send(json.dumps({"action": "subscribe", "task_id": task_id}))
                 async for raw in socket:
                     yield json.loads(raw)

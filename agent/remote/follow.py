@@ -1,10 +1,11 @@
 """Following a tree live over /ws until it settles: `taskgrove tasks watch` and `taskgrove run --url`.
 
 When is a tree done? A failed task's dependents stay `pending` for good (DESIGN.md), so "every task
-terminal" may never come. The tree is settled when its root is terminal, or when nothing is
-`in_progress` and no `pending` task can still run (its required dependencies completed, its
-optional ones terminal). Checked only once every task's snapshot has arrived, so the decision is
-never taken on a state older than the subscription.
+terminal" may never come. The tree is settled when nothing is `in_progress` and no `pending` task
+can still run (its required dependencies completed, its optional ones terminal), or when its root
+was cancelled and nothing is `in_progress` (a person stopped the tree). A finished root alone is
+not enough: a root that depends on none of its children may finish first. Checked only once every
+task's snapshot has arrived, so the decision is never taken on a state older than the subscription.
 """
 
 from __future__ import annotations
@@ -58,10 +59,11 @@ class TreeState:
     def settled(self) -> bool:
         if self.unseen:
             return False
-        if self.tasks[self.root_id]["status"] in TERMINAL:
+        if any(t["status"] == "in_progress" for t in self.tasks.values()):
+            return False
+        if self.tasks[self.root_id]["status"] == "cancelled":
             return True
-        statuses = [t["status"] for t in self.tasks.values()]
-        return "in_progress" not in statuses and not any(self._runnable(t) for t in self.tasks.values())
+        return not any(self._runnable(t) for t in self.tasks.values())
 
     def _runnable(self, task: Mapping[str, Any]) -> bool:
         if task["status"] != "pending":
