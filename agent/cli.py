@@ -33,7 +33,8 @@ def main(argv: list[str] | None = None) -> None:
     run.add_argument("--url", default=None,
                      help="run on this running service instead of the embedded database (token: --token or "
                           "TASKGROVE_TOKEN)")
-    run.add_argument("--token", default=os.environ.get("TASKGROVE_TOKEN"), help=argparse.SUPPRESS)
+    run.add_argument("--token", default=os.environ.get("TASKGROVE_TOKEN"),
+                     help="with --url: Bearer token when the service has JWT on (or TASKGROVE_TOKEN)")
     run.add_argument("--json", action="store_true", help="with --url: events and the outcome as JSON lines")
     token = sub.add_parser("token", help="mint a JWT for a user with SERVICE_JWT_SECRET")
     token.add_argument("user_id")

@@ -54,6 +54,7 @@ export function watch(ids, onEvent, onClose) {
     : "Authorization=; path=/ws; max-age=0; SameSite=Strict";
   const url = `${secure ? "wss" : "ws"}://${location.host}/ws`;
   const sockets = [];
+  let closed = false;  // closed by the page (leaving the tree), not by the service
   for (let start = 0; start < ids.length; start += 1000) {
     const chunk = ids.slice(start, start + 1000);
     const socket = new WebSocket(url);
@@ -64,7 +65,6 @@ export function watch(ids, onEvent, onClose) {
     socket.addEventListener("close", () => { if (!closed) onClose(); });
     sockets.push(socket);
   }
-  let closed = false;
   return {
     close() { closed = true; for (const socket of sockets) socket.close(); },
     ready: Promise.all(sockets.map((socket) => new Promise((resolve) => {
