@@ -217,3 +217,37 @@ def test_a_thousand_task_tree_renders_and_stays_responsive(services: dict[str, S
     node(page, "big-998").click()  # responsive: a click is answered with the task's detail
     expect(page.locator('[data-field="id"]')).to_have_text("big-998", timeout=WAIT_MS)
 
+
+
+def test_examples_init_and_the_executors_page(services: dict[str, Service], page: Page) -> None:
+    service = services["plain"]
+    page.goto(f"{service.url}/ui")
+    page.get_by_test_id("examples-init").click()
+    expect(page.locator("#notice")).to_be_visible(timeout=WAIT_MS)
+    expect(page.locator("[data-testid=tree-row][data-task-id^='ex-']").first).to_be_visible(timeout=WAIT_MS)
+    page.get_by_role("link", name="Executors and health").click()
+    executors = page.get_by_test_id("executors")
+    expect(executors).to_contain_text("noop_executor", timeout=WAIT_MS)
+    expect(executors).to_contain_text("sleep_executor")
+    expect(page.get_by_test_id("health")).to_contain_text("healthy")
+
+
+def test_copy_then_execute_from_the_page(services: dict[str, Service], page: Page) -> None:
+    service = services["plain"]
+    rpc(service, "tasks.create", {"tasks": [
+        {"id": "orig", "name": "orig", "schemas": {"method": "aggregate_results_executor"},
+         "dependencies": [{"id": "orig-leaf"}]},
+        {"id": "orig-leaf", "name": "orig leaf", "parent_id": "orig", "schemas": {"method": "noop_executor"}},
+    ]})
+    wait_status(service, "orig", ("completed",), 20)
+    page.goto(f"{service.url}/ui#/tree/orig")
+    node(page, "orig").click()
+    page.get_by_test_id("copy").click()
+    # The copy's page: new ids, both tasks pending.
+    expect(page.locator('g.node[data-status="pending"]')).to_have_count(2, timeout=WAIT_MS)
+    assert "#/tree/orig" not in page.url
+    copy_id = page.url.rsplit("/", 1)[-1]
+    assert rpc(service, "tasks.get", {"task_id": copy_id})["original_task_id"] == "orig"
+    page.locator(f'g.node[data-task-id="{copy_id}"]').click()
+    page.get_by_test_id("execute").click()
+    expect(page.locator('g.node[data-status="completed"]')).to_have_count(2, timeout=WAIT_MS)

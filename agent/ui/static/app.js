@@ -32,7 +32,10 @@ function explain(error) {
   }
 }
 
-function go(hash) {
+// Navigate; `message` ([text, kind]) is shown on the page it opens.
+let carried = null;
+function go(hash, message = null) {
+  carried = message;
   if (location.hash === hash) route();
   else location.hash = hash;
 }
@@ -40,7 +43,8 @@ function go(hash) {
 async function route() {
   if (leave) leave();
   leave = null;
-  notify("");
+  notify(...(carried || [""]));
+  carried = null;
   delete document.body.dataset.renderMs;  // set again by a tree page once drawn
   const mine = ++generation;
   const current = () => mine === generation;

@@ -87,8 +87,7 @@ function createPanel(notify, go) {
   const init = async () => {
     try {
       const answer = await call("examples.init", {});
-      notify(answer.message || `${answer.created_count} example tasks created`, "info");
-      go(`#/?r=${Date.now()}`);
+      go(`#/?r=${Date.now()}`, [answer.message || `${answer.created_count} example tasks created`, "info"]);
     } catch (error) {
       notify(`examples.init failed: ${error.message}`);
     }
