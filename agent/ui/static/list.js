@@ -72,7 +72,8 @@ function createPanel(notify, go) {
       notify(`Not JSON: ${error.message}`);
       return;
     }
-    const list = Array.isArray(tasks) ? tasks : [tasks];
+    // The tasks array, one task, or tasks.create's whole params ({"tasks": [...]}).
+    const list = Array.isArray(tasks) ? tasks : Array.isArray(tasks && tasks.tasks) ? tasks.tasks : [tasks];
     const root = list.find((task) => task && typeof task === "object" && !task.parent_id);
     if (!root) {
       notify("The tree needs one task without a parent_id (its root).");
