@@ -17,8 +17,12 @@ export function token() {
 }
 
 export function setToken(value) {
-  if (value) sessionStorage.setItem(KEY, value);
-  else sessionStorage.removeItem(KEY);
+  if (value) {
+    sessionStorage.setItem(KEY, value);
+  } else {
+    sessionStorage.removeItem(KEY);
+    document.cookie = "Authorization=; path=/ws; max-age=0; SameSite=Strict";  // see watch()
+  }
 }
 
 let nextId = 1;
