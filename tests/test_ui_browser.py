@@ -251,3 +251,19 @@ def test_copy_then_execute_from_the_page(services: dict[str, Service], page: Pag
     page.locator(f'g.node[data-task-id="{copy_id}"]').click()
     page.get_by_test_id("execute").click()
     expect(page.locator('g.node[data-status="completed"]')).to_have_count(2, timeout=WAIT_MS)
+
+
+def test_the_list_pages_twenty_trees_at_a_time(services: dict[str, Service], page: Page) -> None:
+    service = services["plain"]
+    for i in range(21):
+        rpc(service, "tasks.create", {"tasks": [{"id": f"paged-{i:02d}", "name": f"paged {i}",
+                                                 "schemas": {"method": "noop_executor"}}]})
+    page.goto(f"{service.url}/ui#/?search=paged-")
+    rows = page.locator("[data-testid=tree-row]")
+    expect(rows).to_have_count(20, timeout=WAIT_MS)
+    expect(rows.first).to_have_attribute("data-task-id", "paged-20")  # newest first
+    page.get_by_role("link", name="older →").click()
+    expect(rows).to_have_count(1, timeout=WAIT_MS)
+    expect(rows.first).to_have_attribute("data-task-id", "paged-00")
+    page.get_by_role("link", name="← newer").click()
+    expect(rows).to_have_count(20, timeout=WAIT_MS)
