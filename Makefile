@@ -2,7 +2,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: serve test bench venv tck
+.PHONY: serve test bench venv tck chromium screenshots
 
 # Create or refresh the virtual environment whenever pyproject.toml changes.
 $(STAMP): pyproject.toml
@@ -16,8 +16,20 @@ venv: $(STAMP)
 serve: $(STAMP)
 	$(VENV)/bin/taskgrove serve
 
-test: $(STAMP)
+# The dashboard's browser tests drive Debian's chromium (never a browser downloaded by Playwright):
+# installed here when missing, so `make test` works on a fresh machine (root, as on CI).
+CHROMIUM := /usr/bin/chromium
+$(CHROMIUM):
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+
+chromium: $(CHROMIUM)
+
+test: $(STAMP) $(CHROMIUM)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# The README's screenshots (docs/screenshots/*.png), taken with the same tooling as the browser tests.
+screenshots: $(STAMP) $(CHROMIUM)
+	$(PY) docs/screenshots.py
 
 # Over the real wire: a `taskgrove serve` process, wrk and a bare Starlette ceiling (bench/README.md);
 # bench/run.py (in-process) stays as a profiling aid.

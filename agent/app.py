@@ -57,6 +57,10 @@ def build_app(settings: Settings, *, registry: ExecutorRegistry | None = None) -
         routes.extend(graphql_routes(services))
     if mcp:
         routes.append(mcp.route())
+    if settings.enable_ui:
+        from taskgrove.agent.ui import ui_routes  # static files only: no data without a JSON-RPC call
+
+        routes.extend(ui_routes())
     routes.extend(operations_routes(services))
     routes.extend(a2a_routes(services))
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={Exception: internal_error})

@@ -1,4 +1,8 @@
-"""`taskgrove serve | run FILE | token USER | mcp`."""
+"""`taskgrove serve | run FILE [--url] | token USER | mcp | tasks ...`.
+
+`serve` and `run FILE` (without --url) use this process's settings and database; `mcp`, `tasks ...`
+and `run FILE --url` are clients of a running service (agent/remote/), with one --url/--token handling.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from taskgrove.agent.remote import add_groups, is_remote, run_command
+from taskgrove.agent.remote.client import add_connection_options
 from taskgrove.agent.settings import Settings, SettingsError
 
 
@@ -24,21 +30,30 @@ def main(argv: list[str] | None = None) -> None:
     run = sub.add_parser("run", help="create and execute a task tree from a JSON file, with live progress")
     run.add_argument("file", type=Path)
     run.add_argument("--timeout", type=float, default=None, help="give up waiting after this many seconds")
+    run.add_argument("--url", default=None,
+                     help="run on this running service instead of the embedded database (token: --token or "
+                          "TASKGROVE_TOKEN)")
+    run.add_argument("--token", default=os.environ.get("TASKGROVE_TOKEN"),
+                     help="with --url: Bearer token when the service has JWT on (or TASKGROVE_TOKEN)")
+    run.add_argument("--json", action="store_true", help="with --url: events and the outcome as JSON lines")
     token = sub.add_parser("token", help="mint a JWT for a user with SERVICE_JWT_SECRET")
     token.add_argument("user_id")
     token.add_argument("--role", action="append", dest="roles", default=[], help="repeatable, e.g. --role admin")
     token.add_argument("--expires-in", type=float, default=3600.0, help="seconds; 0 for no expiry")
     mcp = sub.add_parser("mcp", help="an MCP server on stdio forwarding to a running service (desktop MCP clients)")
-    mcp.add_argument("--url", default=os.environ.get("TASKGROVE_URL", "http://127.0.0.1:8000"),
-                     help="the running service (default http://127.0.0.1:8000, or TASKGROVE_URL)")
-    mcp.add_argument("--token", default=os.environ.get("TASKGROVE_TOKEN"),
-                     help="Bearer token when the service has JWT on (or TASKGROVE_TOKEN)")
+    add_connection_options(mcp)
+    add_groups(sub)
     args = parser.parse_args(argv)
-    if args.command == "mcp":  # a client of the service: its own SERVICE_* settings do not matter
+    # Clients of a running service: this process's SERVICE_* settings do not matter.
+    if args.command == "mcp":
         from taskgrove.agent.mcp.stdio import serve_stdio
 
         asyncio.run(serve_stdio(args.url, args.token))
         return
+    if is_remote(args):
+        sys.exit(run_command(args))
+    if args.command == "run" and args.url:
+        sys.exit(_run_remote(args.url, args.token, args.file, args.json, args.timeout))
 
     try:
         settings = Settings.from_env()
@@ -86,6 +101,18 @@ def freeze_long_lived_objects() -> None:
     process builds hundreds of apps and would freeze their garbage)."""
     gc.collect()
     gc.freeze()
+
+
+def _run_remote(url: str, token: str | None, path: Path, as_json: bool, timeout: float | None) -> int:
+    from taskgrove.agent.remote import run
+    from taskgrove.agent.remote.run import run_remote
+
+    try:
+        payload: Any = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        print(f"taskgrove: cannot read {path}: {exc}", file=sys.stderr)
+        return 2
+    return run(url, token, lambda remote: run_remote(remote, payload, as_json=as_json, timeout=timeout))
 
 
 async def _run(settings: Settings, path: Path, timeout: float | None) -> int:

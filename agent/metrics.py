@@ -49,6 +49,8 @@ class Metrics:
                                  ["surface", "method"], registry=r,
                                  buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10))
         self._known_executors: frozenset[str] = frozenset()
+        # The children of the labelled series, looked up once (labels() takes a lock every call).
+        self._children: dict[tuple[Any, ...], Any] = {}
 
     def know_executors(self, ids: list[str]) -> None:
         self._known_executors = frozenset(ids)
@@ -60,16 +62,22 @@ class Metrics:
 
     # --- the engine reports ---------------------------------------------------------------
 
+    def child(self, metric: Any, *labels: str) -> Any:
+        child = self._children.get((metric, *labels))
+        if child is None:
+            child = self._children[(metric, *labels)] = metric.labels(*labels)
+        return child
+
     def attempt_started(self, executor_id: str | None) -> None:
-        self.started.labels(self._executor(executor_id)).inc()
+        self.child(self.started, self._executor(executor_id)).inc()
 
     def attempt_ended(self, executor_id: str | None, outcome: str, seconds: float | None) -> None:
         executor = self._executor(executor_id)
-        self.finished.labels(executor, outcome).inc()
+        self.child(self.finished, executor, outcome).inc()
         if outcome == "retry":
-            self.retries.labels(executor).inc()
+            self.child(self.retries, executor).inc()
         if seconds is not None:
-            self.duration.labels(executor).observe(seconds)
+            self.child(self.duration, executor).observe(seconds)
 
     def engine_pass(self, seconds: float) -> None:
         self.passes.observe(seconds)
@@ -90,9 +98,6 @@ class HttpMetrics:
     def __init__(self, app: Any, metrics: Metrics) -> None:
         self.app = app
         self.metrics = metrics
-        # The children of the labelled series, looked up once (labels() takes a lock every call).
-        self._counters: dict[tuple[str, str, int], Any] = {}
-        self._timers: dict[tuple[str, str], Any] = {}
 
     async def __call__(self, scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
         if scope["type"] != "http":
@@ -112,12 +117,5 @@ class HttpMetrics:
         finally:
             surface = SURFACES.get(scope["path"].strip("/").split("/", 1)[0], "other")
             method = scope["method"] if scope["method"] in HTTP_METHODS else "other"
-            counter = self._counters.get((surface, method, status))
-            if counter is None:
-                counter = self._counters[(surface, method, status)] = \
-                    self.metrics.requests.labels(surface, method, str(status))
-            timer = self._timers.get((surface, method))
-            if timer is None:
-                timer = self._timers[(surface, method)] = self.metrics.latency.labels(surface, method)
-            counter.inc()
-            timer.observe(time.perf_counter() - started)
+            self.metrics.child(self.metrics.requests, surface, method, str(status)).inc()
+            self.metrics.child(self.metrics.latency, surface, method).observe(time.perf_counter() - started)

@@ -185,8 +185,18 @@ class TaskService:
             user_id = ctx.caller.user_id
         if status == "deleted":
             return []  # deletion is physical: deleted tasks never appear in lists
-        rows = await self.repo.list(user_id=user_id, status=status, limit=limit, offset=offset)
-        return [public(r) for r in rows if ctx.caller.can_access(r["user_id"])]
+        root_only = p.boolean(params, "root_only", False)
+        search = p.string(params, "search")
+        if search is not None:
+            search = search.strip()[:255] or None
+        rows = await self.repo.list(user_id=user_id, status=status, limit=limit, offset=offset,
+                                    root_only=root_only, search=search)
+        listed = [public(r) for r in rows if ctx.caller.can_access(r["user_id"])]
+        if root_only:  # one row per tree: say what its tree holds (the dashboard's tree list)
+            counts = await self.repo.status_counts([r["task_tree_id"] for r in listed])
+            for row in listed:
+                row["status_counts"] = counts.get(row["task_tree_id"], {})
+        return listed
 
     async def children(self, params: Any, ctx: CallContext) -> list[dict[str, Any]]:
         parent_id = p.string(_obj(params), "parent_id", aliases=("task_id",), required=True)

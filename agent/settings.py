@@ -152,6 +152,8 @@ class Settings:
     enable_mcp: bool = True
     # Run due schedules (engine/scheduler.py); off: schedules.* still answer, this instance runs no slot.
     enable_scheduler: bool = True
+    # The dashboard at /ui (static ES modules in agent/ui/static/, calling /tasks, /system and /ws).
+    enable_ui: bool = True
     api_host: str = "0.0.0.0"
     api_port: int = 8000
     jwt_secret: str | None = None
@@ -246,6 +248,7 @@ class Settings:
             enable_system_routes=_bool(env, "SERVICE_ENABLE_SYSTEM_ROUTES", True),
             enable_mcp=_bool(env, "SERVICE_ENABLE_MCP", True),
             enable_scheduler=_bool(env, "SERVICE_ENABLE_SCHEDULER", True),
+            enable_ui=_bool(env, "SERVICE_ENABLE_UI", True),
             api_host=env.get("SERVICE_API_HOST", "0.0.0.0").strip() or "0.0.0.0",
             api_port=_int(env, "SERVICE_API_PORT", 8000, 1, 65535),
             jwt_secret=_optional(env, "SERVICE_JWT_SECRET"),

@@ -36,6 +36,7 @@ import httpx
 
 BIN = Path(sys.executable).parent / "taskgrove"
 NOOP = {"method": "noop_executor"}
+TREES_SCRIPT = Path(__file__).with_name("trees.lua")
 CEILING_APP = textwrap.dedent("""
     from starlette.applications import Starlette
     from starlette.responses import JSONResponse
@@ -191,6 +192,18 @@ async def concurrent_small_trees(url: str, clients: int = 8, per_client: int = 6
     return clients * per_client * 5 / took, statistics.median(latencies)
 
 
+def small_trees_wrk(url: str, duration: int, run: str, connections: int = 8) -> tuple[float, float]:
+    """5-task trees from `connections` concurrent wrk connections (bench/trees.lua, ids unique per
+    `run`): tasks per second and p50 latency. A C client, so the figure is the server's: the httpx
+    client of `concurrent_small_trees` takes as much CPU per request as the server does."""
+    out = subprocess.run(["wrk", "-t2", f"-c{connections}", f"-d{int(duration)}s", "-s", str(TREES_SCRIPT),
+                          url + "/tasks", "--", run], capture_output=True, text=True, check=True).stdout
+    lines = dict(line.split(" ", 1) for line in out.splitlines() if line.startswith(("failed", "p50", "Requests/sec:")))
+    if int(lines["failed"]) != 0:  # an answer that is not a completed tree: the figure would lie
+        raise RuntimeError(f"5-task trees: {lines['failed']} answers were not completed trees\n{out}")
+    return float(lines["Requests/sec:"]) * 5, float(lines["p50"].split()[0]) / 1000
+
+
 async def memory_per_task(server: Server, count: int = 10_000) -> float:
     """RSS growth per stored task (bytes), creating `count` tasks in trees of 100."""
     async with httpx.AsyncClient(base_url=server.url, timeout=120) as http:
@@ -262,8 +275,12 @@ def main() -> None:
             else:
                 print(f"{name:>13}: median {statistics.median(values) * 1000:7.1f} ms   "
                       f"best {values[0] * 1000:7.1f} ms   worst {values[-1] * 1000:7.1f} ms")
+        if ceiling is not None:
+            small = [small_trees_wrk(server.url, args.duration, f"r{n}") for n in range(args.repeat)]
+            print(f"5-task trees, 8 wrk connections: {spread([r for r, _ in small])} tasks/s, "
+                  f"p50 {spread([p * 1000 for _, p in small], '{:.1f}')} ms")
         small = [asyncio.run(concurrent_small_trees(server.url)) for _ in range(max(1, args.repeat // 2))]
-        print(f"5-task trees, 8 clients: {spread([r for r, _ in small])} tasks/s, "
+        print(f"5-task trees, 8 httpx clients (one Python process): {spread([r for r, _ in small])} tasks/s, "
               f"p50 {spread([p * 1000 for _, p in small], '{:.1f}')} ms")
         print(f"memory per stored task: {asyncio.run(memory_per_task(server)):.0f} bytes")
     finally:

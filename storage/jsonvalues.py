@@ -188,33 +188,44 @@ def problem(value: Any, where: str, max_depth: int | None = None, *, numbers: bo
         return None if value.isascii() or _is_unicode(value) else f"{where} {NOT_UNICODE}"
     if value is None or isinstance(value, int):
         return None
-    stack: list[tuple[Any, str, int]] = [(value, where, 1)]
+    # Each entry carries its place as a link to its parent's ((parent, key) or None for the
+    # value itself): the text of a path is made only for the one place that is reported.
+    stack: list[tuple[Any, Any, int]] = [(value, None, 1)]
     while stack:
-        item, path, depth = stack.pop()
+        item, place, depth = stack.pop()
         if isinstance(item, str):
             if not item.isascii() and not _is_unicode(item):
-                return f"{path} {NOT_UNICODE}"
+                return f"{_path(where, place)} {NOT_UNICODE}"
         elif isinstance(item, bool) or item is None or isinstance(item, int):
             continue
         elif isinstance(item, float):
             if numbers and not math.isfinite(item):
-                return f"{path} {NOT_FINITE}"
+                return f"{_path(where, place)} {NOT_FINITE}"
         elif isinstance(item, Mapping):
             if max_depth is not None and depth > max_depth:
-                return f"{path} is nested deeper than {max_depth} levels"
+                return f"{_path(where, place)} is nested deeper than {max_depth} levels"
             for key, child in item.items():
                 if not isinstance(key, str):
-                    return f"{path} has a key that is not a string"
+                    return f"{_path(where, place)} has a key that is not a string"
                 if not key.isascii() and not _is_unicode(key):
-                    return f"{path} has a key that {NOT_UNICODE}"
-                stack.append((child, f"{path}.{_key(key)}", depth + 1))
+                    return f"{_path(where, place)} has a key that {NOT_UNICODE}"
+                stack.append((child, (place, key), depth + 1))
         elif isinstance(item, (list, tuple)):
             if max_depth is not None and depth > max_depth:
-                return f"{path} is nested deeper than {max_depth} levels"
-            stack.extend((child, f"{path}[{index}]", depth + 1) for index, child in enumerate(item))
+                return f"{_path(where, place)} is nested deeper than {max_depth} levels"
+            stack.extend((child, (place, index), depth + 1) for index, child in enumerate(item))
         else:
-            return f"{path} is not a JSON value ({type(item).__name__})"
+            return f"{_path(where, place)} is not a JSON value ({type(item).__name__})"
     return None
+
+
+def _path(where: str, place: Any) -> str:
+    """The text of a place: `where` then `.key` for object members and `[i]` for list items."""
+    parts: list[str] = []
+    while place is not None:
+        place, key = place
+        parts.append(f"[{key}]" if isinstance(key, int) else f".{_key(key)}")
+    return where + "".join(reversed(parts))
 
 
 def _is_unicode(text: str) -> bool:

@@ -178,15 +178,37 @@ class TaskRepository:
         status: str | None = None,
         limit: int = 100,
         offset: int = 0,
+        root_only: bool = False,
+        search: str | None = None,
     ) -> list[Row]:
-        if self._reader is not None:
+        """Newest first. `root_only`: only tasks without a parent (one per tree); `search`: a
+        case-insensitive part of the name, or the start of the id (the dashboard's search box)."""
+        if self._reader is not None and not root_only and search is None:
             sql, args = _listing(user_id, status)
             found = await self._read(sql, (*args, limit, offset))
             if found is not None:
                 return found
         query = _filtered(select(T), user_id=user_id, status=status)
+        if root_only:
+            query = query.where(T.c.parent_id.is_(None))
+        if search is not None:
+            pattern = search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            query = query.where(or_(func.lower(T.c.name).like(f"%{pattern.lower()}%", escape="\\"),
+                                    T.c.id.like(f"{pattern}%", escape="\\")))
         query = query.order_by(T.c.created_at.desc(), T.c.id.desc()).limit(limit).offset(offset)
         return await self._run(_rows, query)
+
+    async def status_counts(self, tree_ids: Sequence[str]) -> dict[str, dict[str, int]]:
+        """Tasks per status of each tree in `tree_ids`: one grouped query over the tree index."""
+        counts: dict[str, dict[str, int]] = {tree_id: {} for tree_id in tree_ids}
+        if not tree_ids:
+            return counts
+        query = (select(T.c.task_tree_id, T.c.status, func.count())
+                 .where(T.c.task_tree_id.in_(list(tree_ids))).group_by(T.c.task_tree_id, T.c.status))
+        found = await self._run(lambda c: list(c.execute(query)))
+        for tree_id, status, n in found:
+            counts[tree_id][status] = int(n)
+        return counts
 
     async def count(self, *, user_id: str | None = None, status: str | None = None,
                     product_id: str | None = None) -> int:
@@ -275,6 +297,13 @@ class TaskRepository:
         the end of executions whose last task just ended (`ends`: execution id and version).
         Returns the ids whose write was accepted, the claimed ids with their tokens, and each
         ended execution's final status (None: it cannot end now)."""
+        if self.engine.dialect.name == "postgresql" and not ends and len(claims) <= executions.PG_PASS_MAX_CLAIMS:
+            async with self.engine.connect() as async_conn:  # one statement: no BEGIN/COMMIT round trips
+                autocommit = await async_conn.execution_options(isolation_level="AUTOCOMMIT")
+                accepted, claimed = await autocommit.run_sync(executions.pg_pass, writes, claims, owner, until, stamp)
+            self.answered_at = time.monotonic()
+            return accepted, claimed, {}
+
         def op(c: Connection) -> tuple[set[str], dict[str, Row], dict[str, str | None]]:
             accepted = executions.fenced_writes(c, writes, owner)
             claimed = executions.claim(c, claims, owner, until, stamp)

@@ -7,10 +7,11 @@ repository writes what these functions return in one transaction.
 from __future__ import annotations
 
 import math
+import time
 import uuid
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timedelta, timezone
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from datetime import datetime, timezone
 from typing import Any
 
 from taskgrove.storage import jsonvalues
@@ -39,11 +40,19 @@ class TreeError(ValueError):
     """A tree or task definition breaks a rule; the message says which task and what is wrong."""
 
 
+_SECOND: tuple[int, str] = (-1, "")  # the last second formatted, and its text up to the seconds
+
+
 def now_iso(offset_us: int = 0) -> str:
-    moment = datetime.now(timezone.utc)
-    if offset_us:
-        moment += timedelta(microseconds=offset_us)
-    return moment.isoformat(timespec="microseconds")
+    """UTC now (+ offset) as `datetime.isoformat(timespec="microseconds")` writes it. Every event
+    and write carries one, so the date part is formatted once per second, not once per call."""
+    global _SECOND
+    second, micro = divmod(time.time_ns() // 1000 + offset_us, 1_000_000)
+    cached, text = _SECOND
+    if cached != second:
+        text = datetime.fromtimestamp(second, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+        _SECOND = (second, text)
+    return f"{text}.{micro:06d}+00:00"
 
 
 def new_id() -> str:
@@ -445,6 +454,35 @@ def public(row: Mapping[str, Any]) -> dict[str, Any]:
     if unreadable:
         task["unreadable_fields"] = unreadable
     return task
+
+
+class PublicView(Mapping[str, Any]):
+    """`public(row)` as of now, built only when first read: the engine hands one to every
+    executor, and most (noop, sleep, aggregate...) never look at it."""
+
+    __slots__ = ("_row", "_task")
+
+    def __init__(self, row: Mapping[str, Any]) -> None:
+        self._row: Mapping[str, Any] | None = dict(row)  # the engine changes its row later
+        self._task: dict[str, Any] | None = None
+
+    def _view(self) -> dict[str, Any]:
+        if self._task is None:
+            assert self._row is not None
+            self._task, self._row = public(self._row), None
+        return self._task
+
+    def __getitem__(self, key: str) -> Any:
+        return self._view()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._view())
+
+    def __len__(self) -> int:
+        return len(self._view())
+
+    def __repr__(self) -> str:
+        return repr(self._view())
 
 
 def nest(rows: Sequence[Mapping[str, Any]], root_id: str) -> dict[str, Any]:

@@ -29,6 +29,8 @@ def storable(value: Any, *, max_depth: int, max_bytes: int, what: str = "result"
     than about `max_bytes`, or holds a non-finite number or an invalid string. Values of other
     types (dates, decimals, sets...) are stored as their text, as before.
     """
+    if _small_and_plain(value, max_depth, max_bytes):
+        return value
     steps = _steps(value, max_depth, max_bytes, what)
     while True:
         try:
@@ -42,6 +44,8 @@ async def storable_async(value: Any, *, max_depth: int, max_bytes: int, what: st
     checking a result near the size limit never holds up other requests and trees."""
     import asyncio
 
+    if _small_and_plain(value, max_depth, max_bytes):
+        return value
     steps = _steps(value, max_depth, max_bytes, what)
     while True:
         try:
@@ -49,6 +53,51 @@ async def storable_async(value: Any, *, max_depth: int, max_bytes: int, what: st
         except StopIteration as done:
             return done.value
         await asyncio.sleep(0)
+
+
+_SMALL_NODES = 64  # values visited at most by the shortcut below
+_SMALL_DEPTH = 8
+_PLAIN_SCALARS = (str, int, bool, type(None))
+
+
+def _small_and_plain(value: Any, max_depth: int, max_bytes: int) -> bool:
+    """True when `value` is small and already plain JSON within the limits (what most executors
+    return): the walk below would return it unchanged, so it is skipped. Anything else (large,
+    deep, shared, non-ASCII text, other types) gets the walk, which decides and explains."""
+    budget = [_SMALL_NODES]
+
+    def size(item: Any, level: int) -> int | None:
+        budget[0] -= 1
+        if budget[0] < 0:
+            return None
+        kind = type(item)
+        if kind is str:
+            return len(item) + 2 if item.isascii() else None
+        if kind in _PLAIN_SCALARS or (kind is float and math.isfinite(item)):
+            return _SCALAR_BYTES
+        if kind is not dict and kind is not list:
+            return None
+        if level > min(max_depth, _SMALL_DEPTH):
+            return None
+        total = 2
+        if kind is list:
+            total += len(item)
+            parts: Any = ((None, v) for v in item)
+        else:
+            parts = item.items()
+        for key, child in parts:
+            if kind is dict:
+                if type(key) is not str or not key.isascii():
+                    return None
+                total += len(key) + 4
+            child_size = size(child, level + 1)
+            if child_size is None:
+                return None
+            total += child_size
+        return total
+
+    found = size(value, 1)
+    return found is not None and found <= max_bytes
 
 
 class _Frame:

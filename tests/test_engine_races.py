@@ -59,13 +59,18 @@ async def test_new_dependencies_of_a_waiting_task_apply_to_the_live_execution(cl
 
 
 async def test_status_set_on_a_running_task_wins_over_its_result(client: Client) -> None:
-    await store(client, task("r", method=None), task("a", "r", method="sleep_executor", inputs={"seconds": 0.4}),
+    # The sleep outlasts the update by far, even on a loaded machine; afterwards the test waits
+    # past the moment the sleep would have ended, so a late result would have been seen.
+    await store(client, task("r", method=None), task("a", "r", method="sleep_executor", inputs={"seconds": 2.0}),
                 task("b", "r", deps=["a"]))
     with client.services.bus.subscribe(lambda e: e["task_id"] == "a") as sub:
         await client.result("tasks.execute", {"task_id": "r"})
         await client.wait_status("a", ("in_progress",))
         await client.result("tasks.update", {"task_id": "a", "status": "cancelled"})
-        await asyncio.sleep(0.6)
+        deadline = asyncio.get_running_loop().time() + 10
+        while "a" in client.services.engine.running and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(2.2)
         kinds = drain(sub)
     assert "task_completed" not in kinds
     assert (await client.result("tasks.get", {"task_id": "a"}))["status"] == "cancelled"

@@ -18,9 +18,11 @@ TOP = ("agent", "executors", "storage", "llm")
 # one above. `executors`, `llm` and `storage` sit below all of them (checked separately).
 AGENT_ROOMS: list[tuple[str, tuple[str, ...]]] = [
     ("entry point", ("taskgrove.agent.cli",)),
+    # The remote command line: a client of a running service over HTTP, below the entry point only.
+    ("remote client", ("taskgrove.agent.remote",)),
     ("wiring", ("taskgrove.agent.app",)),
     ("surfaces", ("taskgrove.agent.a2a", "taskgrove.agent.graphql", "taskgrove.agent.ws",
-                  "taskgrove.agent.mcp",
+                  "taskgrove.agent.mcp", "taskgrove.agent.ui",
                   "taskgrove.agent.edge", "taskgrove.agent.bodylimit", "taskgrove.agent.operations")),
     ("service container", ("taskgrove.agent.container",)),
     ("services", ("taskgrove.agent.service", "taskgrove.agent.system", "taskgrove.agent.generate",

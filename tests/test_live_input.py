@@ -196,8 +196,9 @@ async def test_large_graphql_answers_do_not_hold_up_other_requests(live: Callabl
                                           [{"name": f"c{i}", "parent_id": "r", "inputs": {"pad": "p" * 200}}
                                            for i in range(999)]})
         query = "{ " + " ".join(f"a{i}: tasks(limit: 1000) {{ id name status result }}" for i in range(30)) + " }"
-        big = asyncio.create_task(gql_raw(server, {"query": query}))
         loop = asyncio.get_running_loop()
+        began = loop.time()
+        big = asyncio.create_task(gql_raw(server, {"query": query}))
         latencies = []
         while not big.done():  # other requests are answered all along, not after the big one
             started = loop.time()
@@ -206,8 +207,12 @@ async def test_large_graphql_answers_do_not_hold_up_other_requests(live: Callabl
             assert health.json()["result"]["status"] == "healthy"
             await asyncio.sleep(0.01)
         answer = await big
+        took = loop.time() - began
         assert answer.status_code == 200 and len(answer.json()["data"]["a0"]) == 1000
-        assert len(latencies) >= 3 and max(latencies) < 1.0, latencies
+        # Relative, not a fixed bound (a loaded machine stretches everything): had the big answer
+        # been built or encoded on the event loop, one health request would have waited for most
+        # of it.
+        assert len(latencies) >= 3 and max(latencies) < took / 2, (latencies, took)
 
 
 # --- bodies over the limit, on a real socket ------------------------------------------------------

@@ -91,3 +91,36 @@ async def test_a_read_sees_what_was_just_committed(client: Client) -> None:
     for n in range(20):
         await client.result("tasks.update", {"task_id": "t", "name": f"n{n}"})
         assert (await client.result("tasks.get", {"task_id": "t"}))["name"] == f"n{n}"
+
+
+async def test_the_sqlite_tree_insert_stores_what_sqlalchemy_stores(client: Client) -> None:
+    """storage.executions inserts a new tree's rows through the DB-API on SQLite: every column of
+    every row must hold what SQLAlchemy's executemany would have stored, byte for byte (the JSON
+    text included: `dependents()` matches it with LIKE)."""
+    from sqlalchemy import insert
+
+    from taskgrove.storage import executions
+    from taskgrove.storage.models import tasks_table, with_defaults
+
+    await client.result("tasks.create", {"tasks": [
+        {"id": "r", "name": "r \u00e9\u2603", "inputs": {"\u00e9": [1, 2.5, None, True, "x\"y"], "big": 10 ** 20},
+         "params": {"p": {"q": []}}, "priority": 0, "custom": {"x": 1}},
+        {"id": "k", "name": "k", "parent_id": "r", "dependencies": [{"id": "r", "required": False}],
+         "retry": {"max_attempts": 2}, "timeout_seconds": 2.5, "status": "completed", "result": {"r": 1}}]})
+    await client.runs_ended()
+    columns = ", ".join(f"quote({c.name})" for c in tasks_table.c)
+    listing = text(f"SELECT {columns} FROM tasks ORDER BY id")
+
+    def compare(c: Any) -> tuple[list[Any], list[Any], list[Any]]:
+        rows = [with_defaults(r._mapping) for r in c.execute(tasks_table.select().order_by(tasks_table.c.id))]
+        fast = c.execute(listing).all()
+        c.execute(text("DELETE FROM tasks"))
+        c.execute(insert(tasks_table), rows)
+        usual = c.execute(listing).all()
+        c.execute(text("DELETE FROM tasks"))
+        executions._sqlite_insert_tasks(c, rows)
+        return fast, usual, c.execute(listing).all()
+
+    fast, usual, again = await client.services.repo.run(compare)
+    assert len(fast) == 2
+    assert fast == usual == again

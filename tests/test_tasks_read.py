@@ -163,9 +163,30 @@ async def test_offset_paging_is_stable_and_complete(client):
     ({"status": 3}, "status must be a non-empty string, got 3"),
     ({"user_id": 42}, "user_id must be a non-empty string, got 42"),
     ({"user_id": "u\x00"}, "user_id must not contain NUL characters"),
+    ({"root_only": "yes"}, "root_only must be true or false, got 'yes'"),
+    ({"search": 5}, "search must be a non-empty string, got 5"),
 ])
 async def test_list_with_bad_params_is_32602(client, params, message):
     assert await invalid(client, "tasks.list", params) == message
+
+
+async def test_list_root_only_counts_each_tree_and_search_matches_name_or_id_start(client):
+    """The dashboard's tree list and the CLI's `tasks list --roots --search`."""
+    await client.result("tasks.create", {"tasks": TREE})
+    await client.result("tasks.create", [{"id": "r2", "name": "Report 100%_done"},
+                                         {"id": "f", "name": "f", "parent_id": "r2", "schemas": FAIL}])
+    roots = await client.result("tasks.list", {"root_only": True})
+    assert [t["id"] for t in roots] == ["r2", "root"]
+    assert roots[0]["status_counts"] == {"completed": 1, "failed": 1}
+    assert roots[1]["status_counts"] == {"completed": 6}
+    assert "status_counts" not in (await client.result("tasks.list", {"limit": 1}))[0]
+    assert [t["id"] for t in await client.result("tasks.list", {"root_only": True, "status": "completed"})] \
+        == ["r2", "root"]
+    assert [t["id"] for t in await client.result("tasks.list", {"search": "REPORT"})] == ["r2"]  # any case
+    assert [t["id"] for t in await client.result("tasks.list", {"search": "100%_"})] == ["r2"]  # % and _ literal
+    assert await client.result("tasks.list", {"search": "100_%"}) == []
+    assert [t["id"] for t in await client.result("tasks.list", {"search": "a1"})] == ["a1x", "a1"]  # id start
+    assert [t["id"] for t in await client.result("tasks.list", {"search": "a1", "root_only": True})] == []
 
 
 # --- tasks.children ---------------------------------------------------------------------------

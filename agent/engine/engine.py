@@ -42,7 +42,7 @@ from taskgrove.executors.base import ExecutionContext, Executor, ExecutorError
 from taskgrove.executors.registry import ExecutorRegistry
 from taskgrove.storage import executions as xs
 from taskgrove.storage.repository import TaskRepository
-from taskgrove.storage.trees import now_iso, public
+from taskgrove.storage.trees import PublicView, now_iso
 from taskgrove.storage.values import Unstorable, storable, storable_async
 
 log = logging.getLogger(__name__)
@@ -703,7 +703,7 @@ class Engine:
             timeout = row.get("timeout_seconds") or self.settings.default_timeout_seconds
             try:
                 async with asyncio.timeout(timeout):
-                    result = await self._call_executor(running)
+                    result = await self._call_executor(running, policy)
             except TimeoutError:
                 await self._stop_hook(running)
                 raise ExecutorError(f"Timed out after {timeout:g}s (timeout_seconds)") from None
@@ -747,7 +747,7 @@ class Engine:
     def _failure(row: Mapping[str, Any], error: str) -> dict[str, Any]:
         return {"status": "failed", "progress": row.get("progress") or 0.0, "result": None, "error": _error_text(error)}
 
-    async def _call_executor(self, running: Running) -> Any:
+    async def _call_executor(self, running: Running, policy: RetryPolicy) -> Any:
         row, run = running.row, running.run
         cls = self.registry.resolve(row)
         if cls is None:
@@ -783,10 +783,9 @@ class Engine:
             await self._store_checkpoint(running, data)
 
         call = run.calls.get(running.task_id, {})
-        policy = stored_policy(row, self.default_retry)
         context = ExecutionContext(
             task_id=running.task_id,
-            task=public(row),
+            task=PublicView(row),
             settings=self.settings,
             dependency_results=dep_results,
             user_id=row.get("user_id"),

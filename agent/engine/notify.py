@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from taskgrove.agent.engine.bus import Event, EventBus
+from taskgrove.storage.jsonvalues import dumps_bytes
 
 log = logging.getLogger(__name__)
 CHANNEL = "taskgrove"
@@ -34,7 +35,7 @@ class PgNotifier:
         self.bus = bus
         self.on_cancel = on_cancel
         self.on_event = on_event
-        self._outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=10_000)
+        self._outbox: asyncio.Queue[str] = asyncio.Queue(maxsize=10_000)
         self._tasks: list[asyncio.Task[None]] = []
         self.ready = asyncio.Event()
 
@@ -51,16 +52,17 @@ class PgNotifier:
     # --- outgoing -------------------------------------------------------------------------
 
     def event(self, event: Event) -> None:
-        self._queue({"kind": "event", "event": _small(event)})
+        self._queue(_small({"kind": "event", "event": event}))
 
     def cancel(self, task_id: str) -> None:
-        self._queue({"kind": "cancel", "task_id": task_id})
+        self._queue(_text({"kind": "cancel", "task_id": task_id}))
 
     def refresh(self, tree_id: str) -> None:
         """Another instance joined the execution of `tree_id`: its owner re-reads it."""
-        self._queue({"kind": "refresh", "tree_id": tree_id})
+        self._queue(_text({"kind": "refresh", "tree_id": tree_id}))
 
-    def _queue(self, message: dict[str, Any]) -> None:
+    def _queue(self, message: str) -> None:
+        """`message` is encoded already: once, when it was made (the event may change later)."""
         try:
             self._outbox.put_nowait(message)
         except asyncio.QueueFull:
@@ -125,20 +127,29 @@ class PgNotifier:
                 asyncio.get_running_loop().create_task(self.on_cancel(message["task_id"]))
 
 
-def _small(event: Event) -> Event:
-    if len(json.dumps(event, default=str)) <= MAX_PAYLOAD - 200:
-        return event
-    return {**{k: v for k, v in event.items() if k not in ("result", "error", "message")},
-            "result_omitted": True}
+def _text(message: dict[str, Any]) -> str:
+    try:
+        return dumps_bytes(message).decode("utf-8")
+    except TypeError:  # a value JSON has no form for: its text, as before
+        return json.dumps(message, default=str)
 
 
-def _payloads(instance_id: str, batch: list[dict[str, Any]]) -> list[str]:
+def _small(message: dict[str, Any]) -> str:
+    """An event message as text, its large fields left out when it would not fit a payload."""
+    text = _text(message)
+    if len(text) <= MAX_PAYLOAD - 200:
+        return text
+    event = message["event"]
+    return _text({**message, "event": {**{k: v for k, v in event.items() if k not in ("result", "error", "message")},
+                                       "result_omitted": True}})
+
+
+def _payloads(instance_id: str, batch: list[str]) -> list[str]:
     """Pack messages into as few NOTIFY payloads as fit under PostgreSQL's limit."""
     out: list[str] = []
     current: list[str] = []
     size = 0
-    for message in batch:
-        text = json.dumps(message, default=str)
+    for text in batch:
         if current and size + len(text) > MAX_PAYLOAD:
             out.append(_wrap(instance_id, current))
             current, size = [], 0

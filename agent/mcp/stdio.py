@@ -21,8 +21,6 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from taskgrove.agent import __version__
 
-DEFAULT_URL = "http://127.0.0.1:8000"
-
 
 class _Remote:
     """The client session to the service, and the local session that wants its notifications."""

@@ -1,0 +1,149 @@
+"""Following a tree live over /ws until it settles: `taskgrove tasks watch` and `taskgrove run --url`.
+
+When is a tree done? A failed task's dependents stay `pending` for good (DESIGN.md), so "every task
+terminal" may never come. The tree is settled when nothing is `in_progress` and no `pending` task
+can still run (its required dependencies completed, its optional ones terminal), or when its root
+was cancelled and nothing is `in_progress` (a person stopped the tree). A finished root alone is
+not enough: a root that depends on none of its children may finish first. Checked only once every
+task's snapshot has arrived, so the decision is never taken on a state older than the subscription.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from taskgrove.agent.remote.client import Remote, RemoteError
+
+TERMINAL = frozenset({"completed", "failed", "cancelled"})
+COLOURS = {"completed": "green", "failed": "red", "cancelled": "yellow", "in_progress": "cyan", "pending": "white"}
+
+
+class TreeState:
+    """Status and progress of every task of one tree, fed by /ws messages."""
+
+    def __init__(self, tree: Mapping[str, Any]) -> None:
+        self.root_id: str = tree["id"]
+        self.tasks: dict[str, dict[str, Any]] = {}
+        stack = [tree]
+        while stack:  # iterative: a tree may be as deep as it is large
+            node = stack.pop()
+            self.tasks[node["id"]] = {"name": node["name"], "status": node["status"],
+                                      "progress": node.get("progress") or 0.0,
+                                      "dependencies": node.get("dependencies") or [], "error": node.get("error")}
+            stack.extend(reversed(node.get("children") or []))
+        self.unseen = set(self.tasks)
+
+    def apply(self, message: Mapping[str, Any]) -> str | None:
+        """Take one /ws message in; the id of the task it changed, if any."""
+        task_id = message.get("task_id")
+        task = self.tasks.get(task_id) if isinstance(task_id, str) else None
+        if task is None:
+            return None
+        self.unseen.discard(task_id)
+        data = message.get("data") or {}
+        if message.get("type") == "error" or "status" not in data:
+            return None
+        task["status"] = data["status"]
+        if isinstance(data.get("progress"), (int, float)):
+            task["progress"] = float(data["progress"])
+        if task["status"] == "completed":
+            task["progress"] = 1.0
+        if data.get("error"):
+            task["error"] = data["error"]
+        return task_id
+
+    def settled(self) -> bool:
+        if self.unseen:
+            return False
+        if any(t["status"] == "in_progress" for t in self.tasks.values()):
+            return False
+        if self.tasks[self.root_id]["status"] == "cancelled":
+            return True
+        return not any(self._runnable(t) for t in self.tasks.values())
+
+    def _runnable(self, task: Mapping[str, Any]) -> bool:
+        if task["status"] != "pending":
+            return False
+        for dep in task["dependencies"]:
+            target = self.tasks.get(dep.get("id"))
+            if target is None:
+                continue  # outside this tree: the service decides
+            wanted = ("completed",) if dep.get("required", True) else TERMINAL
+            if target["status"] not in wanted:
+                return False
+        return True
+
+    def succeeded(self) -> bool:
+        return all(t["status"] == "completed" for t in self.tasks.values())
+
+    def summary(self) -> dict[str, Any]:
+        return {"root_task_id": self.root_id, "status": "completed" if self.succeeded() else "failed",
+                "statuses": {tid: t["status"] for tid, t in self.tasks.items()}}
+
+
+async def follow(remote: Remote, task_id: str, *, as_json: bool, timeout: float | None) -> int:
+    """Follow the tree of `task_id` until it settles; 0 when every task completed, else 1."""
+    tree = await remote.call("tasks.tree", {"task_id": task_id})
+    state = TreeState(tree)
+    try:
+        if as_json:
+            await asyncio.wait_for(_follow_json(remote, state), timeout)
+        else:
+            await asyncio.wait_for(_follow_bars(remote, state), timeout)
+    except asyncio.TimeoutError:
+        raise RemoteError(f"the tree {state.root_id} had not settled after {timeout:g} s", 1) from None
+    if not state.settled():
+        raise RemoteError(f"the service closed the connection before the tree {state.root_id} settled", 2)
+    summary = state.summary()
+    if as_json:
+        print(json.dumps(summary), flush=True)
+    else:
+        from rich.console import Console
+
+        console = Console()
+        for task in state.tasks.values():
+            if task["status"] != "completed" and task["error"]:
+                console.print(f"[red]{task['name']}:[/red] {task['error']}", markup=True, highlight=False)
+        colour = "green" if summary["status"] == "completed" else "red"
+        console.print(f"tree {state.root_id}: [{colour}]{summary['status']}[/]")
+    return 0 if summary["status"] == "completed" else 1
+
+
+async def _follow_json(remote: Remote, state: TreeState) -> None:
+    async for message in remote.events(list(state.tasks)):
+        if state.apply(message) is not None:
+            print(json.dumps(message), flush=True)
+        if state.settled():
+            return
+
+
+async def _follow_bars(remote: Remote, state: TreeState) -> None:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
+
+    console = Console(file=sys.stdout)
+    columns = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TextColumn("{task.fields[status]}"))
+    with Progress(*columns, console=console, refresh_per_second=10) as progress:
+        bars = {tid: progress.add_task(_label(t["name"]), total=1.0, completed=t["progress"],
+                                       status=_status(t["status"])) for tid, t in state.tasks.items()}
+        async for message in remote.events(list(state.tasks)):
+            changed = state.apply(message)
+            if changed is not None:
+                task = state.tasks[changed]
+                progress.update(bars[changed], completed=task["progress"], status=_status(task["status"]))
+            if state.settled():
+                return
+
+
+def _label(name: str) -> str:
+    from rich.markup import escape
+
+    return escape(name if len(name) <= 40 else name[:39] + "…")
+
+
+def _status(status: str) -> str:
+    return f"[{COLOURS.get(status, 'white')}]{status}[/]"

@@ -1,0 +1,118 @@
+"""`taskgrove tasks list|get|tree|execute|cancel|delete|watch`: the tasks.* JSON-RPC methods of a
+running service, as tables and trees for people or JSON (--json) for scripts."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from taskgrove.agent.remote.client import Remote, RemoteError
+from taskgrove.agent.remote.commands import Command, Group
+from taskgrove.agent.remote.follow import follow
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rich.console import Console
+
+STATUSES = ("pending", "in_progress", "completed", "failed", "cancelled")
+
+
+def _task_id(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("task_id", help="any task of the tree (the root for a whole tree)")
+
+
+def _list_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--status", choices=STATUSES)
+    parser.add_argument("--search", help="part of the name, or the start of the id")
+    parser.add_argument("--roots", action="store_true", help="root tasks only (one per tree), with counts by status")
+    parser.add_argument("--limit", type=int, default=50)
+    parser.add_argument("--offset", type=int, default=0)
+
+
+async def _list(remote: Remote, args: argparse.Namespace, console: "Console") -> int:
+    from taskgrove.agent.remote import show  # rich loads only when a command runs
+
+    params = {"limit": args.limit, "offset": args.offset, "root_only": args.roots}
+    if args.status:
+        params["status"] = args.status
+    if args.search:
+        params["search"] = args.search
+    show.emit(console, await remote.call("tasks.list", params), args.json, show.task_table)
+    return 0
+
+
+async def _get(remote: Remote, args: argparse.Namespace, console: "Console") -> int:
+    from taskgrove.agent.remote import show  # rich loads only when a command runs
+
+    task = await remote.call("tasks.get", {"task_id": args.task_id})
+    if task is None:
+        raise RemoteError(f"no task '{args.task_id}'", 1)
+    show.emit(console, task, args.json, show.task_detail)
+    return 0
+
+
+async def _tree(remote: Remote, args: argparse.Namespace, console: "Console") -> int:
+    from taskgrove.agent.remote import show  # rich loads only when a command runs
+
+    show.emit(console, await remote.call("tasks.tree", {"task_id": args.task_id}), args.json, show.task_tree)
+    return 0
+
+
+def _execute_arguments(parser: argparse.ArgumentParser) -> None:
+    _task_id(parser)
+    parser.add_argument("--copy", action="store_true", help="run a copy of the tree (re-execute a finished one)")
+    parser.add_argument("--watch", action="store_true", help="then follow the tree live, as `tasks watch` does")
+    parser.add_argument("--timeout", type=float, help="with --watch: give up after this many seconds")
+
+
+async def _execute(remote: Remote, args: argparse.Namespace, console: "Console") -> int:
+    from taskgrove.agent.remote import show  # rich loads only when a command runs
+
+    answer = await remote.call("tasks.execute", {"task_id": args.task_id, "copy_execution": args.copy})
+    if args.watch and answer.get("success"):
+        if not args.json:
+            console.print(f"started {show.escape(str(answer['root_task_id']))}")
+        return await follow(remote, answer["task_id"], as_json=args.json, timeout=args.timeout)
+    show.emit(console, answer, args.json, lambda a: f"{show.status(str(a['status']))} {show.escape(str(a['message']))}")
+    return 0 if answer.get("success") else 1
+
+
+def _cancel_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("task_ids", nargs="+", metavar="task_id")
+
+
+async def _cancel(remote: Remote, args: argparse.Namespace, console: "Console") -> int:
+    from taskgrove.agent.remote import show  # rich loads only when a command runs
+
+    answers = await remote.call("tasks.cancel", {"task_ids": args.task_ids})
+    show.emit(console, answers, args.json, lambda rows: "\n".join(
+        f"{show.escape(str(r['task_id']))}: {show.status(str(r['status']))} {show.escape(str(r['message']))}"
+        for r in rows))
+    return 0 if all(a["status"] == "cancelled" for a in answers) else 1
+
+
+async def _delete(remote: Remote, args: argparse.Namespace, console: "Console") -> int:
+    from taskgrove.agent.remote import show  # rich loads only when a command runs
+
+    answer = await remote.call("tasks.delete", {"task_id": args.task_id})
+    show.emit(console, answer, args.json, lambda a: f"deleted {a['deleted_count']} task(s)")
+    return 0 if answer.get("success") else 1
+
+
+def _watch_arguments(parser: argparse.ArgumentParser) -> None:
+    _task_id(parser)
+    parser.add_argument("--timeout", type=float, help="give up after this many seconds (exit status 1)")
+
+
+async def _watch(remote: Remote, args: argparse.Namespace, _console: "Console") -> int:
+    return await follow(remote, args.task_id, as_json=args.json, timeout=args.timeout)
+
+
+GROUP = Group("tasks", "tasks of a running service (tasks.* over JSON-RPC)", (
+    Command("list", "tasks newest first (--roots: one row per tree)", _list, _list_arguments),
+    Command("get", "one task's fields", _get, _task_id),
+    Command("tree", "the whole tree a task belongs to", _tree, _task_id),
+    Command("execute", "execute a tree or a task with its dependencies", _execute, _execute_arguments),
+    Command("cancel", "cancel pending or running tasks", _cancel, _cancel_arguments),
+    Command("delete", "delete a pending task and its descendants", _delete, _task_id),
+    Command("watch", "follow a tree live over /ws; exit status 1 when it fails", _watch, _watch_arguments),
+))

@@ -1,0 +1,121 @@
+// A tree page: the dependency graph (layout.js, graph.js) kept live over /ws, a task's detail,
+// and the actions execute, re-execute (on a copy), cancel and copy.
+
+import {call, watch} from "./api.js";
+import {h, json} from "./dom.js";
+import {drawGraph} from "./graph.js";
+import {layout} from "./layout.js";
+import {counts} from "./list.js";
+
+// Detail fields in reading order; objects are shown as JSON.
+const FIELDS = ["id", "name", "status", "progress", "priority", "user_id", "parent_id", "task_tree_id",
+  "original_task_id", "dependencies", "inputs", "params", "schemas", "result", "error", "retry", "attempt",
+  "next_attempt_at", "timeout_seconds", "created_at", "started_at", "completed_at", "updated_at"];
+
+export async function showTree(main, rootId, notify, go, current) {
+  const started = performance.now();
+  const tree = await call("tasks.tree", {task_id: rootId});
+  if (!current()) return null;
+  const plan = layout(tree);
+  const detail = h("aside", {class: "detail", "data-testid": "detail"}, h("p", {class: "hint"}, "Click a task for its detail."));
+  const summary = h("span", {class: "summary", "data-testid": "summary"});
+  const live = h("span", {class: "live", "data-testid": "live"}, "connecting…");
+  const measured = h("span", {class: "measured", "data-testid": "render-time"});
+  let selected = null;
+
+  const select = async (id) => {
+    selected = id;
+    graph.select(id);
+    await showDetail(id);
+  };
+  const graph = drawGraph(plan, select);
+  const refreshSummary = () => {
+    const byStatus = {};
+    for (const task of plan.tasks.values()) byStatus[task.status] = (byStatus[task.status] || 0) + 1;
+    summary.replaceChildren(`${plan.tasks.size} tasks `, counts(byStatus));
+  };
+
+  async function act(label, work) {
+    try {
+      await work();
+    } catch (error) {
+      notify(`${label} failed: ${error.message}`);
+    }
+  }
+
+  async function showDetail(id) {
+    const task = await call("tasks.get", {task_id: id});
+    if (selected !== id) return;
+    if (!task) {
+      detail.replaceChildren(h("p", {}, "This task no longer exists."));
+      return;
+    }
+    const fields = h("dl", {});
+    for (const field of FIELDS) {
+      if (!(field in task)) continue;
+      const value = task[field];
+      fields.append(h("dt", {}, field), h("dd", {"data-field": field},
+        value !== null && typeof value === "object" ? json(value) : String(value ?? "—")));
+    }
+    const buttons = [];
+    if (task.status === "pending" || task.status === "failed") {
+      buttons.push(h("button", {"data-testid": "execute", onclick: () => act("Execute", async () => {
+        const answer = await call("tasks.execute", {task_id: id});
+        notify(answer.message || answer.status, answer.success ? "info" : "error");
+      })}, "Execute"));
+    }
+    if (task.status === "completed" || task.status === "failed" || task.status === "cancelled") {
+      buttons.push(h("button", {"data-testid": "re-execute", onclick: () => act("Re-execute", async () => {
+        const answer = await call("tasks.execute", {task_id: id, copy_execution: true});
+        go(`#/tree/${encodeURIComponent(answer.root_task_id)}`);
+      })}, "Re-execute on a copy"));
+    }
+    if (task.status === "pending" || task.status === "in_progress") {
+      buttons.push(h("button", {"data-testid": "cancel", onclick: () => act("Cancel", async () => {
+        const [answer] = await call("tasks.cancel", {task_ids: [id]});
+        notify(answer.message, answer.status === "cancelled" ? "info" : "error");
+      })}, "Cancel"));
+    }
+    buttons.push(h("button", {"data-testid": "copy", onclick: () => act("Copy", async () => {
+      const copy = await call("tasks.copy", {task_id: id, children: true});
+      go(`#/tree/${encodeURIComponent(copy.id)}`);
+    })}, "Copy"));
+    detail.replaceChildren(h("h2", {}, task.name), h("p", {class: "actions"}, buttons), fields);
+  }
+
+  main.replaceChildren(
+    h("section", {class: "tree-page"},
+      h("h1", {}, h("a", {href: "#/"}, "Trees"), " / ", tree.name),
+      h("p", {class: "toolbar"}, summary, " ", live, " ", measured),
+      h("div", {class: "split"}, h("div", {class: "canvas"}, graph.svg), detail)));
+  refreshSummary();
+  // The time to a drawn frame: layout, DOM, style and layout by the browser.
+  await new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));
+  if (!current()) return null;
+  const renderMs = performance.now() - started;
+  measured.textContent = `drawn in ${Math.round(renderMs)} ms`;
+  document.body.dataset.renderMs = String(renderMs);
+
+  let timer = null;
+  const connection = watch([...plan.tasks.keys()], (message) => {
+    const task = plan.tasks.get(message.task_id);
+    if (message.type === "error") {
+      notify(`Live updates: ${message.message}`);
+      return;
+    }
+    if (!task || !message.data || !message.data.status) return;
+    task.status = message.data.status;
+    if (typeof message.data.progress === "number") task.progress = message.data.progress;
+    if (task.status === "completed") task.progress = 1;
+    graph.update(task.id, task.status, task.progress);
+    if (!timer) timer = setTimeout(() => { timer = null; refreshSummary(); }, 100);
+    if (message.task_id === selected && !message.data.snapshot) showDetail(selected);
+  }, () => {
+    live.textContent = "live updates stopped (reload to reconnect)";
+    live.classList.add("down");
+  });
+  connection.ready.then(() => {
+    if (!live.classList.contains("down")) live.textContent = "live";
+  });
+  return () => connection.close();
+}

@@ -1,0 +1,224 @@
+"""The remote command line (`taskgrove tasks ...`, `taskgrove run FILE --url`) as a person or a script
+runs it: the real console script against real `taskgrove serve` processes (one without JWT, one with).
+
+Waits are conditions: the service polled until a status holds (Service.wait_status), a watched
+process read line by line until the line it must print; never a sleep and a guess.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jwt
+import pytest
+
+from tests.processes import Service
+
+BIN = Path(sys.executable).parent / "taskgrove"
+SECRET = "cli-test-secret-with-enough-bytes-for-hs256"
+
+
+@pytest.fixture(scope="module")
+def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Service]]:
+    work = tmp_path_factory.mktemp("remote")
+    common = {"SERVICE_CREATE_WAIT_TIMEOUT": "0"}  # tasks.create answers right after starting
+    plain = Service(work, {**common, "SERVICE_DATABASE_URL": f"sqlite:///{work / 'plain.db'}"}, "plain")
+    guarded = Service(work, {**common, "SERVICE_DATABASE_URL": f"sqlite:///{work / 'jwt.db'}",
+                             "SERVICE_JWT_SECRET": SECRET}, "jwt")
+    plain.launch()
+    guarded.launch()
+    try:
+        yield {"plain": plain.ready(), "jwt": guarded.ready()}
+    finally:
+        plain.stop()
+        guarded.stop()
+
+
+def env_for(service: Service | None, token: str | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TASKGROVE_", "SERVICE_"))}
+    if service is not None:
+        env["TASKGROVE_URL"] = service.url
+    if token is not None:
+        env["TASKGROVE_TOKEN"] = token
+    env["COLUMNS"] = "200"  # rich wraps at the terminal's width; keep rows on one line
+    return env
+
+
+def cli(args: list[str], service: Service | None = None, token: str | None = None,
+        timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN), *args], env=env_for(service, token), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def sleeping_tree(prefix: str) -> list[dict[str, Any]]:
+    return [
+        {"id": f"{prefix}-root", "name": f"{prefix} root [red]markup[/red]",
+         "schemas": {"method": "aggregate_results_executor"}, "dependencies": [{"id": f"{prefix}-sleep"}]},
+        {"id": f"{prefix}-sleep", "name": f"{prefix} sleep", "parent_id": f"{prefix}-root",
+         "schemas": {"method": "sleep_executor"}, "inputs": {"seconds": 600}},
+    ]
+
+
+def test_list_get_tree_for_people_and_scripts(services: dict[str, Service]) -> None:
+    service = services["plain"]
+    asyncio.run(service.rpc("tasks.create", {"tasks": sleeping_tree("read")}))
+    asyncio.run(service.wait_status("read-sleep", ("in_progress",), 20))
+
+    listed = cli(["tasks", "list", "--roots", "--search", "read", "--json"], service)
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    assert [r["id"] for r in rows] == ["read-root"]
+    assert rows[0]["status_counts"] == {"pending": 1, "in_progress": 1}
+
+    table = cli(["tasks", "list", "--roots"], service)
+    assert table.returncode == 0 and "read-root" in table.stdout
+    assert "[red]markup[/red]" in table.stdout  # a name is text, never styling
+
+    got = cli(["tasks", "get", "read-sleep", "--json"], service)
+    assert json.loads(got.stdout)["inputs"] == {"seconds": 600}
+    missing = cli(["tasks", "get", "nope"], service)
+    assert missing.returncode == 1 and "no task 'nope'" in missing.stderr
+
+    tree = cli(["tasks", "tree", "read-sleep"], service)
+    assert tree.returncode == 0, tree.stderr
+    assert "read sleep" in tree.stdout and "in_progress" in tree.stdout and "after read-sleep" in tree.stdout
+    nested = json.loads(cli(["tasks", "tree", "read-root", "--json"], service).stdout)
+    assert nested["children"][0]["id"] == "read-sleep"
+
+    bad = cli(["tasks", "list", "--limit", "0"], service)
+    assert bad.returncode == 1 and "limit must be between" in bad.stderr and "Traceback" not in bad.stderr
+    asyncio.run(service.rpc("tasks.cancel", {"task_ids": ["read-sleep"]}))
+
+
+def test_watch_follows_a_running_tree_and_cancel_stops_it(services: dict[str, Service]) -> None:
+    service = services["plain"]
+    asyncio.run(service.rpc("tasks.create", {"tasks": sleeping_tree("watched")}))
+    asyncio.run(service.wait_status("watched-sleep", ("in_progress",), 20))
+    watch = subprocess.Popen([str(BIN), "tasks", "watch", "watched-root", "--json"], env=env_for(service),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        seen: dict[str, str] = {}
+        while seen.get("watched-sleep") != "in_progress":  # the snapshots arrive first
+            line = watch.stdout.readline()  # type: ignore[union-attr]
+            assert line, watch.stderr.read()  # type: ignore[union-attr]
+            message = json.loads(line)
+            seen[message["task_id"]] = message["data"]["status"]
+        cancelled = cli(["tasks", "cancel", "watched-sleep"], service)
+        assert cancelled.returncode == 0 and "cancelled" in cancelled.stdout, cancelled.stderr
+        out, err = watch.communicate(timeout=30)
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+            watch.wait()
+    assert watch.returncode == 1, err  # the watched tree failed: its task was cancelled
+    lines = [json.loads(line) for line in out.splitlines()]
+    # The event that settled the tree, then the outcome.
+    assert (lines[-2]["task_id"], lines[-2]["data"]["status"]) == ("watched-sleep", "cancelled")
+    assert lines[-1]["status"] == "failed" and lines[-1]["statuses"]["watched-sleep"] == "cancelled"
+
+    again = cli(["tasks", "cancel", "watched-sleep"], service)
+    assert again.returncode == 1 and "already cancelled" in again.stdout
+
+
+def test_execute_and_delete_copies(services: dict[str, Service]) -> None:
+    service = services["plain"]
+    asyncio.run(service.rpc("tasks.create", {"tasks": [
+        {"id": "src", "name": "src", "schemas": {"method": "aggregate_results_executor"},
+         "dependencies": [{"id": "src-leaf"}]},
+        {"id": "src-leaf", "name": "leaf", "parent_id": "src", "schemas": {"method": "noop_executor"}},
+    ]}))
+    asyncio.run(service.wait_status("src", ("completed",), 20))
+    first = asyncio.run(service.rpc("tasks.copy", {"task_id": "src", "children": True}))["id"]
+    second = asyncio.run(service.rpc("tasks.copy", {"task_id": "src", "children": True}))["id"]
+
+    ran = cli(["tasks", "execute", first, "--watch", "--json", "--timeout", "60"], service)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert json.loads(ran.stdout.splitlines()[-1])["status"] == "completed"
+
+    deleted = cli(["tasks", "delete", second, "--json"], service)
+    assert deleted.returncode == 0, deleted.stderr
+    assert json.loads(deleted.stdout)["deleted_count"] == 2
+    refused = cli(["tasks", "delete", first], service)  # completed: not deletable, said in one line
+    assert refused.returncode == 1 and "non-pending" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_run_file_on_a_remote_service(services: dict[str, Service], tmp_path: Path) -> None:
+    service = services["plain"]
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"tasks": [
+        {"id": "ran", "name": "remote root", "schemas": {"method": "aggregate_results_executor"},
+         "dependencies": [{"id": "ran-leaf"}]},
+        {"id": "ran-leaf", "name": "remote leaf", "parent_id": "ran", "schemas": {"method": "noop_executor"}},
+    ]}))
+    done = cli(["run", str(good), "--url", service.url])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "remote leaf" in done.stdout and "tree ran: completed" in done.stdout
+    assert asyncio.run(service.task("ran-leaf"))["status"] == "completed"  # on the service, not locally
+
+    lone = tmp_path / "lone.json"
+    lone.write_text(json.dumps([{"name": "no id", "schemas": {"method": "noop_executor"}}]))
+    scripted = cli(["run", str(lone), "--url", service.url, "--json"])
+    assert scripted.returncode == 0, scripted.stderr
+    assert json.loads(scripted.stdout.splitlines()[-1])["status"] == "completed"
+
+    failing = tmp_path / "failing.json"
+    failing.write_text(json.dumps([{"id": "nope", "name": "refused", "schemas": {"method": "command_executor"},
+                                    "inputs": {"command": "ls"}}]))
+    failed = cli(["run", str(failing), "--url", service.url, "--json"])
+    assert failed.returncode == 1, failed.stderr
+    assert json.loads(failed.stdout.splitlines()[-1])["status"] == "failed"
+
+    invalid = tmp_path / "invalid.json"
+    invalid.write_text(json.dumps([{"id": "x"}]))
+    refused = cli(["run", str(invalid), "--url", service.url])
+    assert refused.returncode == 2 and "invalid tree" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_unreachable_service_is_one_clear_line() -> None:
+    from tests.servers import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    for args in (["tasks", "list", "--url", url], ["tasks", "watch", "x", "--url", url]):
+        answer = cli(args)
+        assert answer.returncode == 2, answer.stderr
+        assert "cannot reach the service at" in answer.stderr and "Traceback" not in answer.stderr
+
+
+def test_tokens_missing_refused_and_accepted(services: dict[str, Service]) -> None:
+    service = services["jwt"]
+    token = jwt.encode({"user_id": "carol"}, SECRET, algorithm="HS256")
+    service.token = token
+    asyncio.run(service.rpc("tasks.create", {"tasks": [{"id": "mine", "name": "mine",
+                                                         "schemas": {"method": "noop_executor"}}]}))
+    asyncio.run(service.wait_status("mine", ("completed",), 20))
+
+    missing = cli(["tasks", "list"], service)
+    assert missing.returncode == 3 and "needs a token" in missing.stderr and "Traceback" not in missing.stderr
+    wrong = cli(["tasks", "list", "--token", "not-a-token"], service)
+    assert wrong.returncode == 3 and "refused the token" in wrong.stderr and "Malformed token" in wrong.stderr
+    listed = cli(["tasks", "list", "--json"], service, token=token)  # TASKGROVE_TOKEN
+    assert listed.returncode == 0, listed.stderr
+    assert [r["id"] for r in json.loads(listed.stdout)] == ["mine"]
+    watched = cli(["tasks", "watch", "mine", "--json"], service, token=token)  # /ws with the token
+    assert watched.returncode == 0, watched.stderr
+    assert json.loads(watched.stdout.splitlines()[-1])["status"] == "completed"
+
+
+def test_watch_a_tree_larger_than_one_connection(services: dict[str, Service]) -> None:
+    """/ws takes at most 1000 subscriptions per connection: a larger tree is watched over several."""
+    service = services["plain"]
+    tasks: list[dict[str, Any]] = [{"id": "wide", "name": "wide", "schemas": {"method": "noop_executor"}}]
+    tasks += [{"id": f"wide-{i}", "name": f"leaf {i}", "parent_id": "wide", "schemas": {"method": "noop_executor"}}
+              for i in range(1100)]
+    asyncio.run(service.rpc("tasks.create", {"tasks": tasks}))
+    watched = cli(["tasks", "watch", "wide", "--json", "--timeout", "120"], service, timeout=150)
+    assert watched.returncode == 0, watched.stderr
+    outcome = json.loads(watched.stdout.splitlines()[-1])
+    assert outcome["status"] == "completed" and len(outcome["statuses"]) == 1101

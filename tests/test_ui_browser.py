@@ -1,0 +1,269 @@
+"""The dashboard in a real browser: Debian's chromium driven by Playwright against real
+`taskgrove serve` processes (one without JWT, one with), one browser for the module.
+
+Every wait is for a condition on the page (Playwright's `expect` retries until its deadline) or on
+the service (Service.wait_status polls): nothing is read right after an action and assumed done.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jwt
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from tests.processes import Service
+
+CHROMIUM = "/usr/bin/chromium"
+SECRET = "ui-test-secret-with-enough-bytes-for-hs256"
+WAIT_MS = 20_000  # generous: the CI machine is slow and loaded
+XSS = "<img src=x onerror=alert(1)>"
+
+
+def _chromium() -> str:
+    """Debian's chromium; `make test` installs it where it is missing (never a downloaded browser)."""
+    path = shutil.which("chromium") or CHROMIUM
+    assert Path(path).exists(), "chromium is missing: run `make test` (it installs it with apt-get)"
+    return path
+
+
+@pytest.fixture(scope="module")
+def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Service]]:
+    work = tmp_path_factory.mktemp("ui")
+    # tasks.create answers right after starting, so a test can open the page while the tree runs.
+    common = {"SERVICE_CREATE_WAIT_TIMEOUT": "0"}
+    plain = Service(work, {**common, "SERVICE_DATABASE_URL": f"sqlite:///{work / 'plain.db'}"}, "plain")
+    guarded = Service(work, {**common, "SERVICE_DATABASE_URL": f"sqlite:///{work / 'jwt.db'}",
+                             "SERVICE_JWT_SECRET": SECRET}, "jwt")
+    plain.launch()
+    guarded.launch()
+    try:
+        yield {"plain": plain.ready(), "jwt": guarded.ready()}
+    finally:
+        plain.stop()
+        guarded.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=_chromium(), args=["--no-sandbox"])
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture()
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    opened = context.new_page()
+    errors: list[str] = []
+    opened.on("pageerror", lambda exc: errors.append(str(exc)))
+    opened.on("dialog", lambda dialog: errors.append(f"dialog: {dialog.message}"))  # alert(1) = XSS
+    yield opened
+    context.close()
+    assert not errors, errors
+
+
+# Playwright's sync API keeps an event loop on this thread: plain synchronous HTTP here.
+def rpc(service: Service, method: str, params: Any) -> Any:
+    headers = {"Authorization": f"Bearer {service.token}"} if service.token else {}
+    answer = httpx.post(f"{service.url}/tasks", headers=headers, timeout=60,
+                        json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).json()
+    assert "error" not in answer, answer
+    return answer["result"]
+
+
+def wait_status(service: Service, task_id: str, statuses: tuple[str, ...], timeout: float = 20) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        task = rpc(service, "tasks.get", {"task_id": task_id})
+        if task and task["status"] in statuses:
+            return task
+        assert time.monotonic() < deadline, f"task {task_id} stuck in {task and task['status']}"
+        time.sleep(0.05)
+
+
+def sleeping_tree(prefix: str, seconds: float = 600) -> list[dict[str, Any]]:
+    """A root that depends on a long sleep: running until the test moves it on."""
+    return [
+        {"id": f"{prefix}-root", "name": f"{prefix} root", "schemas": {"method": "aggregate_results_executor"},
+         "dependencies": [{"id": f"{prefix}-sleep"}]},
+        {"id": f"{prefix}-sleep", "name": f"{prefix} sleep", "parent_id": f"{prefix}-root",
+         "schemas": {"method": "sleep_executor"}, "inputs": {"seconds": seconds}},
+    ]
+
+
+def node(page: Page, task_id: str) -> Any:
+    return page.locator(f'g.node[data-task-id="{task_id}"]')
+
+
+def test_list_shows_a_created_tree_with_its_name_as_text(services: dict[str, Service], page: Page) -> None:
+    service = services["plain"]
+    rpc(service, "tasks.create", {"tasks": [
+        {"id": "xss-root", "name": XSS, "schemas": {"method": "aggregate_results_executor"},
+         "dependencies": [{"id": "xss-leaf"}]},
+        {"id": "xss-leaf", "name": "leaf", "parent_id": "xss-root", "schemas": {"method": "noop_executor"}},
+    ]})
+    wait_status(service, "xss-root", ("completed",), 20)
+    page.goto(f"{service.url}/ui")
+    row = page.locator('[data-testid=tree-row][data-task-id="xss-root"]')
+    expect(row).to_be_visible(timeout=WAIT_MS)
+    expect(row.get_by_role("link")).to_have_text(XSS)  # shown as text ...
+    expect(page.locator("main img")).to_have_count(0)  # ... never as markup
+    expect(row).to_contain_text("2 completed")  # the tree's counts by status
+    # Search by id and by name; a status filter that excludes it.
+    page.goto(f"{service.url}/ui#/?search=xss-r")
+    expect(page.locator('[data-testid=tree-row][data-task-id="xss-root"]')).to_be_visible(timeout=WAIT_MS)
+    page.goto(f"{service.url}/ui#/?status=failed")
+    expect(page.locator("[data-testid=trees]")).to_contain_text("No trees match", timeout=WAIT_MS)
+    # The tree page draws the name as text too, and the detail shows the result.
+    row_link = f"{service.url}/ui#/tree/xss-root"
+    page.goto(row_link)
+    expect(node(page, "xss-root")).to_have_attribute("data-status", "completed", timeout=WAIT_MS)
+    node(page, "xss-leaf").click()
+    expect(page.locator('[data-field="result"]')).to_contain_text('"ok": true', timeout=WAIT_MS)
+    for field in ("inputs", "params", "schemas", "error", "created_at", "started_at", "completed_at",
+                  "attempt", "retry"):
+        expect(page.locator(f'[data-field="{field}"]')).to_have_count(1)
+    expect(page.locator("main img")).to_have_count(0)
+
+
+def test_create_from_pasted_json_opens_the_running_tree(services: dict[str, Service], page: Page) -> None:
+    service = services["plain"]
+    page.goto(f"{service.url}/ui")
+    page.get_by_test_id("create-json").fill('[{"id": "pasted", "name": "pasted", "schemas": {"method": "noop_executor"}}]')
+    page.get_by_test_id("create").click()
+    expect(node(page, "pasted")).to_have_attribute("data-status", "completed", timeout=WAIT_MS)
+    assert page.url.endswith("#/tree/pasted")
+
+
+def test_tree_page_shows_statuses_change_without_reload(services: dict[str, Service], page: Page) -> None:
+    service = services["plain"]
+    rpc(service, "tasks.create", {"tasks": sleeping_tree("live")})
+    wait_status(service, "live-sleep", ("in_progress",), 20)
+    page.goto(f"{service.url}/ui#/tree/live-root")
+    expect(node(page, "live-sleep")).to_have_attribute("data-status", "in_progress", timeout=WAIT_MS)
+    expect(node(page, "live-root")).to_have_attribute("data-status", "pending")
+    expect(page.get_by_test_id("live")).to_have_text("live", timeout=WAIT_MS)
+    # Finish the sleep by hand: the root then runs; the page follows over /ws, no reload.
+    rpc(service, "tasks.update", {"task_id": "live-sleep", "status": "completed", "progress": 1.0})
+    expect(node(page, "live-sleep")).to_have_attribute("data-status", "completed", timeout=WAIT_MS)
+    expect(node(page, "live-root")).to_have_attribute("data-status", "completed", timeout=WAIT_MS)
+    expect(page.get_by_test_id("summary")).to_contain_text("2 completed", timeout=WAIT_MS)
+
+
+def test_cancel_from_the_page_cancels_the_running_task(services: dict[str, Service], page: Page) -> None:
+    service = services["plain"]
+    rpc(service, "tasks.create", {"tasks": sleeping_tree("stop")})
+    wait_status(service, "stop-sleep", ("in_progress",), 20)
+    page.goto(f"{service.url}/ui#/tree/stop-root")
+    expect(node(page, "stop-sleep")).to_have_attribute("data-status", "in_progress", timeout=WAIT_MS)
+    node(page, "stop-sleep").click()
+    page.get_by_test_id("cancel").click()
+    expect(node(page, "stop-sleep")).to_have_attribute("data-status", "cancelled", timeout=WAIT_MS)
+    assert wait_status(service, "stop-sleep", ("cancelled",), 20)["status"] == "cancelled"
+    expect(page.locator('[data-field="status"]')).to_have_text("cancelled", timeout=WAIT_MS)
+
+
+def test_jwt_page_explains_a_missing_token_and_works_with_one(services: dict[str, Service], page: Page) -> None:
+    service = services["jwt"]
+    token = jwt.encode({"user_id": "alice"}, SECRET, algorithm="HS256")
+    service.token = token
+    rpc(service, "tasks.create", {"tasks": sleeping_tree("guarded")})
+    wait_status(service, "guarded-sleep", ("in_progress",), 20)
+    page.goto(f"{service.url}/ui")
+    expect(page.locator("#notice")).to_contain_text("requires a token", timeout=WAIT_MS)
+    expect(page.get_by_test_id("auth-needed")).to_be_visible()
+    page.locator("#token").fill(token)
+    page.locator("#token-form button[type=submit]").click()
+    expect(page.locator('[data-testid=tree-row][data-task-id="guarded-root"]')).to_be_visible(timeout=WAIT_MS)
+    assert page.evaluate("sessionStorage.getItem('taskgrove.token')") == token
+    page.goto(f"{service.url}/ui#/tree/guarded-root")
+    expect(node(page, "guarded-sleep")).to_have_attribute("data-status", "in_progress", timeout=WAIT_MS)
+    expect(page.get_by_test_id("live")).to_have_text("live", timeout=WAIT_MS)
+    rpc(service, "tasks.cancel", {"task_ids": ["guarded-sleep"]})  # /ws carried the token: events arrive
+    expect(node(page, "guarded-sleep")).to_have_attribute("data-status", "cancelled", timeout=WAIT_MS)
+    # A wrong token is explained too.
+    page.locator("#token").fill("not-a-token")
+    page.locator("#token-form button[type=submit]").click()
+    expect(page.locator("#notice")).to_contain_text("refused the token", timeout=WAIT_MS)
+
+
+def test_a_thousand_task_tree_renders_and_stays_responsive(services: dict[str, Service], page: Page) -> None:
+    service = services["plain"]
+    tasks: list[dict[str, Any]] = [{"id": "big", "name": "big", "schemas": {"method": "aggregate_results_executor"},
+                                    "dependencies": [{"id": f"big-{i}"} for i in range(0, 999, 10)]}]
+    for i in range(999):
+        task: dict[str, Any] = {"id": f"big-{i}", "name": f"task {i}", "parent_id": "big",
+                                "schemas": {"method": "noop_executor"}}
+        if i % 10:
+            task["dependencies"] = [{"id": f"big-{i - 1}"}]
+        tasks.append(task)
+    rpc(service, "tasks.create", {"tasks": tasks})
+    wait_status(service, "big", ("completed",), 60)
+    page.goto(f"{service.url}/ui#/tree/big")
+    expect(page.locator("body[data-render-ms]")).to_have_count(1, timeout=WAIT_MS)
+    expect(page.locator("g.node")).to_have_count(1000)
+    print(f"\n1000-task tree drawn in {float(page.locator('body').get_attribute('data-render-ms')):.0f} ms")
+    expect(page.get_by_test_id("live")).to_have_text("live", timeout=WAIT_MS)
+    node(page, "big-998").click()  # responsive: a click is answered with the task's detail
+    expect(page.locator('[data-field="id"]')).to_have_text("big-998", timeout=WAIT_MS)
+
+
+
+def test_examples_init_and_the_executors_page(services: dict[str, Service], page: Page) -> None:
+    service = services["plain"]
+    page.goto(f"{service.url}/ui")
+    page.get_by_test_id("examples-init").click()
+    expect(page.locator("#notice")).to_be_visible(timeout=WAIT_MS)
+    expect(page.locator("[data-testid=tree-row][data-task-id^='ex-']").first).to_be_visible(timeout=WAIT_MS)
+    page.get_by_role("link", name="Executors and health").click()
+    executors = page.get_by_test_id("executors")
+    expect(executors).to_contain_text("noop_executor", timeout=WAIT_MS)
+    expect(executors).to_contain_text("sleep_executor")
+    expect(page.get_by_test_id("health")).to_contain_text("healthy")
+
+
+def test_copy_then_execute_from_the_page(services: dict[str, Service], page: Page) -> None:
+    service = services["plain"]
+    rpc(service, "tasks.create", {"tasks": [
+        {"id": "orig", "name": "orig", "schemas": {"method": "aggregate_results_executor"},
+         "dependencies": [{"id": "orig-leaf"}]},
+        {"id": "orig-leaf", "name": "orig leaf", "parent_id": "orig", "schemas": {"method": "noop_executor"}},
+    ]})
+    wait_status(service, "orig", ("completed",), 20)
+    page.goto(f"{service.url}/ui#/tree/orig")
+    node(page, "orig").click()
+    page.get_by_test_id("copy").click()
+    # The copy's page: new ids, both tasks pending.
+    expect(page.locator('g.node[data-status="pending"]')).to_have_count(2, timeout=WAIT_MS)
+    assert "#/tree/orig" not in page.url
+    copy_id = page.url.rsplit("/", 1)[-1]
+    assert rpc(service, "tasks.get", {"task_id": copy_id})["original_task_id"] == "orig"
+    page.locator(f'g.node[data-task-id="{copy_id}"]').click()
+    page.get_by_test_id("execute").click()
+    expect(page.locator('g.node[data-status="completed"]')).to_have_count(2, timeout=WAIT_MS)
+
+
+def test_the_list_pages_twenty_trees_at_a_time(services: dict[str, Service], page: Page) -> None:
+    service = services["plain"]
+    for i in range(21):
+        rpc(service, "tasks.create", {"tasks": [{"id": f"paged-{i:02d}", "name": f"paged {i}",
+                                                 "schemas": {"method": "noop_executor"}}]})
+    page.goto(f"{service.url}/ui#/?search=paged-")
+    rows = page.locator("[data-testid=tree-row]")
+    expect(rows).to_have_count(20, timeout=WAIT_MS)
+    expect(rows.first).to_have_attribute("data-task-id", "paged-20")  # newest first
+    page.get_by_role("link", name="older →").click()
+    expect(rows).to_have_count(1, timeout=WAIT_MS)
+    expect(rows.first).to_have_attribute("data-task-id", "paged-00")
+    page.get_by_role("link", name="← newer").click()
+    expect(rows).to_have_count(20, timeout=WAIT_MS)

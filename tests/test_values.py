@@ -1,0 +1,70 @@
+"""storage.values: the check every task outcome passes before it is stored. The shortcut for
+small plain values must agree with the full walk on every value and every limit."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from taskgrove.storage import values
+from taskgrove.storage.values import Unstorable, storable
+
+scalars = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2 ** 70), max_value=2 ** 70),
+                    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12),
+                    st.sampled_from(["\ud800", "é", "x" * 40]))
+json_like = st.recursive(scalars, lambda inner: st.one_of(
+    st.lists(inner, max_size=6), st.tuples(inner, inner),
+    st.dictionaries(st.one_of(st.text(max_size=6), st.integers(0, 9)), inner, max_size=6)), max_leaves=40)
+
+
+def walked(value: Any, max_depth: int, max_bytes: int) -> tuple[str, Any]:
+    """What the full walk alone answers: the stored value (and whether it is the same object),
+    or the refusal's message."""
+    steps = values._steps(value, max_depth, max_bytes, "result")
+    try:
+        while True:
+            next(steps)
+    except StopIteration as done:
+        return ("same" if done.value is value else "copy", done.value)
+    except Unstorable as exc:
+        return ("refused", str(exc))
+
+
+@settings(max_examples=400, deadline=None)
+@given(value=json_like, max_depth=st.integers(0, 10), max_bytes=st.integers(0, 400))
+def test_the_shortcut_answers_what_the_walk_answers(value: Any, max_depth: int, max_bytes: int) -> None:
+    expected = walked(value, max_depth, max_bytes)
+    if values._small_and_plain(value, max_depth, max_bytes):
+        assert expected[0] == "same", expected  # taken only where the walk keeps the value as it is
+    try:
+        got: tuple[str, Any] = ("same" if (result := storable(value, max_depth=max_depth,
+                                                               max_bytes=max_bytes)) is value else "copy", result)
+    except Unstorable as exc:
+        got = ("refused", str(exc))
+    assert _comparable(got) == _comparable(expected)
+
+
+def _comparable(answer: tuple[str, Any]) -> Any:
+    kind, value = answer
+    return kind, repr(value) if kind != "refused" else value
+
+
+@pytest.mark.parametrize("value", [{"ok": True, "inputs": {}}, [1, 2.5, None, "x"], "text", 3, None])
+def test_typical_results_take_the_shortcut_and_come_back_unchanged(value: Any) -> None:
+    assert values._small_and_plain(value, 100, 16 * 1024 * 1024)
+    assert storable(value, max_depth=100, max_bytes=16 * 1024 * 1024) is value
+
+
+def test_what_the_shortcut_leaves_to_the_walk() -> None:
+    limits = {"max_depth": 100, "max_bytes": 1 << 24}
+    assert not values._small_and_plain({"n": math.nan}, 100, 1 << 24)
+    with pytest.raises(Unstorable, match="not finite"):
+        storable({"n": math.nan}, **limits)
+    with pytest.raises(Unstorable, match="lone surrogate"):
+        storable({"s": "\ud800"}, **limits)
+    assert storable((1, 2), **limits) == [1, 2]
+    assert storable({1: "a"}, **limits) == {"1": "a"}
