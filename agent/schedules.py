@@ -34,6 +34,7 @@ FIELDS = ("task_id", "cron", "interval_seconds", "timezone", "enabled", "max_run
           "overlap", "catch_up", "webhook_config")
 TIMING = ("cron", "interval_seconds", "timezone", "start_at", "end_at", "enabled", "max_runs")
 MAX_RUNS = 2**31 - 1
+MASK = "***"  # what a read shows of a webhook header's value
 
 
 class ScheduleService:
@@ -118,7 +119,7 @@ class ScheduleService:
             out[key] = value
         webhook = spec.get("webhook_config")
         if webhook is not None and webhook is not base.get("webhook_config"):
-            webhook = dataclasses.asdict(await WebhookConfig.parse(webhook, self.settings))
+            webhook = dataclasses.asdict(await WebhookConfig.parse(_unmasked(webhook, base), self.settings))
         out["webhook_config"] = webhook
         return out
 
@@ -210,8 +211,17 @@ def public(row: Mapping[str, Any]) -> dict[str, Any]:
         "last_root_task_id", "runs", "skipped", "last_skipped_at", "created_at", "updated_at")}
     webhook = row.get("webhook_config")
     if webhook:
-        answer["webhook_config"] = {**webhook, "headers": dict.fromkeys(webhook.get("headers") or {}, "***")}
+        answer["webhook_config"] = {**webhook, "headers": dict.fromkeys(webhook.get("headers") or {}, MASK)}
     return answer
+
+
+def _unmasked(webhook: Any, base: Mapping[str, Any]) -> Any:
+    """A webhook_config sent back as read (header values shown as `***`) keeps the stored values."""
+    stored = (base.get("webhook_config") or {}).get("headers") or {}
+    if not isinstance(webhook, Mapping) or not isinstance(webhook.get("headers"), Mapping):
+        return webhook
+    headers = {k: stored[k] if v == MASK and k in stored else v for k, v in webhook["headers"].items()}
+    return {**webhook, "headers": headers}
 
 
 def _moment(spec: Mapping[str, Any], key: str, tz: Any) -> str | None:

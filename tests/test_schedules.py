@@ -370,3 +370,11 @@ async def test_each_run_posts_its_events_to_the_schedules_webhook(make_settings:
         final = next(r for r in hook.requests if r["json"]["type"] == "final")
         assert final["json"]["status"] == "completed" and final["headers"]["x-secret"] == "s3"
         assert {r["json"]["root_task_id"] for r in hook.requests} == {root}
+        # The schedule sent back as read (header values masked) keeps the stored secret.
+        read = await client.result("schedules.get", {"schedule_id": schedule["id"]})
+        await client.result("schedules.update", {"schedule_id": schedule["id"],
+                                                 "webhook_config": {**read["webhook_config"], "timeout": 10}})
+        again = (await client.result("schedules.trigger", {"schedule_id": schedule["id"]}))["root_task_id"]
+        await hook.wait_for(lambda reqs: any(r["json"]["type"] == "final" and r["json"]["root_task_id"] == again
+                                             for r in reqs), timeout=20)
+        assert all(r["headers"]["x-secret"] == "s3" for r in hook.requests)
