@@ -222,3 +222,24 @@ def test_watch_a_tree_larger_than_one_connection(services: dict[str, Service]) -
     assert watched.returncode == 0, watched.stderr
     outcome = json.loads(watched.stdout.splitlines()[-1])
     assert outcome["status"] == "completed" and len(outcome["statuses"]) == 1101
+
+
+def test_schedules_list_for_people_and_scripts(services: dict[str, Service]) -> None:
+    service = services["plain"]
+    asyncio.run(service.rpc("tasks.create", {"tasks": [{"id": "tmpl-sched", "name": "nightly [b]x[/b]",
+                                                        "schemas": {"method": "noop_executor"}}]}))
+    created = asyncio.run(service.rpc("schedules.create", {"task_id": "tmpl-sched", "cron": "30 2 * * *",
+                                                           "timezone": "Europe/Berlin"}))
+
+    listed = cli(["schedules", "list", "--task-id", "tmpl-sched", "--json"], service)
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    assert [r["id"] for r in rows] == [created["id"]] and rows[0]["next_run_at"] == created["next_run_at"]
+
+    table = cli(["schedules", "list"], service)
+    assert table.returncode == 0, table.stderr
+    assert created["id"] in table.stdout and "cron 30 2 * * * Europe/Berlin" in table.stdout
+    assert "tmpl-sched" in table.stdout
+
+    refused = cli(["schedules", "list"], services["jwt"])
+    assert refused.returncode == 3 and "Traceback" not in refused.stderr

@@ -184,3 +184,33 @@ async def test_delete_sees_dependents_with_non_ascii_ids(client: Client) -> None
     await store(client, task("R", method=None), task("é", "R"), task("X_%!", "R", deps=["é"]))
     error = await client.error("tasks.delete", {"task_id": "é"})
     assert "1 tasks depend on this task: [X_%!]" in error["message"]
+
+
+async def test_a_tree_started_while_leases_are_renewed_is_not_dropped(client: Client) -> None:
+    """The lease keeper renews the executions it listed before its database call; a run that
+    started during that call was not listed, so it must not be taken for one whose lease was lost
+    (it was: its executor was stopped and its tasks stayed in_progress, found by bench/trees.lua)."""
+    from taskgrove.storage import executions as xs
+
+    engine = client.services.engine
+    gate = asyncio.Event()
+    real = engine.repo.run
+
+    async def held(fn: Any, *args: Any) -> Any:
+        if fn is xs.renew:
+            await gate.wait()
+        return await real(fn, *args)
+
+    engine.repo.run = held  # type: ignore[method-assign]
+    await store(client, task("a", method="sleep_executor", inputs={"seconds": 1}))
+    await client.result("tasks.execute", {"task_id": "a"})
+    await client.wait_status("a", ("in_progress",))
+    renewal = asyncio.create_task(engine.leases.renew())
+    await asyncio.sleep(0.05)  # the renewal has listed run a and waits in its database call
+    await store(client, task("b", method="sleep_executor", inputs={"seconds": 0.5}))
+    await client.result("tasks.execute", {"task_id": "b"})
+    await client.wait_status("b", ("in_progress",))
+    gate.set()
+    await renewal
+    assert (await client.wait_status("b", ("completed",)))["status"] == "completed"
+    assert (await client.wait_status("a", ("completed",)))["status"] == "completed"

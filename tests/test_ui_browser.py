@@ -267,3 +267,27 @@ def test_the_list_pages_twenty_trees_at_a_time(services: dict[str, Service], pag
     expect(rows.first).to_have_attribute("data-task-id", "paged-00")
     page.get_by_role("link", name="← newer").click()
     expect(rows).to_have_count(20, timeout=WAIT_MS)
+
+
+def test_the_schedules_page_lists_runs_now_and_disables(services: dict[str, Service], page: Page) -> None:
+    service = services["plain"]
+    rpc(service, "tasks.create", {"tasks": [{"id": "sched-tmpl", "name": "sched <i>tmpl</i>",
+                                             "schemas": {"method": "noop_executor"}}]})
+    schedule = rpc(service, "schedules.create", {"task_id": "sched-tmpl", "cron": "0 3 * * *",
+                                                 "timezone": "Europe/Berlin"})
+    page.goto(f"{service.url}/ui")
+    page.get_by_role("link", name="Schedules").click()
+    row = page.locator(f'[data-testid=schedule-row][data-schedule-id="{schedule["id"]}"]')
+    expect(row).to_contain_text("cron 0 3 * * * (Europe/Berlin)", timeout=WAIT_MS)
+    expect(row).to_contain_text(schedule["next_run_at"])
+
+    row.get_by_test_id("trigger").click()  # the run's tree opens: a copy of the template
+    expect(page.locator("g.node")).to_have_count(1, timeout=WAIT_MS)
+    run_id = page.url.rsplit("/", 1)[-1]
+    assert rpc(service, "tasks.get", {"task_id": run_id})["original_task_id"] == "sched-tmpl"
+    assert rpc(service, "schedules.get", {"schedule_id": schedule["id"]})["runs"] == 1
+
+    page.get_by_role("link", name="Schedules").click()
+    row.get_by_test_id("toggle").click()
+    expect(row).to_contain_text("disabled", timeout=WAIT_MS)
+    assert rpc(service, "schedules.get", {"schedule_id": schedule["id"]})["enabled"] is False

@@ -58,13 +58,16 @@ class LeaseKeeper:
         """Extend our leases; a lease we no longer hold means another instance took that work."""
         engine = self.engine
         task_ids = list(engine.running)
-        execution_ids = [run.execution_id for run in engine.runs.values()]
-        if not (task_ids or execution_ids):
+        asked = list(engine.runs.values())  # only these were renewed: runs started meanwhile were not
+        if not (task_ids or asked):
             return
-        tasks, executions = await engine.repo.run(xs.renew, engine.instance_id, task_ids, execution_ids,
-                                                  engine.lease_until())
-        for run in list(engine.runs.values()):
-            if run.execution_id not in executions:
+        tasks, executions = await engine.repo.run(xs.renew, engine.instance_id, task_ids,
+                                                  [run.execution_id for run in asked], engine.lease_until())
+        for run in asked:
+            # Lost: still this instance's run, not ending by itself (an execution that ended while
+            # we asked is no longer `running`), and its execution not renewed.
+            if run.execution_id not in executions and engine.runs.get(run.tree_id) is run \
+                    and not run.ending and not run.done.is_set():
                 engine._drop(run, "its lease was lost (this instance stopped renewing it in time)")
         for tid in set(task_ids) - tasks:
             running = engine.running.get(tid)

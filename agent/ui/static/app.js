@@ -1,10 +1,11 @@
-// The dashboard's entry: routes (#/ the tree list, #/tree/<id> a tree, #/system executors and
-// health), the token field and the message line. Small ES modules loaded by the browser as they
+// The dashboard's entry: routes (#/ the tree list, #/tree/<id> a tree, #/schedules, #/system
+// executors and health), the token field and the message line. Small ES modules loaded by the browser as they
 // are: no bundler, no build step, nothing fetched from outside the service.
 
 import {AuthError, call, setToken, token} from "./api.js";
 import {h} from "./dom.js";
 import {showList} from "./list.js";
+import {showSchedules} from "./schedules.js";
 import {showTree} from "./tree.js";
 
 const main = document.getElementById("main");
@@ -57,6 +58,8 @@ async function route() {
       else if (stop) stop();
     } else if (path === "/system") {
       await showSystem(current);
+    } else if (path === "/schedules") {
+      await showSchedules(main, notify, go, current);
     } else {
       await showList(main, new URLSearchParams(search), notify, go, current);
     }
