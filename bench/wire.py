@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from run import fresh_postgres  # bench/run.py, beside this script
 
 BIN = Path(sys.executable).parent / "taskgrove"
 NOOP = {"method": "noop_executor"}
@@ -243,13 +244,19 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--duration", type=int, default=5, help="seconds per wrk run")
-    parser.add_argument("--postgres", help="a PostgreSQL URL (its database is used as it is)")
+    parser.add_argument("--postgres", help="a PostgreSQL server URL (a scratch database is made on it)")
     args = parser.parse_args()
     print(f"backend: {'postgresql' if args.postgres else 'sqlite'}; medians of {args.repeat} runs (min-max)")
     for name, values in cold_starts(args.repeat, args.postgres).items():
-        print(f"{name:>19}: {spread(values)}")
+        if values:  # measured on SQLite only
+            print(f"{name:>19}: {spread(values)}")
+    with fresh_postgres(args.postgres) as database_url:  # a scratch database, dropped afterwards
+        measure_server(args, database_url)
+
+
+def measure_server(args: argparse.Namespace, database_url: str | None) -> None:
     workdir = tempfile.mkdtemp(prefix="taskgrove-bench-")
-    server, _ = start_taskgrove(workdir, args.postgres)
+    server, _ = start_taskgrove(workdir, database_url)
     ceiling = start_ceiling(workdir) if shutil.which("wrk") else None
     try:
         if ceiling is not None:
