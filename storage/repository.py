@@ -102,6 +102,22 @@ class TaskRepository:
         self.answered_at = time.monotonic()
         return result
 
+    async def _autocommit(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """PostgreSQL: `fn` on a connection in autocommit, for work that is one statement (a pass,
+        a read): no BEGIN and COMMIT round trips around it. Each statement sees what was committed
+        when it began, as each statement of a READ COMMITTED transaction does."""
+        async with self.engine.connect() as async_conn:
+            autocommit = await async_conn.execution_options(isolation_level="AUTOCOMMIT")
+            result = await autocommit.run_sync(fn, *args)
+        self.answered_at = time.monotonic()
+        return result
+
+    async def _read_run(self, fn: Callable[..., Any], *args: Any, conn: AsyncConnection | None = None) -> Any:
+        """A read: in the caller's transaction if given, else in autocommit on PostgreSQL."""
+        if conn is not None or self._batch_engine is not None:
+            return await self._run(fn, *args, conn=conn)
+        return await self._autocommit(fn, *args)
+
     async def ping(self, fresh_within: float = 0.0) -> None:
         """Raise if the database does not answer; a transaction that committed within the last
         `fresh_within` seconds counts as an answer (health checks cost nothing under load)."""
@@ -145,7 +161,7 @@ class TaskRepository:
             row = c.execute(select(T).where(T.c.id == task_id)).first()
             return dict(row._mapping) if row else None
 
-        return await self._run(op, conn=conn)
+        return await self._read_run(op, conn=conn)
 
     async def get_many(self, ids: Iterable[str], conn: AsyncConnection | None = None) -> dict[str, Row]:
         wanted = list(dict.fromkeys(ids))
@@ -161,7 +177,7 @@ class TaskRepository:
                     found[row.id] = dict(row._mapping)
             return found
 
-        return await self._run(op, conn=conn)
+        return await self._read_run(op, conn=conn)
 
     async def tree(self, tree_id: str, conn: AsyncConnection | None = None) -> list[Row]:
         if conn is None and self._reader is not None:
@@ -169,7 +185,7 @@ class TaskRepository:
             if found is not None:
                 return found
         query = select(T).where(T.c.task_tree_id == tree_id).order_by(T.c.created_at, T.c.id)
-        return await self._run(_rows, query, conn=conn)
+        return await self._read_run(_rows, query, conn=conn)
 
     async def list(
         self,
@@ -196,7 +212,7 @@ class TaskRepository:
             query = query.where(or_(func.lower(T.c.name).like(f"%{pattern.lower()}%", escape="\\"),
                                     T.c.id.like(f"{pattern}%", escape="\\")))
         query = query.order_by(T.c.created_at.desc(), T.c.id.desc()).limit(limit).offset(offset)
-        return await self._run(_rows, query)
+        return await self._read_run(_rows, query)
 
     async def status_counts(self, tree_ids: Sequence[str]) -> dict[str, dict[str, int]]:
         """Tasks per status of each tree in `tree_ids`: one grouped query over the tree index."""
@@ -205,7 +221,7 @@ class TaskRepository:
             return counts
         query = (select(T.c.task_tree_id, T.c.status, func.count())
                  .where(T.c.task_tree_id.in_(list(tree_ids))).group_by(T.c.task_tree_id, T.c.status))
-        found = await self._run(lambda c: list(c.execute(query)))
+        found = await self._read_run(lambda c: list(c.execute(query)))
         for tree_id, status, n in found:
             counts[tree_id][status] = int(n)
         return counts
@@ -214,12 +230,12 @@ class TaskRepository:
                     product_id: str | None = None) -> int:
         query = _filtered(select(func.count()).select_from(T), user_id=user_id, status=status,
                           product_id=product_id)
-        return await self._run(lambda c: int(c.execute(query).scalar_one()))
+        return await self._read_run(lambda c: int(c.execute(query).scalar_one()))
 
     async def count_by_status(self) -> dict[str, int]:
         """Tasks per status (metrics): one grouped count over the status index."""
         query = select(T.c.status, func.count()).group_by(T.c.status)
-        return await self._run(lambda c: {status: int(n) for status, n in c.execute(query)})
+        return await self._read_run(lambda c: {status: int(n) for status, n in c.execute(query)})
 
     async def children(self, parent_id: str) -> list[Row]:
         if self._reader is not None:
@@ -227,7 +243,7 @@ class TaskRepository:
             if found is not None:
                 return found
         query = select(T).where(T.c.parent_id == parent_id).order_by(T.c.created_at, T.c.id)
-        return await self._run(_rows, query)
+        return await self._read_run(_rows, query)
 
     async def dependents(self, task_ids: Sequence[str], conn: AsyncConnection | None = None) -> list[Row]:
         """Tasks (in any tree) that list one of `task_ids` among their dependencies.
@@ -298,10 +314,7 @@ class TaskRepository:
         Returns the ids whose write was accepted, the claimed ids with their tokens, and each
         ended execution's final status (None: it cannot end now)."""
         if self.engine.dialect.name == "postgresql" and not ends and len(claims) <= executions.PG_PASS_MAX_CLAIMS:
-            async with self.engine.connect() as async_conn:  # one statement: no BEGIN/COMMIT round trips
-                autocommit = await async_conn.execution_options(isolation_level="AUTOCOMMIT")
-                accepted, claimed = await autocommit.run_sync(executions.pg_pass, writes, claims, owner, until, stamp)
-            self.answered_at = time.monotonic()
+            accepted, claimed = await self._autocommit(executions.pg_pass, writes, claims, owner, until, stamp)
             return accepted, claimed, {}
 
         def op(c: Connection) -> tuple[set[str], dict[str, Row], dict[str, str | None]]:
