@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import operator
+import re
 import sqlite3
 import uuid
 from collections.abc import Mapping, Sequence
@@ -51,20 +52,25 @@ _BLOCKING_DEPENDENCY = {
 }
 
 
+def _claim_sql(blocking: str, p: str = "") -> str:
+    """The claim: pending tasks of `:{p}ids` whose retry delay is over, in a running execution this
+    instance owns, with no blocking dependency; each gets a new lease and epoch."""
+    return f"""
+        UPDATE tasks SET status = 'in_progress', progress = 0.0, result = NULL, error = NULL,
+               started_at = :{p}stamp, completed_at = NULL, updated_at = :{p}stamp, next_attempt_at = NULL,
+               lease_owner = :{p}owner, lease_expires_at = :{p}until, lease_epoch = lease_epoch + 1,
+               attempt = attempt + 1
+        WHERE id IN :{p}ids AND status = 'pending'
+          AND (next_attempt_at IS NULL OR next_attempt_at <= :{p}stamp)
+          AND EXISTS (SELECT 1 FROM executions AS e WHERE e.id = tasks.execution_id
+                      AND e.status = 'running' AND e.owner = :{p}owner)
+          AND NOT EXISTS ({blocking})
+        RETURNING id, lease_epoch, attempt, checkpoint"""
+
+
 @functools.lru_cache(maxsize=4)
 def _claim_statement(dialect: str) -> Any:
-    return text(f"""
-        UPDATE tasks SET status = 'in_progress', progress = 0.0, result = NULL, error = NULL,
-               started_at = :stamp, completed_at = NULL, updated_at = :stamp, next_attempt_at = NULL,
-               lease_owner = :owner, lease_expires_at = :until, lease_epoch = lease_epoch + 1,
-               attempt = attempt + 1
-        WHERE id IN :ids AND status = 'pending'
-          AND (next_attempt_at IS NULL OR next_attempt_at <= :stamp)
-          AND EXISTS (SELECT 1 FROM executions AS e WHERE e.id = tasks.execution_id
-                      AND e.status = 'running' AND e.owner = :owner)
-          AND NOT EXISTS ({_BLOCKING_DEPENDENCY[dialect]})
-        RETURNING id, lease_epoch, attempt, checkpoint
-    """).bindparams(bindparam("ids", expanding=True)).columns(
+    return text(_claim_sql(_BLOCKING_DEPENDENCY[dialect])).bindparams(bindparam("ids", expanding=True)).columns(
         T.c.id, T.c.lease_epoch, T.c.attempt, T.c.checkpoint)
 
 
@@ -126,17 +132,7 @@ def _pg_pass_statement(shapes: tuple[tuple[str, ...], ...], with_claims: bool) -
             "JOIN tasks AS x ON x.id = d->>'id'",
             "JOIN tasks AS x ON x.id = d->>'id' LEFT JOIN written AS wr ON wr.id = x.id").replace(
             "x.status", "coalesce(wr.status, x.status)")
-        ctes.append(f"""claimed AS (
-            UPDATE tasks SET status = 'in_progress', progress = 0.0, result = NULL, error = NULL,
-                   started_at = :_stamp, completed_at = NULL, updated_at = :_stamp, next_attempt_at = NULL,
-                   lease_owner = :_owner, lease_expires_at = :_until, lease_epoch = lease_epoch + 1,
-                   attempt = attempt + 1
-            WHERE id IN :_ids AND status = 'pending'
-              AND (next_attempt_at IS NULL OR next_attempt_at <= :_stamp)
-              AND EXISTS (SELECT 1 FROM executions AS e WHERE e.id = tasks.execution_id
-                          AND e.status = 'running' AND e.owner = :_owner)
-              AND NOT EXISTS ({blocking})
-            RETURNING id, lease_epoch, attempt, checkpoint)""")
+        ctes.append(f"claimed AS ({_claim_sql(blocking, '_')})")
         answer += " UNION ALL SELECT 'c', id, lease_epoch, attempt, checkpoint FROM claimed"
     statement = text(f"WITH {', '.join(ctes)} {answer}")
     if with_claims:
@@ -306,17 +302,8 @@ def _sqlite_claim(c: Connection, ids: Sequence[str], owner: str, until: str, sta
 @functools.lru_cache(maxsize=1)
 def _sqlite_claim_sql() -> str:
     """The claim statement of _claim_statement in qmark style, `(:ids)` left to expand per call."""
-    return f"""
-        UPDATE tasks SET status = 'in_progress', progress = 0.0, result = NULL, error = NULL,
-               started_at = ?, completed_at = NULL, updated_at = ?, next_attempt_at = NULL,
-               lease_owner = ?, lease_expires_at = ?, lease_epoch = lease_epoch + 1,
-               attempt = attempt + 1
-        WHERE id IN (:ids) AND status = 'pending'
-          AND (next_attempt_at IS NULL OR next_attempt_at <= ?)
-          AND EXISTS (SELECT 1 FROM executions AS e WHERE e.id = tasks.execution_id
-                      AND e.status = 'running' AND e.owner = ?)
-          AND NOT EXISTS ({_BLOCKING_DEPENDENCY["sqlite"]})
-        RETURNING id, lease_epoch, attempt, checkpoint"""
+    sql = _claim_sql(_BLOCKING_DEPENDENCY["sqlite"]).replace("IN :ids", "IN (:ids)")
+    return re.sub(r":(stamp|owner|until)\b", "?", sql)
 
 
 # --- executions -----------------------------------------------------------------------------
