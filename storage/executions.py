@@ -100,11 +100,10 @@ PG_PASS_MAX_CLAIMS = 500
 
 
 def pg_pass(c: Connection, writes: Sequence[tuple[str, int, Mapping[str, Any]]], claims: Sequence[str],
-            owner: str, until: str, stamp: str) -> tuple[set[str], dict[str, Row]]:
-    """fenced_writes then claim, as one statement (at most PG_PASS_MAX_CLAIMS claims)."""
-    groups: dict[tuple[str, ...], list[tuple[str, int, Mapping[str, Any]]]] = {}
-    for write in writes:
-        groups.setdefault(tuple(write[2]), []).append(write)
+            owner: str, until: str = "", stamp: str = "") -> tuple[set[str], dict[str, Row]]:
+    """fenced_writes then claim, as one statement (at most PG_PASS_MAX_CLAIMS claims; `until` and
+    `stamp` matter only with claims)."""
+    groups = _by_shape(writes)
     shapes = tuple(groups)
     params: dict[str, Any] = {"_owner": owner, "_until": until, "_stamp": stamp, "_ids": list(claims) or [""]}
     for i, group in enumerate(groups.values()):
@@ -148,19 +147,14 @@ def fenced_write(c: Connection, task_id: str, owner: str, epoch: int, values: Ma
 def fenced_writes(c: Connection, writes: Sequence[tuple[str, int, Mapping[str, Any]]], owner: str) -> set[str]:
     """Several fenced writes in one transaction; returns the ids whose write was accepted.
 
-    Writes of the same shape go out together: on PostgreSQL as one UPDATE ... RETURNING (one round
-    trip whatever their number); elsewhere as one executemany, retried one by one to learn which
-    were refused only when the database reports fewer rows changed than sent.
+    Writes of the same shape go out together: on PostgreSQL all of them in one statement (pg_pass,
+    one UPDATE ... RETURNING per shape); elsewhere as one executemany per shape, retried one by one
+    to learn which were refused only when the database reports fewer rows changed than sent.
     """
-    accepted: set[str] = set()
-    groups: dict[tuple[str, ...], list[tuple[str, int, Mapping[str, Any]]]] = {}
-    for write in writes:
-        groups.setdefault(tuple(write[2]), []).append(write)
     if c.dialect.name == "postgresql":
-        for keys, group in groups.items():
-            batch = json.dumps([{"_id": tid, "_epoch": epoch, **values} for tid, epoch, values in group])
-            accepted.update(c.execute(_pg_fenced_statement(keys), {"_writes": batch, "_owner": owner}).scalars())
-        return accepted
+        return pg_pass(c, writes, (), owner)[0]
+    accepted: set[str] = set()
+    groups = _by_shape(writes)
     if c.dialect.name == "sqlite":
         return _sqlite_fenced_writes(c, groups, owner)
     for keys, group in groups.items():
@@ -185,14 +179,17 @@ def _fenced_statement(keys: tuple[str, ...]) -> Any:
 _PG_TYPES = {"JSON": "json", "FLOAT": "double precision", "INTEGER": "integer", "BOOLEAN": "boolean"}
 
 
-@functools.lru_cache(maxsize=64)
-def _pg_fenced_statement(keys: tuple[str, ...]) -> Any:
-    """The fenced UPDATE for many tasks at once: the writes travel as one JSON array, unpacked by
-    json_to_recordset. A JSON column written None holds JSON 'null', as SQLAlchemy writes it."""
-    return text(_pg_fenced_sql(keys, "_writes"))
+def _by_shape(writes: Sequence[tuple[str, int, Mapping[str, Any]]]) -> dict[tuple[str, ...], list[Any]]:
+    """Writes grouped by the columns they set: each group is one statement."""
+    groups: dict[tuple[str, ...], list[Any]] = {}
+    for write in writes:
+        groups.setdefault(tuple(write[2]), []).append(write)
+    return groups
 
 
 def _pg_fenced_sql(keys: tuple[str, ...], param: str) -> str:
+    """The fenced UPDATE for many tasks at once: the writes travel as one JSON array, unpacked by
+    json_to_recordset. A JSON column written None holds JSON 'null', as SQLAlchemy writes it."""
     for key in keys:
         if key not in T.c:
             raise ValueError(f"not a task column: {key}")

@@ -41,7 +41,7 @@ class TaskRepository:
     def __init__(self, engine: AsyncEngine, batch_engine: Engine | None = None) -> None:
         self.engine = engine
         # SQLite only: a synchronous engine driven from one worker thread, so a whole batch of
-        # engine writes costs one thread hop instead of one per statement (see write_batch).
+        # engine writes costs one thread hop instead of one per statement (see write_pass).
         self._batch_engine = batch_engine
         self._batch_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="taskgrove-db") \
             if batch_engine is not None else None

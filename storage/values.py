@@ -29,9 +29,7 @@ def storable(value: Any, *, max_depth: int, max_bytes: int, what: str = "result"
     than about `max_bytes`, or holds a non-finite number or an invalid string. Values of other
     types (dates, decimals, sets...) are stored as their text, as before.
     """
-    if _small_and_plain(value, max_depth, max_bytes):
-        return value
-    steps = _steps(value, max_depth, max_bytes, what)
+    steps = _checked(value, max_depth, max_bytes, what)
     while True:
         try:
             next(steps)
@@ -44,15 +42,20 @@ async def storable_async(value: Any, *, max_depth: int, max_bytes: int, what: st
     checking a result near the size limit never holds up other requests and trees."""
     import asyncio
 
-    if _small_and_plain(value, max_depth, max_bytes):
-        return value
-    steps = _steps(value, max_depth, max_bytes, what)
+    steps = _checked(value, max_depth, max_bytes, what)
     while True:
         try:
             next(steps)
         except StopIteration as done:
             return done.value
         await asyncio.sleep(0)
+
+
+def _checked(value: Any, max_depth: int, max_bytes: int, what: str) -> Generator[None, None, Any]:
+    """The walk below, skipped for a small value that is plain JSON already (it comes back as is)."""
+    if _small_and_plain(value, max_depth, max_bytes):
+        return value
+    return (yield from _steps(value, max_depth, max_bytes, what))
 
 
 _SMALL_NODES = 64  # values visited at most by the shortcut below

@@ -12,6 +12,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +132,23 @@ class Service:
             found[node["id"]] = node["status"]
             stack.extend(node["children"])
         return found
+
+
+@contextmanager
+def plain_and_guarded(work: Path, secret: str) -> Iterator[dict[str, Service]]:
+    """Two services started side by side: "plain" (no JWT) and "jwt" (JWT on with `secret`), each
+    answering tasks.create right after starting, so a test can watch the tree run."""
+    common = {"SERVICE_CREATE_WAIT_TIMEOUT": "0"}
+    plain = Service(work, {**common, "SERVICE_DATABASE_URL": f"sqlite:///{work / 'plain.db'}"}, "plain")
+    guarded = Service(work, {**common, "SERVICE_DATABASE_URL": f"sqlite:///{work / 'jwt.db'}",
+                             "SERVICE_JWT_SECRET": secret}, "jwt")
+    plain.launch()
+    guarded.launch()
+    try:
+        yield {"plain": plain.ready(), "jwt": guarded.ready()}
+    finally:
+        plain.stop()
+        guarded.stop()
 
 
 def contradictions(rows: list[dict[str, Any]]) -> list[str]:

@@ -19,7 +19,7 @@ from typing import Any
 import jwt
 import pytest
 
-from tests.processes import Service
+from tests.processes import Service, plain_and_guarded
 
 BIN = Path(sys.executable).parent / "taskgrove"
 SECRET = "cli-test-secret-with-enough-bytes-for-hs256"
@@ -27,18 +27,8 @@ SECRET = "cli-test-secret-with-enough-bytes-for-hs256"
 
 @pytest.fixture(scope="module")
 def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Service]]:
-    work = tmp_path_factory.mktemp("remote")
-    common = {"SERVICE_CREATE_WAIT_TIMEOUT": "0"}  # tasks.create answers right after starting
-    plain = Service(work, {**common, "SERVICE_DATABASE_URL": f"sqlite:///{work / 'plain.db'}"}, "plain")
-    guarded = Service(work, {**common, "SERVICE_DATABASE_URL": f"sqlite:///{work / 'jwt.db'}",
-                             "SERVICE_JWT_SECRET": SECRET}, "jwt")
-    plain.launch()
-    guarded.launch()
-    try:
-        yield {"plain": plain.ready(), "jwt": guarded.ready()}
-    finally:
-        plain.stop()
-        guarded.stop()
+    with plain_and_guarded(tmp_path_factory.mktemp("remote"), SECRET) as started:
+        yield started
 
 
 def env_for(service: Service | None, token: str | None = None) -> dict[str, str]:

@@ -18,7 +18,7 @@ import jwt
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from tests.processes import Service
+from tests.processes import Service, plain_and_guarded
 
 CHROMIUM = "/usr/bin/chromium"
 SECRET = "ui-test-secret-with-enough-bytes-for-hs256"
@@ -35,19 +35,8 @@ def _chromium() -> str:
 
 @pytest.fixture(scope="module")
 def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Service]]:
-    work = tmp_path_factory.mktemp("ui")
-    # tasks.create answers right after starting, so a test can open the page while the tree runs.
-    common = {"SERVICE_CREATE_WAIT_TIMEOUT": "0"}
-    plain = Service(work, {**common, "SERVICE_DATABASE_URL": f"sqlite:///{work / 'plain.db'}"}, "plain")
-    guarded = Service(work, {**common, "SERVICE_DATABASE_URL": f"sqlite:///{work / 'jwt.db'}",
-                             "SERVICE_JWT_SECRET": SECRET}, "jwt")
-    plain.launch()
-    guarded.launch()
-    try:
-        yield {"plain": plain.ready(), "jwt": guarded.ready()}
-    finally:
-        plain.stop()
-        guarded.stop()
+    with plain_and_guarded(tmp_path_factory.mktemp("ui"), SECRET) as started:
+        yield started
 
 
 @pytest.fixture(scope="module")
