@@ -40,22 +40,31 @@ def create_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
                                json_deserializer=read_stored)
 
 
-def create_batch_engine(url: str) -> Engine | None:
-    """SQLite: a synchronous engine on the same file for the engine's batched writes."""
+def create_batch_engine(url: str, *, wait_seconds: int = 30) -> Engine | None:
+    """SQLite: a synchronous engine on the same file, for the engine's batched writes.
+
+    `wait_seconds`: how long a statement waits for another connection's write lock. 0 fails at
+    once with "database is locked": for transactions run on the event loop's own thread, which
+    must never wait (TaskRepository then runs them on the database thread instead).
+    """
     if not is_sqlite(url):
         return None
     engine = sa_create_engine(url.replace("sqlite+aiosqlite://", "sqlite://", 1),
-                              connect_args={"timeout": 30, "check_same_thread": False},
+                              connect_args={"timeout": wait_seconds, "check_same_thread": False},
                               json_deserializer=read_stored)
-    event.listen(engine, "connect", _sqlite_pragmas)
+
+    def pragmas(dbapi_conn, record) -> None:  # type: ignore[no-untyped-def]
+        _sqlite_pragmas(dbapi_conn, record, wait_ms=wait_seconds * 1000)
+
+    event.listen(engine, "connect", pragmas)
     return engine
 
 
-def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+def _sqlite_pragmas(dbapi_conn, _record, wait_ms: int = 30_000) -> None:  # type: ignore[no-untyped-def]
     cursor = dbapi_conn.cursor()
     for pragma in (
         "PRAGMA journal_mode=WAL",
-        "PRAGMA busy_timeout=30000",
+        f"PRAGMA busy_timeout={int(wait_ms)}",
         "PRAGMA foreign_keys=ON",
         "PRAGMA synchronous=NORMAL",
     ):

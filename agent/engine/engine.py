@@ -40,7 +40,7 @@ from taskgrove.agent.settings import Settings
 from taskgrove.executors.base import ExecutionContext, Executor, ExecutorError
 from taskgrove.executors.registry import ExecutorRegistry
 from taskgrove.storage import executions as xs
-from taskgrove.storage.repository import TaskRepository
+from taskgrove.storage.repository import SMALL_PASS, TaskRepository
 from taskgrove.storage.trees import PublicView, now_iso
 from taskgrove.storage.values import Unstorable, storable, storable_async
 
@@ -240,7 +240,7 @@ class Engine:
     async def _start(self, task_id: str, tree_id: str, fresh_rows: list[dict[str, Any]] | None,
                      call: dict[str, Any], webhook: Mapping[str, Any] | None) -> TreeRun:
         rows = {row["id"]: dict(row) for row in fresh_rows or await self.repo.tree(tree_id)}
-        execution = await self.repo.run(xs.running_execution, tree_id)
+        execution = await self.repo.run(xs.running_execution, tree_id, small=True)
         live_ids = self._live_ids(rows, execution)
         if task_id in live_ids:
             raise AlreadyRunning(task_id)
@@ -250,7 +250,8 @@ class Engine:
             raise AlreadyRunning(task_id)
         stamp = now_iso()
         execution, joined = await self.repo.run(self._open, tree_id, task_id, call.get("user_id"), webhook,
-                                                {tid: rows[tid]["status"] for tid in chosen}, stamp)
+                                                {tid: rows[tid]["status"] for tid in chosen}, stamp,
+                                                small=len(chosen) <= SMALL_PASS)
         if chosen and not joined and self.runs.get(tree_id) is not None:
             raise AlreadyRunning(task_id)  # all it asked for moved on meanwhile (started, or just ended)
         if execution["owner"] != self.instance_id:
@@ -291,7 +292,7 @@ class Engine:
         stamp = now_iso()
         # A new tree cannot be any run's yet: the insert needs no lock, so creates run side by side.
         execution = await self.repo.run(xs.insert_tree, rows, call.get("user_id"), self.instance_id,
-                                        self.lease_until(), stamp)
+                                        self.lease_until(), stamp, small=len(rows) <= SMALL_PASS)
         return await self.run_inserted(execution, rows, call)
 
     async def run_inserted(self, execution: Mapping[str, Any], rows: list[dict[str, Any]],
@@ -653,7 +654,7 @@ class Engine:
                 return
             try:
                 status = await self.repo.run(xs.end_execution, run.execution_id, self.instance_id, run.version,
-                                             now_iso())
+                                             now_iso(), small=True)
             except Exception:
                 log.warning("could not end the execution of tree %s; retrying", run.tree_id, exc_info=True)
                 run.ending = False
