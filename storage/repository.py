@@ -63,12 +63,17 @@ class TaskRepository:
         self._loop_engine = loop_engine if self._reader is not None else None
         if loop_engine is not None and self._loop_engine is None:
             loop_engine.dispose()
+        # Its connection per thread, kept open: a pool checkout per pass costs as much as the pass.
+        self._loop_connections: dict[int, Connection] = {}
 
     async def close(self) -> None:
         if self._batch_thread is not None:
             self._batch_thread.shutdown(wait=True)
         if self._reader is not None:  # after the thread: a read may have been running there
             self._reader.close()
+        for connection in self._loop_connections.values():
+            connection.close()
+        self._loop_connections.clear()
         for sync_engine in (self._batch_engine, self._loop_engine):
             if sync_engine is not None:
                 sync_engine.dispose()
@@ -138,14 +143,22 @@ class TaskRepository:
         fails it at once, rolled back whole, and the caller sends it to the database thread,
         which waits as it always did. Any other error is raised as the thread would raise it.
         """
-        assert self._loop_engine is not None
+        sync_conn = self._loop_connection()
         try:
-            with self._loop_engine.begin() as sync_conn:
+            with sync_conn.begin():
                 return True, fn(sync_conn, *args)
         except (sqlite3.OperationalError, OperationalError) as exc:
             if "locked" not in str(exc):
                 raise
             return False, None
+
+    def _loop_connection(self) -> Connection:
+        assert self._loop_engine is not None
+        ident = threading.get_ident()  # the app's event loop; tests may run loops in other threads
+        sync_conn = self._loop_connections.get(ident)
+        if sync_conn is None or sync_conn.closed or sync_conn.invalidated:
+            sync_conn = self._loop_connections[ident] = self._loop_engine.connect()
+        return sync_conn
 
     async def _autocommit(self, fn: Callable[..., Any], *args: Any) -> Any:
         """PostgreSQL: `fn` on a connection in autocommit, for work that is one statement (a pass,

@@ -6,6 +6,7 @@ repository writes what these functions return in one transaction.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 import uuid
@@ -40,19 +41,16 @@ class TreeError(ValueError):
     """A tree or task definition breaks a rule; the message says which task and what is wrong."""
 
 
-_SECOND: tuple[int, str] = (-1, "")  # the last second formatted, and its text up to the seconds
-
-
 def now_iso(offset_us: int = 0) -> str:
     """UTC now (+ offset) as `datetime.isoformat(timespec="microseconds")` writes it. Every event
     and write carries one, so the date part is formatted once per second, not once per call."""
-    global _SECOND
     second, micro = divmod(time.time_ns() // 1000 + offset_us, 1_000_000)
-    cached, text = _SECOND
-    if cached != second:
-        text = datetime.fromtimestamp(second, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
-        _SECOND = (second, text)
-    return f"{text}.{micro:06d}+00:00"
+    return f"{_second_text(second)}.{micro:06d}+00:00"
+
+
+@functools.lru_cache(maxsize=8)  # now, and the moments a lease or a retry delay ends
+def _second_text(second: int) -> str:
+    return datetime.fromtimestamp(second, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
 
 
 def new_id() -> str:

@@ -10,8 +10,10 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any
+
+from taskgrove.storage.trees import now_iso
 
 BACKOFFS = ("fixed", "exponential", "linear")
 MAX_ATTEMPTS = 100
@@ -92,7 +94,7 @@ def stored_policy(row: Mapping[str, Any], defaults: RetryPolicy) -> RetryPolicy:
 
 def iso_in(seconds: float) -> str:
     """The stored form of a moment `seconds` from now (the width of the timestamp columns)."""
-    return (datetime.now(timezone.utc) + timedelta(seconds=seconds)).isoformat(timespec="microseconds")
+    return now_iso(round(seconds * 1_000_000))
 
 
 def seconds_until(stamp: str | None) -> float:
