@@ -128,7 +128,7 @@ async def migrate(engine: AsyncEngine) -> None:
     async with engine.begin() as conn:
         if await conn.run_sync(_is_current):
             return
-    if is_sqlite(str(engine.url)):
+    if engine.dialect.name == "sqlite":
         async with engine.begin() as conn:
             if await conn.run_sync(_create_new_sqlite):
                 return
