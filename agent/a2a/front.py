@@ -65,7 +65,7 @@ class LazySurface:
                 from taskgrove.agent.a2a.routes import sdk_endpoints  # the a2a-sdk loads here (module docstring)
 
                 built = sdk_endpoints(self._services, self._card)
-                self._endpoints = {route_key(path, methods): endpoint for path, methods, endpoint in built}
+                self._endpoints = {route_key(path, methods): real for path, methods, real in built}
             return await self._endpoints[key](request)
 
         return endpoint

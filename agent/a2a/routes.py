@@ -10,13 +10,12 @@ A batch may mix both kinds.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from a2a.server.routes import create_jsonrpc_routes
-from a2a.types.a2a_pb2 import AgentCard
 from a2a.server.routes.jsonrpc_dispatcher import JSONRPC03Adapter, JsonRpcDispatcher  # (the SDK's
 # own import order: importing a2a.compat.v0_3.jsonrpc_adapter first is a circular import)
+from a2a.types.a2a_pb2 import AgentCard
 from google.protobuf.json_format import ParseDict
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -38,7 +37,7 @@ from taskgrove.agent.a2a.params import check_params, check_version
 from taskgrove.agent.a2a.push import PushConfigError
 from taskgrove.agent.a2a.extras import explicitly_blocking, push_extras
 from taskgrove.agent.a2a.relay import Relay, as_json
-from taskgrove.agent.a2a.rest import rest_routes
+from taskgrove.agent.a2a.rest import Endpoint, rest_routes
 from taskgrove.agent.auth import AuthError
 from taskgrove.agent.edge import call_context, unauthorized
 from taskgrove.agent.errors import INVALID_PARAMS, INVALID_REQUEST, RpcError
@@ -53,9 +52,6 @@ SDK_METHODS = frozenset(JsonRpcDispatcher.METHOD_TO_MODEL) | frozenset(JSONRPC03
 # Non-streaming sends, which honour an Idempotency-Key header like tasks.create (agent/idempotency.py).
 SEND_METHODS = frozenset({"message/send", "SendMessage"})
 IDEMPOTENCY_HEADER = "idempotency-key"
-
-
-Endpoint = Callable[[Request], Awaitable[Response]]
 
 
 def sdk_endpoints(services: "Services", card: dict[str, Any]) -> list[tuple[str, set[str], Endpoint]]:
