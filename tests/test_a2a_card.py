@@ -139,7 +139,7 @@ STARTUP = textwrap.dedent("""
     from taskgrove.agent.app import build_app
     from taskgrove.agent.settings import Settings
 
-    HEAVY = ("a2a", "google.protobuf", "pydantic", "httpx", "alembic", "rich")
+    HEAVY = ("a2a", "google.protobuf", "pydantic", "httpx", "alembic", "rich", "mcp", "litellm", "strawberry")
 
     async def request(app, method, path, body=b"", headers=()):
         sent = []
@@ -180,8 +180,8 @@ def test_start_and_card_load_no_sdk_until_an_a2a_request(tmp_path) -> None:
     for start in ("new database", "restart"):
         seen = _start(url, str(tmp_path))
         # Nothing heavy at idle: the SDK, protobuf, pydantic, httpx (and rich through httpx._main),
-        # and Alembic (a new SQLite database gets the schema from storage/sqlite_schema.py, a current
-        # one is only checked).
+        # Alembic (a new SQLite database gets the schema from storage/sqlite_schema.py, a current
+        # one is only checked), the mcp SDK (MCP is on by default), litellm, strawberry.
         assert seen["idle"] == [], (start, seen["idle"])
         settings = Settings.from_env({"SERVICE_DATABASE_URL": url})
         assert seen["card"] == [200, card_json(build_card(settings))]
