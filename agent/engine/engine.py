@@ -111,11 +111,20 @@ def _validator(schema_json: str) -> Any:
     return cls(schema)
 
 
-def _validate_inputs(inputs: dict[str, Any], schema: dict[str, Any]) -> None:
+@functools.lru_cache(maxsize=256)
+def _class_validator(cls: type[Executor]) -> Any:
+    """An executor's declared input schema, found by its class: not encoded again for every task."""
+    return _validator(json.dumps(cls.input_schema, sort_keys=True))
+
+
+def _validate_inputs(inputs: dict[str, Any], schema: dict[str, Any],
+                     declared_by: type[Executor] | None = None) -> None:
+    """`declared_by`: the executor class whose own `input_schema` this is."""
     import jsonschema  # loaded by _validator on first use
 
     try:
-        validator = _validator(json.dumps(schema, sort_keys=True))
+        validator = _class_validator(declared_by) if declared_by is not None \
+            else _validator(json.dumps(schema, sort_keys=True))
     except jsonschema.SchemaError as exc:
         raise ExecutorError(f"schemas.input_schema is not a valid JSON Schema: {exc.message}",
                             retryable=False) from None
@@ -706,8 +715,11 @@ class Engine:
         try:
             timeout = row.get("timeout_seconds") or self.settings.default_timeout_seconds
             try:
-                async with asyncio.timeout(timeout):
+                if timeout is None:  # no timer to arm and disarm for every attempt
                     result = await self._call_executor(running, policy)
+                else:
+                    async with asyncio.timeout(timeout):
+                        result = await self._call_executor(running, policy)
             except TimeoutError:
                 await self._stop_hook(running)
                 raise ExecutorError(f"Timed out after {timeout:g}s (timeout_seconds)") from None
@@ -763,9 +775,11 @@ class Engine:
                 retryable=False,
             )
         inputs = dict(row.get("inputs") or {})
-        schema = (row.get("schemas") or {}).get("input_schema") or cls.input_schema
-        if schema:
-            _validate_inputs(inputs, schema)
+        own_schema = (row.get("schemas") or {}).get("input_schema")
+        if own_schema:
+            _validate_inputs(inputs, own_schema)
+        elif cls.input_schema:
+            _validate_inputs(inputs, cls.input_schema, declared_by=cls)
         executor = cls(params=row.get("params") or {})
         running.executor = executor
         dep_results = {
