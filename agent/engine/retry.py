@@ -7,6 +7,7 @@ in-process sleeps, so a restart or another instance honours them.
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -35,6 +36,10 @@ class RetryPolicy:
     def as_dict(self) -> dict[str, Any]:
         return {"max_attempts": self.max_attempts, "backoff": self.backoff, "base_seconds": self.base_seconds,
                 "max_seconds": self.max_seconds, "jitter": self.jitter}
+
+    @functools.cached_property
+    def _plain(self) -> dict[str, Any]:  # as_dict once, for comparisons only (never handed out)
+        return self.as_dict()
 
     @classmethod
     def parse(cls, raw: Any, defaults: "RetryPolicy", where: str = "retry") -> "RetryPolicy":
@@ -86,6 +91,8 @@ class RetryPolicy:
 
 def stored_policy(row: Mapping[str, Any], defaults: RetryPolicy) -> RetryPolicy:
     """The policy of a stored task; rows written before policies existed get the defaults."""
+    if row.get("retry") == defaults._plain:  # most tasks: the defaults, as completed at creation
+        return defaults  # (loose equality, 1 == True: parse would then refuse it, giving defaults too)
     try:
         return RetryPolicy.parse(row.get("retry"), defaults)
     except PolicyError:
