@@ -26,7 +26,7 @@ from taskgrove.agent.system import SystemService
 from taskgrove.executors.database import dispose_engines
 from taskgrove.executors.registry import ExecutorRegistry
 from taskgrove.agent.metrics import Metrics
-from taskgrove.storage.db import create_batch_engine, create_engine, migrate
+from taskgrove.storage.db import create_batch_engine, create_engine, create_loop_engine, migrate
 from taskgrove.storage.keys import KeyStore
 from taskgrove.storage.repository import TaskRepository
 
@@ -59,7 +59,7 @@ class Services:
     def build(cls, settings: Settings, registry: ExecutorRegistry | None = None) -> "Services":
         check_settings(settings)
         url = settings.database_url
-        repo = TaskRepository(create_engine(url), create_batch_engine(url), create_batch_engine(url, wait_seconds=0))
+        repo = TaskRepository(create_engine(url), create_batch_engine(url), create_loop_engine(url))
         bus = EventBus()
         registry = registry or ExecutorRegistry.discover(settings.extensions)
         metrics = Metrics()

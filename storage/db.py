@@ -42,33 +42,41 @@ def create_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
                                json_deserializer=read_stored)
 
 
-def create_batch_engine(url: str, *, wait_seconds: int = 30) -> Engine | None:
-    """SQLite: a synchronous engine on the same file, for the engine's batched writes.
+def create_batch_engine(url: str) -> Engine | None:
+    """SQLite: a synchronous engine on the same file, for the engine's batched writes (run on
+    the database thread: it waits for locks, and its commits checkpoint the WAL)."""
+    return _sync_engine(url)
 
-    `wait_seconds`: how long a statement waits for another connection's write lock. 0 fails at
-    once with "database is locked": for transactions run on the event loop's own thread, which
-    must never wait (TaskRepository then runs them on the database thread instead).
-    """
+
+def create_loop_engine(url: str) -> Engine | None:
+    """SQLite: a synchronous engine for small transactions run on the event loop's own thread
+    (TaskRepository._run_here). It must never make the loop wait: a lock held elsewhere fails
+    it at once ("database is locked"), and its commits never copy the WAL into the database
+    file (a checkpoint, milliseconds of writes and an fsync); the database thread does that."""
+    return _sync_engine(url, "PRAGMA busy_timeout=0", "PRAGMA wal_autocheckpoint=0")
+
+
+def _sync_engine(url: str, *pragmas: str) -> Engine | None:
     if not is_sqlite(url):
         return None
     engine = sa_create_engine(url.replace("sqlite+aiosqlite://", "sqlite://", 1),
-                              connect_args={"timeout": wait_seconds, "check_same_thread": False},
-                              json_deserializer=read_stored)
+                              connect_args={"check_same_thread": False}, json_deserializer=read_stored)
 
-    def pragmas(dbapi_conn, record) -> None:  # type: ignore[no-untyped-def]
-        _sqlite_pragmas(dbapi_conn, record, wait_ms=wait_seconds * 1000)
+    def connected(dbapi_conn, record) -> None:  # type: ignore[no-untyped-def]
+        _sqlite_pragmas(dbapi_conn, record, pragmas)
 
-    event.listen(engine, "connect", pragmas)
+    event.listen(engine, "connect", connected)
     return engine
 
 
-def _sqlite_pragmas(dbapi_conn, _record, wait_ms: int = 30_000) -> None:  # type: ignore[no-untyped-def]
+def _sqlite_pragmas(dbapi_conn, _record, extra: tuple[str, ...] = ()) -> None:  # type: ignore[no-untyped-def]
     cursor = dbapi_conn.cursor()
     for pragma in (
         "PRAGMA journal_mode=WAL",
-        f"PRAGMA busy_timeout={int(wait_ms)}",
+        "PRAGMA busy_timeout=30000",
         "PRAGMA foreign_keys=ON",
         "PRAGMA synchronous=NORMAL",
+        *extra,
     ):
         cursor.execute(pragma)
     cursor.close()

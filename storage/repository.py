@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import logging
 import sqlite3
 import threading
 import time
@@ -29,12 +30,16 @@ from taskgrove.storage.jsonvalues import read_stored
 from taskgrove.storage.models import tasks_table as T
 from taskgrove.storage.models import with_defaults
 
+log = logging.getLogger(__name__)
 Row = dict[str, Any]
 _CHUNK = 500  # ids per IN (...) list: well below every backend's bound-parameter limit
 # An engine pass with at most this many writes, claims and ends may run on the event loop's
 # thread (TaskRepository._run_here): at a few tens of microseconds a row, it never holds the
 # loop for long.
 SMALL_PASS = 64
+# Commits on the loop's thread between two WAL checkpoints on the database thread: about what
+# SQLite's own automatic checkpoint (1000 pages) would see, at a few pages a commit.
+CHECKPOINT_EVERY = 300
 
 
 def _chunks(ids: Sequence[str]) -> Iterable[Sequence[str]]:
@@ -65,6 +70,9 @@ class TaskRepository:
             loop_engine.dispose()
         # Its connection per thread, kept open: a pool checkout per pass costs as much as the pass.
         self._loop_connections: dict[int, Connection] = {}
+        # Commits there since the database thread last checkpointed the WAL (see _checkpoint_later).
+        self._loop_commits = 0
+        self._checkpointing = False
 
     async def close(self) -> None:
         if self._batch_thread is not None:
@@ -146,11 +154,36 @@ class TaskRepository:
         sync_conn = self._loop_connection()
         try:
             with sync_conn.begin():
-                return True, fn(sync_conn, *args)
+                result = fn(sync_conn, *args)
         except (sqlite3.OperationalError, OperationalError) as exc:
             if "locked" not in str(exc):
                 raise
             return False, None
+        self._loop_commits += 1
+        if self._loop_commits >= CHECKPOINT_EVERY and not self._checkpointing:
+            self._checkpoint_later()
+        return True, result
+
+    def _checkpoint_later(self) -> None:
+        """Copy the WAL into the database file on the database thread (a PASSIVE checkpoint: it
+        never blocks a writer). Commits on the loop's thread never checkpoint (create_loop_engine),
+        so that the loop never waits for the copy and its fsync; without this the WAL would grow
+        while only they commit."""
+        assert self._batch_engine is not None and self._batch_thread is not None
+        self._loop_commits = 0
+        self._checkpointing = True
+        engine = self._batch_engine
+
+        def checkpoint() -> None:
+            with engine.connect() as sync_conn:
+                sync_conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
+
+        def done(future: Any) -> None:
+            self._checkpointing = False
+            if not future.cancelled() and future.exception() is not None:
+                log.warning("WAL checkpoint failed: %s", future.exception())
+
+        asyncio.get_running_loop().run_in_executor(self._batch_thread, checkpoint).add_done_callback(done)
 
     def _loop_connection(self) -> Connection:
         assert self._loop_engine is not None

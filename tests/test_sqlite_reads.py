@@ -165,3 +165,28 @@ async def test_small_transactions_run_on_the_event_loop_and_never_wait_there(cli
     answer = (await asyncio.wait_for(create, 30)).json()  # not a timing check: a deadlock must fail, not hang
     assert answer["result"]["status"] == "completed"
     assert (await client.result("tasks.get", {"task_id": "first"}))["name"] == "held"
+
+
+async def test_commits_on_the_loop_thread_leave_checkpoints_to_the_database_thread(
+        client: Client, monkeypatch: Any) -> None:
+    """A WAL checkpoint copies pages into the database file and syncs it: never on the loop's
+    thread. Its connection does not checkpoint; every CHECKPOINT_EVERY commits there, the
+    database thread does (so the WAL does not grow without bound)."""
+    import asyncio
+    import os
+
+    from taskgrove.storage import repository
+
+    repo = client.services.repo
+    monkeypatch.setattr(repository, "CHECKPOINT_EVERY", 4)
+    assert repo._run_here(lambda c: c.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar(), ()) == (True, 0)
+    path = repo._reader.path
+    await client.result("tasks.create", {"tasks": [{"id": "first", "name": "first"}]})
+    while repo._checkpointing:
+        await asyncio.sleep(0.01)
+    before = os.path.getsize(path)
+    for n in range(6):  # 3 commits each: insert, claim, outcome
+        await client.result("tasks.create", {"tasks": [{"id": f"t{n}", "name": "t", "inputs": {"pad": "x" * 5000}}]})
+    while repo._checkpointing:
+        await asyncio.sleep(0.01)
+    assert os.path.getsize(path) > before  # the new rows reached the database file itself
