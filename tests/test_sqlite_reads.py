@@ -190,3 +190,4 @@ async def test_commits_on_the_loop_thread_leave_checkpoints_to_the_database_thre
     while repo._checkpointing:
         await asyncio.sleep(0.01)
     assert os.path.getsize(path) > before  # the new rows reached the database file itself
+

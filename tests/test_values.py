@@ -3,6 +3,7 @@ small plain values must agree with the full walk on every value and every limit.
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -11,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from taskgrove.storage import values
+from taskgrove.storage.executions import _sqlite_json
 from taskgrove.storage.values import Unstorable, storable
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2 ** 70), max_value=2 ** 70),
@@ -68,3 +70,27 @@ def test_what_the_shortcut_leaves_to_the_walk() -> None:
         storable({"s": "\ud800"}, **limits)
     assert storable((1, 2), **limits) == [1, 2]
     assert storable({1: "a"}, **limits) == {"1": "a"}
+
+
+def test_json_texts_shared_within_an_insert_are_json_dumps_texts() -> None:
+    """The tree insert encodes equal values once (executions._sqlite_json with a memo): the text
+    must still be exactly json.dumps of each value, whatever values came before it (1, 1.0 and
+    True are equal in Python and written differently)."""
+    flat = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.sampled_from([0.0, 1.0, 2.5, -0.0]),
+                     st.sampled_from(["", "a", "1", "\u00e9", "true"]))
+    keys = st.sampled_from(["a", "b", "id", "required", "\u00e9"])
+    objects = st.dictionaries(keys, flat, max_size=3)
+    values = st.one_of(flat, objects, st.lists(objects, max_size=3),
+                       st.dictionaries(keys, st.lists(flat, max_size=2), max_size=2))
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(values, max_size=12))
+    def check(sequence: list[Any]) -> None:
+        memo: dict[Any, str] = {}
+        for value in sequence:
+            assert _sqlite_json(value, memo) == json.dumps(value)
+
+    check()
+    memo: dict[Any, str] = {}  # equal in Python, written differently
+    for value in ({"a": 1}, {"a": True}, {"a": 1.0}, [{"required": 1}], [{"required": True}], {"a": 0}, {"a": False}):
+        assert _sqlite_json(value, memo) == json.dumps(value)
