@@ -14,7 +14,6 @@ encoded so that they never fail (JsonReply).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -203,8 +202,8 @@ async def dispatch(body: bytes, methods: Mapping[str, Handler], ctx: CallContext
     except RpcError as exc:
         return JsonReply({"jsonrpc": "2.0", "id": None, "error": exc.to_dict()})
     payload = parsed.value
-    if not parsed.suspect and limits.max_json_depth <= jsonvalues.STORED_MAX_DEPTH:
-        ctx = dataclasses.replace(ctx, values_checked=True)
+    # ctx is this request's own (agent.edge.call_context): no copy needed
+    ctx.values_checked = not parsed.suspect and limits.max_json_depth <= jsonvalues.STORED_MAX_DEPTH
     if isinstance(payload, list):
         if not payload:
             return JsonReply(_error(INVALID_REQUEST, "Invalid Request", "empty batch"))
