@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import random
 import socket
 import time
 from collections.abc import AsyncIterator
@@ -18,10 +20,23 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 
+# Ports tests listen on. Under pytest-xdist each worker draws from its own block, below Linux's
+# ephemeral range (32768 and up, where outgoing connections get their ports), so two workers, or
+# a client's connection, never pick the port a server of another test is about to bind.
+_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+_BLOCK = range(10_000 + 2_500 * (_WORKER % 8), 12_500 + 2_500 * (_WORKER % 8))
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port nothing listens on now, from this worker's block."""
+    for port in random.sample(_BLOCK, 50):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {_BLOCK}")
 
 
 @dataclass
