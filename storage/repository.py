@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import logging
 import sqlite3
 import threading
 import time
@@ -23,11 +24,12 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.engine.processors import int_to_boolean
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from taskgrove.storage import executions
+from taskgrove.storage import executions, pg
 from taskgrove.storage.jsonvalues import read_stored
 from taskgrove.storage.models import tasks_table as T
 from taskgrove.storage.models import with_defaults
 
+log = logging.getLogger(__name__)
 Row = dict[str, Any]
 _CHUNK = 500  # ids per IN (...) list: well below every backend's bound-parameter limit
 
@@ -51,6 +53,8 @@ class TaskRepository:
         self._reader = _SqliteReader.for_engine(batch_engine) if batch_engine is not None else None
         # Operations sent to the database thread whose caller has not resumed yet (see _read).
         self._queued = 0
+        # PostgreSQL: the engine's passes through plain asyncpg (storage/pg.py).
+        self._passes = pg.PassConnection(engine) if engine.dialect.name == "postgresql" else None
 
     async def close(self) -> None:
         if self._batch_thread is not None:
@@ -59,6 +63,8 @@ class TaskRepository:
             self._reader.close()
         if self._batch_engine is not None:
             self._batch_engine.dispose()
+        if self._passes is not None:
+            await self._passes.close()
         await self.engine.dispose()
 
     @asynccontextmanager
@@ -126,11 +132,22 @@ class TaskRepository:
         await self._run(lambda c: c.execute(select(1)))
 
     # --- reads ----------------------------------------------------------------------------
-    # On SQLite (a file), a read outside a caller's transaction is one plain prepared statement
-    # through _SqliteReader, decoded by SQLAlchemy's own column processors: the same rows as
-    # the statements below, at a fraction of the cost (see bench/README.md). Anything unusual
-    # (a busy database, an error, a large result) takes the SQLAlchemy path, which behaves as
-    # it always did.
+    # A read outside a caller's transaction is one plain prepared statement: on SQLite (a file)
+    # through _SqliteReader, decoded by SQLAlchemy's own column processors; on PostgreSQL through
+    # asyncpg on a pooled connection (storage/pg.py). The same rows as the statements below, at a
+    # fraction of the cost (see bench/README.md). Anything unusual (a busy database, an error, a
+    # large SQLite result) takes the SQLAlchemy path, which behaves as it always did.
+
+    async def _fast(self, sql: str, args: Sequence[Any]) -> list[Row] | None:
+        """Rows of a read statement (qmark style) by the plain path; None: take the SQLAlchemy path."""
+        if self._reader is not None:
+            return await self._read(sql, args)
+        if self._passes is not None:
+            found = await pg.rows(self.engine, pg.from_qmark(sql), args)
+            if found is not None:
+                self.answered_at = time.monotonic()
+            return found
+        return None
 
     async def _read(self, sql: str, args: Sequence[Any]) -> list[Row] | None:
         """Rows of a read statement through the SQLite reader; None: take the SQLAlchemy path.
@@ -152,8 +169,8 @@ class TaskRepository:
         return found
 
     async def get(self, task_id: str, conn: AsyncConnection | None = None) -> Row | None:
-        if conn is None and self._reader is not None:
-            found = await self._read(_BY_ID, (task_id,))
+        if conn is None:
+            found = await self._fast(_BY_ID, (task_id,))
             if found is not None:
                 return found[0] if found else None
 
@@ -165,8 +182,8 @@ class TaskRepository:
 
     async def get_many(self, ids: Iterable[str], conn: AsyncConnection | None = None) -> dict[str, Row]:
         wanted = list(dict.fromkeys(ids))
-        if conn is None and self._reader is not None and len(wanted) <= _CHUNK:
-            found_rows = await self._read(_by_ids(len(wanted)), wanted) if wanted else []
+        if conn is None and len(wanted) <= _CHUNK:
+            found_rows = await self._fast(_by_ids(len(wanted)), wanted) if wanted else []
             if found_rows is not None:
                 return {row["id"]: row for row in found_rows}
 
@@ -180,8 +197,8 @@ class TaskRepository:
         return await self._read_run(op, conn=conn)
 
     async def tree(self, tree_id: str, conn: AsyncConnection | None = None) -> list[Row]:
-        if conn is None and self._reader is not None:
-            found = await self._read(_TREE, (tree_id,))
+        if conn is None:
+            found = await self._fast(_TREE, (tree_id,))
             if found is not None:
                 return found
         query = select(T).where(T.c.task_tree_id == tree_id).order_by(T.c.created_at, T.c.id)
@@ -199,9 +216,9 @@ class TaskRepository:
     ) -> list[Row]:
         """Newest first. `root_only`: only tasks without a parent (one per tree); `search`: a
         case-insensitive part of the name, or the start of the id (the dashboard's search box)."""
-        if self._reader is not None and not root_only and search is None:
+        if not root_only and search is None:
             sql, args = _listing(user_id, status)
-            found = await self._read(sql, (*args, limit, offset))
+            found = await self._fast(sql, (*args, limit, offset))
             if found is not None:
                 return found
         query = _filtered(select(T), user_id=user_id, status=status)
@@ -238,10 +255,9 @@ class TaskRepository:
         return await self._read_run(lambda c: {status: int(n) for status, n in c.execute(query)})
 
     async def children(self, parent_id: str) -> list[Row]:
-        if self._reader is not None:
-            found = await self._read(_CHILDREN, (parent_id,))
-            if found is not None:
-                return found
+        found = await self._fast(_CHILDREN, (parent_id,))
+        if found is not None:
+            return found
         query = select(T).where(T.c.parent_id == parent_id).order_by(T.c.created_at, T.c.id)
         return await self._read_run(_rows, query)
 
@@ -313,9 +329,8 @@ class TaskRepository:
         the end of executions whose last task just ended (`ends`: execution id and version).
         Returns the ids whose write was accepted, the claimed ids with their tokens, and each
         ended execution's final status (None: it cannot end now)."""
-        if self.engine.dialect.name == "postgresql" and not ends and len(claims) <= executions.PG_PASS_MAX_CLAIMS:
-            accepted, claimed = await self._autocommit(executions.pg_pass, writes, claims, owner, until, stamp)
-            return accepted, claimed, {}
+        if self._passes is not None:
+            return await self._pg_write_pass(writes, claims, owner, until, stamp, ends)
 
         def op(c: Connection) -> tuple[set[str], dict[str, Row], dict[str, str | None]]:
             accepted = executions.fenced_writes(c, writes, owner)
@@ -324,6 +339,26 @@ class TaskRepository:
             return accepted, claimed, ended
 
         return await self._run(op)
+
+    async def _pg_write_pass(self, writes: Sequence[tuple[str, int, Mapping[str, Any]]], claims: Sequence[str],
+                             owner: str, until: str, stamp: str,
+                             ends: Sequence[tuple[str, str]]) -> tuple[set[str], dict[str, Row], dict[str, str | None]]:
+        """PostgreSQL: writes and claims in one round trip (executions.pg_step_sql); the ends then
+        in a transaction of their own. An end that fails is left out of the answer: the engine
+        then ends that execution itself (it would, had the end found the execution changed)."""
+        assert self._passes is not None
+        rows = executions.pg_step_params(writes, claims, owner, until, stamp)
+        found = await self._passes.fetchmany(executions.pg_step_sql(), rows) if rows else []
+        self.answered_at = time.monotonic()
+        accepted, claimed = executions.pg_step_results(found)
+        ended: dict[str, str | None] = {}
+        if ends:
+            try:
+                ended = await self._run(lambda c: {eid: executions.end_execution(c, eid, owner, version, stamp)
+                                                   for eid, version in ends})
+            except Exception:
+                log.warning("could not end %d execution(s) after an engine pass", len(ends), exc_info=True)
+        return accepted, claimed, ended
 
     async def delete(self, ids: Sequence[str], conn: AsyncConnection | None = None, *,
                      only_status: str | None = None) -> int:
