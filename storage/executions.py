@@ -122,49 +122,59 @@ def _pg_assignment(key: str) -> str:
 
 @functools.lru_cache(maxsize=1)
 def pg_step_sql() -> str:
-    """One row of a pass: the fenced write of `_write_id`, or the claim of `_claim_id` (the other
-    id is NULL). Returns ('w', id) for an accepted write, ('c', id, lease_epoch, attempt,
-    checkpoint) for a claimed task."""
+    """One row of a pass: the fenced write of `_write_id`, the claim of `_claim_id` or the end of
+    execution `_end_id` (the other ids are NULL). Returns ('w', id) for an accepted write, ('c',
+    id, lease_epoch, attempt, checkpoint) for a claimed task, ('e', id, ..., final_status) for an
+    ended execution."""
     assignments = ", ".join(_pg_assignment(key) for key in _PG_WRITABLE)
     claim_sql = _claim_sql(_BLOCKING_DEPENDENCY["postgresql"], "id = :_claim_id", "_")
+    nothing = "NULL::integer, NULL::integer, NULL::json"
     return (f"WITH written AS (UPDATE tasks AS t SET {assignments} FROM (SELECT CAST(:_values AS json) AS v) AS w "
             "WHERE t.id = :_write_id AND (t.status = 'in_progress') IS TRUE AND t.lease_owner = :_owner "
             "AND t.lease_epoch = :_epoch RETURNING t.id), "
-            f"claimed AS ({claim_sql}) "
-            "SELECT 'w' AS kind, id, NULL::integer AS lease_epoch, NULL::integer AS attempt, NULL::json AS checkpoint "
-            "FROM written UNION ALL SELECT 'c', id, lease_epoch, attempt, checkpoint FROM claimed")
+            f"claimed AS ({claim_sql}), ended AS ({_end_sql('_', ':_end_id')}) "
+            f"SELECT 'w' AS kind, id, {nothing}, NULL::text FROM written "
+            "UNION ALL SELECT 'c', id, lease_epoch, attempt, checkpoint, NULL FROM claimed "
+            f"UNION ALL SELECT 'e', id, {nothing}, final_status FROM ended")
 
 
 def pg_step_params(writes: Sequence[tuple[str, int, Mapping[str, Any]]], claims: Sequence[str], owner: str,
-                   until: str, stamp: str) -> list[dict[str, Any]]:
-    """The rows of a pass, writes first."""
+                   until: str, stamp: str, ends: Sequence[tuple[str, str]] = ()) -> list[dict[str, Any]]:
+    """The rows of a pass: writes, then claims, then ends (execution id and version)."""
+    none = {"_write_id": None, "_epoch": None, "_values": None, "_claim_id": None, "_end_id": None, "_version": None}
     rows = []
     for tid, epoch, values in writes:
         unknown = set(values).difference(_PG_WRITABLE)
         if unknown:
             raise ValueError(f"not a column a fenced write sets: {', '.join(sorted(unknown))}")
-        rows.append({"_write_id": tid, "_epoch": epoch, "_values": json.dumps(values), "_claim_id": None})
-    rows.extend({"_write_id": None, "_epoch": None, "_values": None, "_claim_id": tid} for tid in claims)
+        rows.append({**none, "_write_id": tid, "_epoch": epoch, "_values": json.dumps(values)})
+    rows.extend({**none, "_claim_id": tid} for tid in claims)
+    rows.extend({**none, "_end_id": eid, "_version": version} for eid, version in ends)
     for row in rows:
         row.update(_owner=owner, _until=until, _stamp=stamp)
     return rows
 
 
-def pg_step_results(rows: Iterable[Sequence[Any]]) -> tuple[set[str], dict[str, Row]]:
-    """(accepted write ids, claimed id -> token) from the rows pg_step_sql returned."""
+def pg_step_results(rows: Iterable[Sequence[Any]]) -> tuple[set[str], dict[str, Row], dict[str, str]]:
+    """(accepted write ids, claimed id -> token, ended execution id -> final status) from the
+    rows pg_step_sql returned."""
     accepted: set[str] = set()
     claimed: dict[str, Row] = {}
-    for kind, tid, epoch, attempt, checkpoint in rows:
+    ended: dict[str, str] = {}
+    for kind, tid, epoch, attempt, checkpoint, final in rows:
         if kind == "w":
             accepted.add(tid)
-        else:
+        elif kind == "c":
             claimed[tid] = {"lease_epoch": epoch, "attempt": attempt, "checkpoint": checkpoint}
-    return accepted, claimed
+        else:
+            ended[tid] = final
+    return accepted, claimed, ended
 
 
 @functools.lru_cache(maxsize=1)
 def _pg_step_statement() -> Any:
-    return text(pg_step_sql()).columns(column("kind", String), T.c.id, T.c.lease_epoch, T.c.attempt, T.c.checkpoint)
+    return text(pg_step_sql()).columns(column("kind", String), T.c.id, T.c.lease_epoch, T.c.attempt, T.c.checkpoint,
+                                       X.c.final_status)
 
 
 def pg_pass(c: Connection, writes: Sequence[tuple[str, int, Mapping[str, Any]]], claims: Sequence[str],
@@ -175,7 +185,7 @@ def pg_pass(c: Connection, writes: Sequence[tuple[str, int, Mapping[str, Any]]],
     found: list[Any] = []
     for params in pg_step_params(writes, claims, owner, until, stamp):
         found.extend(c.execute(statement, params))
-    return pg_step_results(found)
+    return pg_step_results(found)[:2]
 
 
 def fenced_write(c: Connection, task_id: str, owner: str, epoch: int, values: Mapping[str, Any]) -> bool:
@@ -415,28 +425,32 @@ def insert_tree(c: Connection, rows: Sequence[Mapping[str, Any]], user_id: str |
     return execution
 
 
+def _end_sql(p: str = "", execution: str = ":_id") -> str:
+    """End an execution whose members are all settled, if it is still the one its owner saw at
+    `version`; its final status from the stored members (`completed` only if every one is)."""
+    return f"""
+        UPDATE executions SET status = 'ended', ended_at = :{p}stamp, lease_expires_at = NULL,
+               final_status = CASE WHEN EXISTS (SELECT 1 FROM tasks WHERE tasks.execution_id = executions.id
+                                                AND (tasks.status <> 'completed') IS TRUE)
+                                   THEN 'failed' ELSE 'completed' END
+        WHERE id = {execution} AND owner = :{p}owner AND status = 'running' AND updated_at = :{p}version
+          AND NOT EXISTS (SELECT 1 FROM tasks WHERE tasks.execution_id = executions.id
+                          AND (tasks.status = 'in_progress') IS TRUE)
+        RETURNING id, final_status"""
+
+
 def end_execution(c: Connection, execution_id: str, owner: str, version: str, stamp: str) -> str | None:
-    """End an execution whose members are all settled; returns the final status from the stored
-    members (`completed` only if every one is), or None when it cannot end now: a member is
-    still in progress, or the execution changed (joined, taken over) since `version`."""
-    members, end = _end_statements()
-    statuses = set(c.execute(members, {"_id": execution_id}).scalars())
-    if "in_progress" in statuses:
-        return None
-    final = "completed" if statuses <= {"completed"} else "failed"
-    changed = c.execute(end, {"_id": execution_id, "_owner": owner, "_version": version, "_final": final,
-                              "_stamp": stamp}).rowcount
-    return final if changed else None
+    """End an execution whose members are all settled; returns its final status, or None when it
+    cannot end now: a member is still in progress, or the execution changed (joined, taken over)
+    since `version`."""
+    row = c.execute(_end_statement(), {"_id": execution_id, "owner": owner, "version": version,
+                                       "stamp": stamp}).first()
+    return row.final_status if row else None
 
 
 @functools.lru_cache(maxsize=1)
-def _end_statements() -> tuple[Any, Any]:
-    members = select(T.c.status).where(T.c.execution_id == bindparam("_id")).distinct()
-    end = (update(X).where(X.c.id == bindparam("_id"), X.c.owner == bindparam("_owner"), X.c.status == "running",
-                           X.c.updated_at == bindparam("_version"))
-           .values(status="ended", final_status=bindparam("_final"), ended_at=bindparam("_stamp"),
-                   lease_expires_at=None))
-    return members, end
+def _end_statement() -> Any:
+    return text(_end_sql()).columns(X.c.id, X.c.final_status)
 
 
 def renew(c: Connection, owner: str, task_ids: Sequence[str], execution_ids: Sequence[str],

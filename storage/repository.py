@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import logging
 import sqlite3
 import threading
 import time
@@ -29,7 +28,6 @@ from taskgrove.storage.jsonvalues import read_stored
 from taskgrove.storage.models import tasks_table as T
 from taskgrove.storage.models import with_defaults
 
-log = logging.getLogger(__name__)
 Row = dict[str, Any]
 _CHUNK = 500  # ids per IN (...) list: well below every backend's bound-parameter limit
 
@@ -343,22 +341,13 @@ class TaskRepository:
     async def _pg_write_pass(self, writes: Sequence[tuple[str, int, Mapping[str, Any]]], claims: Sequence[str],
                              owner: str, until: str, stamp: str,
                              ends: Sequence[tuple[str, str]]) -> tuple[set[str], dict[str, Row], dict[str, str | None]]:
-        """PostgreSQL: writes and claims in one round trip (executions.pg_step_sql); the ends then
-        in a transaction of their own. An end that fails is left out of the answer: the engine
-        then ends that execution itself (it would, had the end found the execution changed)."""
+        """PostgreSQL: the whole pass in one round trip (executions.pg_step_sql)."""
         assert self._passes is not None
-        rows = executions.pg_step_params(writes, claims, owner, until, stamp)
+        rows = executions.pg_step_params(writes, claims, owner, until, stamp, ends)
         found = await self._passes.fetchmany(executions.pg_step_sql(), rows) if rows else []
         self.answered_at = time.monotonic()
-        accepted, claimed = executions.pg_step_results(found)
-        ended: dict[str, str | None] = {}
-        if ends:
-            try:
-                ended = await self._run(lambda c: {eid: executions.end_execution(c, eid, owner, version, stamp)
-                                                   for eid, version in ends})
-            except Exception:
-                log.warning("could not end %d execution(s) after an engine pass", len(ends), exc_info=True)
-        return accepted, claimed, ended
+        accepted, claimed, ended = executions.pg_step_results(found)
+        return accepted, claimed, {eid: ended.get(eid) for eid, _ in ends}
 
     async def delete(self, ids: Sequence[str], conn: AsyncConnection | None = None, *,
                      only_status: str | None = None) -> int:

@@ -40,7 +40,18 @@ async def every_read(repo: TaskRepository) -> list[Any]:
     ]
 
 
-async def stored(client: Client) -> TaskRepository:
+async def usual_reads(repo: TaskRepository, plain_path: str) -> list[Any]:
+    """every_read through the SQLAlchemy path: the repository's plain path (an attribute) set
+    aside meanwhile."""
+    saved = getattr(repo, plain_path)
+    setattr(repo, plain_path, None)
+    try:
+        return await every_read(repo)
+    finally:
+        setattr(repo, plain_path, saved)
+
+
+async def stored(client: Client, backend: str = "sqlite") -> TaskRepository:
     await client.result("tasks.create", {"tasks": [
         {"id": "root", "name": "root"},
         {"id": "bad", "name": "bad", "parent_id": "root"},
@@ -50,10 +61,10 @@ async def stored(client: Client) -> TaskRepository:
                         {"tasks": [{"id": "other", "name": "other", "inputs": {"ok": 1}, "user_id": "alice"}]})
     await client.wait_status("c2", ("completed",))
     await client.runs_ended()
-    await store_bad_row(client, "bad", "sqlite")
+    await store_bad_row(client, "bad", backend)
     repo = client.services.repo
     async with repo.engine.begin() as conn:  # booleans and a float stored as an integer
-        await conn.execute(text("UPDATE tasks SET has_copy = 1, progress = 1 WHERE id = 'root'"))
+        await conn.execute(text("UPDATE tasks SET has_copy = true, progress = 1 WHERE id = 'root'"))
     return repo
 
 
@@ -61,12 +72,7 @@ async def test_the_sqlite_reader_returns_what_sqlalchemy_returns(client: Client)
     repo = await stored(client)
     assert repo._reader is not None
     fast = await every_read(repo)
-    reader, repo._reader = repo._reader, None
-    try:
-        usual = await every_read(repo)
-    finally:
-        repo._reader = reader
-    assert shown(fast) == shown(usual)
+    assert shown(fast) == shown(await usual_reads(repo, "_reader"))
     assert fast[1]["has_copy"] is True and isinstance(fast[1]["progress"], float)
     assert isinstance(fast[0]["inputs"], Unreadable)
 
