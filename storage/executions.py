@@ -39,11 +39,12 @@ Row = dict[str, Any]
 #
 # PostgreSQL plans a prepared statement once (a generic plan) and keeps the plan while the table
 # grows; made on a small or never analysed table, such a plan scans the table (or the status
-# index, whose dead entries pile up between vacuums) for every pass. So every row of `tasks` these
-# statements touch is found by its primary key and nothing else: each dependency is looked up on
-# its own (LATERAL ... LIMIT 1: the id is unique, the limit only keeps the planner from turning
-# the lookups into a join), the execution is a scalar subquery, and status tests are written
-# `(status = ...) IS TRUE`, which no index matches.
+# index, whose dead entries pile up between vacuums) for every pass. So every row these
+# statements touch is found by its primary key (an execution's members by their execution id)
+# and nothing else: each dependency is looked up on its own (LATERAL ... LIMIT 1: the id is
+# unique, the limit only keeps the planner from turning the lookups into a join), the execution
+# is a scalar subquery, and status tests are written `(status = ...) IS TRUE`, which no index
+# (nor the partial index of running executions) matches.
 _BLOCKING_DEPENDENCY = {
     "sqlite": """
         SELECT 1 FROM json_each(tasks.dependencies) AS d
@@ -433,7 +434,7 @@ def _end_sql(p: str = "", execution: str = ":_id") -> str:
                final_status = CASE WHEN EXISTS (SELECT 1 FROM tasks WHERE tasks.execution_id = executions.id
                                                 AND (tasks.status <> 'completed') IS TRUE)
                                    THEN 'failed' ELSE 'completed' END
-        WHERE id = {execution} AND owner = :{p}owner AND status = 'running' AND updated_at = :{p}version
+        WHERE id = {execution} AND owner = :{p}owner AND (status = 'running') IS TRUE AND updated_at = :{p}version
           AND NOT EXISTS (SELECT 1 FROM tasks WHERE tasks.execution_id = executions.id
                           AND (tasks.status = 'in_progress') IS TRUE)
         RETURNING id, final_status"""

@@ -51,8 +51,8 @@ class TaskRepository:
         self._reader = _SqliteReader.for_engine(batch_engine) if batch_engine is not None else None
         # Operations sent to the database thread whose caller has not resumed yet (see _read).
         self._queued = 0
-        # PostgreSQL: the engine's passes through plain asyncpg (storage/pg.py).
-        self._passes = pg.PassConnection(engine) if engine.dialect.name == "postgresql" else None
+        # PostgreSQL: the engine's passes and the hot reads through plain asyncpg (storage/pg.py).
+        self._pg = pg.PgPool(engine) if engine.dialect.name == "postgresql" else None
 
     async def close(self) -> None:
         if self._batch_thread is not None:
@@ -61,8 +61,8 @@ class TaskRepository:
             self._reader.close()
         if self._batch_engine is not None:
             self._batch_engine.dispose()
-        if self._passes is not None:
-            await self._passes.close()
+        if self._pg is not None:
+            await self._pg.close()
         await self.engine.dispose()
 
     @asynccontextmanager
@@ -140,8 +140,8 @@ class TaskRepository:
         """Rows of a read statement (qmark style) by the plain path; None: take the SQLAlchemy path."""
         if self._reader is not None:
             return await self._read(sql, args)
-        if self._passes is not None:
-            found = await pg.rows(self.engine, pg.from_qmark(sql), args)
+        if self._pg is not None:
+            found = await self._pg.rows(pg.from_qmark(sql), args)
             if found is not None:
                 self.answered_at = time.monotonic()
             return found
@@ -327,7 +327,7 @@ class TaskRepository:
         the end of executions whose last task just ended (`ends`: execution id and version).
         Returns the ids whose write was accepted, the claimed ids with their tokens, and each
         ended execution's final status (None: it cannot end now)."""
-        if self._passes is not None:
+        if self._pg is not None:
             return await self._pg_write_pass(writes, claims, owner, until, stamp, ends)
 
         def op(c: Connection) -> tuple[set[str], dict[str, Row], dict[str, str | None]]:
@@ -342,9 +342,9 @@ class TaskRepository:
                              owner: str, until: str, stamp: str,
                              ends: Sequence[tuple[str, str]]) -> tuple[set[str], dict[str, Row], dict[str, str | None]]:
         """PostgreSQL: the whole pass in one round trip (executions.pg_step_sql)."""
-        assert self._passes is not None
+        assert self._pg is not None
         rows = executions.pg_step_params(writes, claims, owner, until, stamp, ends)
-        found = await self._passes.fetchmany(executions.pg_step_sql(), rows) if rows else []
+        found = await self._pg.fetchmany(executions.pg_step_sql(), rows) if rows else []
         self.answered_at = time.monotonic()
         accepted, claimed, ended = executions.pg_step_results(found)
         return accepted, claimed, {eid: ended.get(eid) for eid, _ in ends}

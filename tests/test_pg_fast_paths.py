@@ -21,8 +21,8 @@ async def test_asyncpg_reads_return_what_sqlalchemy_returns(client: Client) -> N
     repo = await stored(client, "postgres")
     fast = await every_read(repo)
     # the asyncpg path answered (a failure there would have taken the SQLAlchemy path quietly)
-    assert await pg.rows(repo.engine, pg.from_qmark(repository._TREE), ("root",)) == fast[5]
-    assert shown(fast) == shown(await usual_reads(repo, "_passes"))
+    assert await repo._pg.rows(pg.from_qmark(repository._TREE), ("root",)) == fast[5]
+    assert shown(fast) == shown(await usual_reads(repo, "_pg"))
     assert fast[1]["has_copy"] is True and isinstance(fast[1]["progress"], float)
 
 
