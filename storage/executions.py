@@ -26,6 +26,7 @@ from typing import Any
 from sqlalchemy import String, bindparam, column, insert, select, text, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.util import await_
 
 from taskgrove.storage.models import executions_table as X
 from taskgrove.storage.models import tasks_table as T
@@ -303,6 +304,27 @@ def _sqlite_insert_tasks(c: Connection, rows: Sequence[Mapping[str, Any]]) -> No
         raise IntegrityError(sql, None, exc) from exc
 
 
+def _pg_insert_tasks(c: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+    """PostgreSQL: full rows (`with_defaults`) as one JSON array and one INSERT ... SELECT, sent on
+    the transaction's own asyncpg connection; stored as SQLAlchemy's executemany stores them (the
+    JSON columns hold json.dumps text, None as JSON 'null')."""
+    import asyncpg  # PostgreSQL only: not loaded on SQLite
+
+    sql = _pg_insert_sql()
+    try:
+        await_(c.connection.driver_connection.execute(sql, json.dumps(rows)))
+    except asyncpg.IntegrityConstraintViolationError as exc:  # an id is taken: what the SQLAlchemy path raises
+        raise IntegrityError(sql, None, exc) from exc
+
+
+@functools.lru_cache(maxsize=1)
+def _pg_insert_sql() -> str:
+    columns = _task_columns()
+    values = ", ".join(f"coalesce({key}, 'null'::json)" if key in _JSON_COLUMNS else key for key in columns)
+    return (f"INSERT INTO tasks ({', '.join(columns)}) SELECT {values} "
+            "FROM json_populate_recordset(NULL::tasks, CAST($1 AS json))")
+
+
 @functools.lru_cache(maxsize=1)
 def _task_columns() -> tuple[str, ...]:
     return tuple(column.name for column in T.c)
@@ -421,6 +443,8 @@ def insert_tree(c: Connection, rows: Sequence[Mapping[str, Any]], user_id: str |
             for row in rows]
     if c.dialect.name == "sqlite":
         _sqlite_insert_tasks(c, full)
+    elif c.dialect.driver == "asyncpg":
+        _pg_insert_tasks(c, full)
     else:
         c.execute(insert(T), full)
     return execution

@@ -110,10 +110,11 @@ class PgPool:
                 raise DBAPIError(text, None, exc) from exc
 
     async def rows(self, sql: str, args: Sequence[Any]) -> list[dict[str, Any]] | None:
-        """The rows of a read; None when it failed (the caller takes the SQLAlchemy path)."""
+        """The rows of a read (qmark style, as the SQLite reader's); None when it failed (the
+        caller takes the SQLAlchemy path)."""
         try:
             async with (await self._reads()).acquire() as conn:
-                found = await conn.fetch(sql, *args)
+                found = await conn.fetch(from_qmark(sql), *args)
         except Exception:
             return None
         return [dict(record) for record in found]

@@ -23,7 +23,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.engine.processors import int_to_boolean
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from taskgrove.storage import executions, pg
+from taskgrove.storage import executions
 from taskgrove.storage.jsonvalues import read_stored
 from taskgrove.storage.models import tasks_table as T
 from taskgrove.storage.models import with_defaults
@@ -51,8 +51,13 @@ class TaskRepository:
         self._reader = _SqliteReader.for_engine(batch_engine) if batch_engine is not None else None
         # Operations sent to the database thread whose caller has not resumed yet (see _read).
         self._queued = 0
-        # PostgreSQL: the engine's passes and the hot reads through plain asyncpg (storage/pg.py).
-        self._pg = pg.PgPool(engine) if engine.dialect.name == "postgresql" else None
+        # PostgreSQL: the engine's passes and the hot reads through plain asyncpg (storage/pg.py,
+        # loaded only then: SQLite needs neither it nor asyncpg).
+        self._pg: Any = None
+        if engine.dialect.name == "postgresql":
+            from taskgrove.storage import pg
+
+            self._pg = pg.PgPool(engine)
 
     async def close(self) -> None:
         if self._batch_thread is not None:
@@ -141,7 +146,7 @@ class TaskRepository:
         if self._reader is not None:
             return await self._read(sql, args)
         if self._pg is not None:
-            found = await self._pg.rows(pg.from_qmark(sql), args)
+            found = await self._pg.rows(sql, args)
             if found is not None:
                 self.answered_at = time.monotonic()
             return found

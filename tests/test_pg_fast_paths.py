@@ -8,10 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from taskgrove.storage import executions, pg, repository
+from taskgrove.storage import executions, repository
 from tests.conftest import POSTGRES_URL, Client
 from tests.test_engine_pass import OWNER, STAMP, UNTIL, outcome, row
-from tests.test_sqlite_reads import every_read, shown, stored, usual_reads
+from tests.test_sqlite_reads import every_read, inserted_three_ways, shown, stored, usual_reads
 
 pytestmark = [pytest.mark.skipif(not POSTGRES_URL, reason="needs TASKGROVE_TEST_POSTGRES_URL"),
               pytest.mark.parametrize("backend", ["postgres"])]
@@ -21,7 +21,7 @@ async def test_asyncpg_reads_return_what_sqlalchemy_returns(client: Client) -> N
     repo = await stored(client, "postgres")
     fast = await every_read(repo)
     # the asyncpg path answered (a failure there would have taken the SQLAlchemy path quietly)
-    assert await repo._pg.rows(pg.from_qmark(repository._TREE), ("root",)) == fast[5]
+    assert await repo._pg.rows(repository._TREE, ("root",)) == fast[5]
     assert shown(fast) == shown(await usual_reads(repo, "_pg"))
     assert fast[1]["has_copy"] is True and isinstance(fast[1]["progress"], float)
 
@@ -72,3 +72,12 @@ async def test_the_asyncpg_pass_decides_what_the_sqlalchemy_pass_decides(
 async def test_a_write_of_another_column_is_refused(client: Client) -> None:
     with pytest.raises(ValueError, match="name"):
         await client.services.repo.write_pass([("a", 1, {"name": "x"})], [], OWNER, UNTIL, STAMP)
+
+
+async def test_the_postgres_tree_insert_stores_what_sqlalchemy_stores(client: Client) -> None:
+    """On PostgreSQL a new tree's rows are one INSERT ... SELECT through asyncpg: every column of
+    every row holds what SQLAlchemy's executemany would have stored, byte for byte (JSON text,
+    JSON 'null' for None)."""
+    fast, usual, again = await inserted_three_ways(client, "CAST({} AS text)", executions._pg_insert_tasks)
+    assert len(fast) == 2 and "null" in fast[0]
+    assert fast == usual == again
