@@ -17,7 +17,7 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from taskgrove.agent.a2a.routes import a2a_routes
+from taskgrove.agent.a2a.front import a2a_routes
 from taskgrove.agent.bodylimit import BodyLimit
 from taskgrove.agent.container import Services
 from taskgrove.agent.edge import internal_error, rpc_endpoint

@@ -58,7 +58,8 @@ class Services:
     @classmethod
     def build(cls, settings: Settings, registry: ExecutorRegistry | None = None) -> "Services":
         check_settings(settings)
-        repo = TaskRepository(create_engine(settings.database_url), create_batch_engine(settings.database_url))
+        url = settings.database_url
+        repo = TaskRepository(create_engine(url), create_batch_engine(url), create_batch_engine(url, wait_seconds=0))
         bus = EventBus()
         registry = registry or ExecutorRegistry.discover(settings.extensions)
         metrics = Metrics()

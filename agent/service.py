@@ -69,11 +69,12 @@ class TaskService:
 
     # --- create and read ------------------------------------------------------------------
 
-    def prepare(self, params: Any, caller: Caller) -> list[dict[str, Any]]:
-        """Validated rows for a new tree (no I/O), permission rules applied."""
+    def prepare(self, params: Any, caller: Caller, *, values_checked: bool = False) -> list[dict[str, Any]]:
+        """Validated rows for a new tree (no I/O), permission rules applied. `values_checked`: the
+        value gate already cleared `params` (CallContext.values_checked)."""
         try:
             raw = trees.tasks_from_params(params, self.settings.max_tree_tasks)
-            rows = trees.prepare_new_tree(raw, default_user=caller.user_id)
+            rows = trees.prepare_new_tree(raw, default_user=caller.user_id, values_checked=values_checked)
         except TreeError as exc:
             raise invalid_params(str(exc)) from None
         defaults = self.engine.default_retry
@@ -132,7 +133,7 @@ class TaskService:
     async def create(self, params: Any, ctx: CallContext) -> dict[str, Any]:
         """tasks.create: store the tree and its execution in one transaction, execute it, answer
         the tree once it finished (or the wait timed out)."""
-        rows = self.prepare(params, ctx.caller)
+        rows = self.prepare(params, ctx.caller, values_checked=ctx.values_checked)
         root_id = rows[0]["id"]
         if rows[0]["origin_type"] == "archive":  # e.g. an archive made from a clone preview: stored, not run
             await self.create_tree(params, ctx.caller)

@@ -14,12 +14,15 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from taskgrove.executors.base import ExecutionContext, Executor, ExecutorError
 from taskgrove.executors.netguard import UnsafeURLError, ensure_public_url, redact_url, request_guard
+
+# httpx is imported where a request is made: at module level it would load with the executor
+# registry at start-up, and with it rich, click and pygments (httpx._main, ~4 MB).
+if TYPE_CHECKING:  # pragma: no cover
+    import httpx
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 DEFAULT_MAX_BYTES = 1024 * 1024
@@ -41,6 +44,8 @@ def _auth(spec: Any) -> tuple[dict[str, str], httpx.Auth | None]:
     if kind == "bearer" and isinstance(spec.get("token"), str):
         return {"Authorization": f"Bearer {spec['token']}"}, None
     if kind == "basic" and isinstance(spec.get("username"), str):
+        import httpx  # lazy (see the imports)
+
         return {}, httpx.BasicAuth(spec["username"], str(spec.get("password", "")))
     raise ExecutorError(
         'auth must be {"type": "bearer", "token": ...} or '
@@ -138,6 +143,8 @@ class RestExecutor(Executor):
             request_kwargs["data"] = inputs["data"]
 
         started = time.monotonic()
+        import httpx  # lazy (see the imports)
+
         # trust_env=False: no proxy or .netrc credentials picked up from the service environment.
         self._client = httpx.AsyncClient(
             timeout=timeout,
@@ -170,6 +177,8 @@ class RestExecutor(Executor):
         self, method: str, url: str, kwargs: dict[str, Any], timeout: float, cap: int
     ) -> dict[str, Any]:
         """One request. Returns the result, raises _Retryable or ExecutorError."""
+        import httpx  # lazy (see the imports); loaded by execute already
+
         assert self._client is not None
         shown = redact_url(url)
         try:

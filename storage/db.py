@@ -2,7 +2,8 @@
 
 SQLite gets the pragmas a server needs (WAL so readers never block the writer, a busy timeout
 instead of instant "database is locked" errors, foreign keys on). Alembic migrations run at
-start-up on the same async engine, inside `run_sync`, when the database is not at the newest one.
+start-up on the same async engine, inside `run_sync`, when the database is not at the newest one;
+a new, empty SQLite database gets the newest schema without Alembic (storage/sqlite_schema.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from sqlalchemy import event, inspect, text
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from taskgrove.storage import sqlite_schema
 from taskgrove.storage.jsonvalues import read_stored
 
 if TYPE_CHECKING:
@@ -40,22 +42,31 @@ def create_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
                                json_deserializer=read_stored)
 
 
-def create_batch_engine(url: str) -> Engine | None:
-    """SQLite: a synchronous engine on the same file for the engine's batched writes."""
+def create_batch_engine(url: str, *, wait_seconds: int = 30) -> Engine | None:
+    """SQLite: a synchronous engine on the same file, for the engine's batched writes.
+
+    `wait_seconds`: how long a statement waits for another connection's write lock. 0 fails at
+    once with "database is locked": for transactions run on the event loop's own thread, which
+    must never wait (TaskRepository then runs them on the database thread instead).
+    """
     if not is_sqlite(url):
         return None
     engine = sa_create_engine(url.replace("sqlite+aiosqlite://", "sqlite://", 1),
-                              connect_args={"timeout": 30, "check_same_thread": False},
+                              connect_args={"timeout": wait_seconds, "check_same_thread": False},
                               json_deserializer=read_stored)
-    event.listen(engine, "connect", _sqlite_pragmas)
+
+    def pragmas(dbapi_conn, record) -> None:  # type: ignore[no-untyped-def]
+        _sqlite_pragmas(dbapi_conn, record, wait_ms=wait_seconds * 1000)
+
+    event.listen(engine, "connect", pragmas)
     return engine
 
 
-def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+def _sqlite_pragmas(dbapi_conn, _record, wait_ms: int = 30_000) -> None:  # type: ignore[no-untyped-def]
     cursor = dbapi_conn.cursor()
     for pragma in (
         "PRAGMA journal_mode=WAL",
-        "PRAGMA busy_timeout=30000",
+        f"PRAGMA busy_timeout={int(wait_ms)}",
         "PRAGMA foreign_keys=ON",
         "PRAGMA synchronous=NORMAL",
     ):
@@ -98,16 +109,38 @@ def _is_current(connection: Connection) -> bool:
     return versions == [head_revision()]
 
 
+def _create_new_sqlite(connection: Connection) -> bool:
+    """On an empty SQLite database, create the newest schema from storage/sqlite_schema.py, in one
+    transaction that holds the write lock; False (nothing done) if the database is not empty or
+    the snapshot is not at the newest migration: then Alembic migrates."""
+    if sqlite_schema.REVISION != head_revision():
+        return False
+    # The driver leaves DDL outside transactions: BEGIN IMMEDIATE makes the whole schema and its
+    # version row one transaction, committed or rolled back with `connection`'s.
+    connection.exec_driver_sql("BEGIN IMMEDIATE")
+    if connection.exec_driver_sql("SELECT count(*) FROM sqlite_master").scalar():
+        return False  # another process got there first, or something else lives here
+    for statement in sqlite_schema.STATEMENTS:
+        connection.exec_driver_sql(statement)
+    connection.exec_driver_sql("INSERT INTO alembic_version (version_num) VALUES (?)", (sqlite_schema.REVISION,))
+    return True
+
+
 async def migrate(engine: AsyncEngine) -> None:
     """Apply every pending migration (idempotent; safe with several instances on PostgreSQL).
 
     A database already at the newest migration is left as it is without loading Alembic (about
-    0.1 s and 11 MB of a start-up; Alembic would find nothing to do). Otherwise Alembic
-    upgrades it, under an advisory lock on PostgreSQL (migrations/env.py).
+    0.1 s and 11 MB of a start-up; Alembic would find nothing to do), and a new SQLite database
+    gets the newest schema the same way (_create_new_sqlite). Otherwise Alembic upgrades it,
+    under an advisory lock on PostgreSQL (migrations/env.py).
     """
     async with engine.begin() as conn:
         if await conn.run_sync(_is_current):
             return
+    if engine.dialect.name == "sqlite":
+        async with engine.begin() as conn:
+            if await conn.run_sync(_create_new_sqlite):
+                return
 
     def upgrade(sync_conn: Connection) -> None:
         from alembic import command

@@ -345,7 +345,7 @@ def _sqlite_claim(c: Connection, ids: Sequence[str], owner: str, until: str, sta
         sql = template.replace("(:ids)", "(" + ", ".join("?" * len(chunk)) + ")")
         for tid, epoch, attempt, checkpoint in cursor.execute(sql, (stamp, stamp, owner, until, *chunk, stamp, owner)):
             claimed[tid] = {"lease_epoch": epoch, "attempt": attempt,
-                            "checkpoint": json.loads(checkpoint) if checkpoint is not None else None}
+                            "checkpoint": None if checkpoint is None or checkpoint == "null" else json.loads(checkpoint)}
     return claimed
 
 

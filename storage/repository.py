@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy import JSON, String, bindparam, cast, delete, func, insert, or_, select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.engine.processors import int_to_boolean
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from taskgrove.storage import executions
@@ -30,6 +31,10 @@ from taskgrove.storage.models import with_defaults
 
 Row = dict[str, Any]
 _CHUNK = 500  # ids per IN (...) list: well below every backend's bound-parameter limit
+# An engine pass with at most this many writes, claims and ends may run on the event loop's
+# thread (TaskRepository._run_here): at a few tens of microseconds a row, it never holds the
+# loop for long.
+SMALL_PASS = 64
 
 
 def _chunks(ids: Sequence[str]) -> Iterable[Sequence[str]]:
@@ -38,7 +43,8 @@ def _chunks(ids: Sequence[str]) -> Iterable[Sequence[str]]:
 
 
 class TaskRepository:
-    def __init__(self, engine: AsyncEngine, batch_engine: Engine | None = None) -> None:
+    def __init__(self, engine: AsyncEngine, batch_engine: Engine | None = None,
+                 loop_engine: Engine | None = None) -> None:
         self.engine = engine
         # SQLite only: a synchronous engine driven from one worker thread, so a whole batch of
         # engine writes costs one thread hop instead of one per statement (see write_pass).
@@ -51,6 +57,14 @@ class TaskRepository:
         self._reader = _SqliteReader.for_engine(batch_engine) if batch_engine is not None else None
         # Operations sent to the database thread whose caller has not resumed yet (see _read).
         self._queued = 0
+        # SQLite on a file: the same file with no busy wait, for small transactions run on the
+        # event loop's own thread (see _run_here). Not for in-memory databases, which another
+        # connection would not see.
+        self._loop_engine = loop_engine if self._reader is not None else None
+        if loop_engine is not None and self._loop_engine is None:
+            loop_engine.dispose()
+        # Its connection per thread, kept open: a pool checkout per pass costs as much as the pass.
+        self._loop_connections: dict[int, Connection] = {}
         # PostgreSQL: the engine's passes and the hot reads through plain asyncpg (storage/pg.py,
         # loaded only then: SQLite needs neither it nor asyncpg).
         self._pg: Any = None
@@ -64,8 +78,12 @@ class TaskRepository:
             self._batch_thread.shutdown(wait=True)
         if self._reader is not None:  # after the thread: a read may have been running there
             self._reader.close()
-        if self._batch_engine is not None:
-            self._batch_engine.dispose()
+        for connection in self._loop_connections.values():
+            connection.close()
+        self._loop_connections.clear()
+        for sync_engine in (self._batch_engine, self._loop_engine):
+            if sync_engine is not None:
+                sync_engine.dispose()
         if self._pg is not None:
             await self._pg.close()
         await self.engine.dispose()
@@ -79,20 +97,28 @@ class TaskRepository:
         async with self.engine.begin() as new_conn:
             yield new_conn
 
-    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run `fn(sync_connection, *args)` in a transaction of its own (storage/executions.py)."""
-        return await self._run(fn, *args)
+    async def run(self, fn: Callable[..., Any], *args: Any, small: bool = False) -> Any:
+        """Run `fn(sync_connection, *args)` in a transaction of its own (storage/executions.py).
+        `small`: a few rows, so it may run on the event loop's thread (see _run_here)."""
+        return await self._run(fn, *args, small=small)
 
-    async def _run(self, fn: Callable[..., Any], *args: Any, conn: AsyncConnection | None = None) -> Any:
+    async def _run(self, fn: Callable[..., Any], *args: Any, conn: AsyncConnection | None = None,
+                   small: bool = False) -> Any:
         """Run `fn(sync_connection, *args)` in the caller's transaction or a new one.
 
         Every statement is written once, as a plain synchronous function. On SQLite a new
         transaction runs on the dedicated database thread (one thread hop per operation instead
-        of one per statement); on PostgreSQL and inside a caller's transaction it runs through
-        the async driver.
+        of one per statement), or for a `small` one on the event loop's thread when it can
+        (_run_here); on PostgreSQL and inside a caller's transaction it runs through the async
+        driver.
         """
         if conn is not None:
             return await conn.run_sync(fn, *args)
+        if small and self._loop_engine is not None and not self._queued:
+            done, result = self._run_here(fn, args)
+            if done:
+                self.answered_at = time.monotonic()
+                return result
         if self._batch_engine is not None:
             engine = self._batch_engine
 
@@ -110,6 +136,38 @@ class TaskRepository:
                 result = await async_conn.run_sync(fn, *args)
         self.answered_at = time.monotonic()
         return result
+
+    def _run_here(self, fn: Callable[..., Any], args: Sequence[Any]) -> tuple[bool, Any]:
+        """Run a small transaction on the calling (event loop's) thread: (True, its result), or
+        (False, None) when the database is locked by another connection.
+
+        Why: handing a transaction to the database thread and resuming after it costs two thread
+        wake-ups and a GIL hand-over each way, several times what an engine pass of a few rows
+        costs SQLite itself; a 1000-task chain is 1000 such passes (bench/README.md).
+
+        Guarantees kept: it runs only when the database thread has nothing of ours in flight
+        (the caller checks `_queued`), so it is ordered after everything sent there, as reads
+        are (see _read). It never waits on the event loop: its connection has no busy timeout,
+        so a write lock held elsewhere (a transaction of the async engine, another process)
+        fails it at once, rolled back whole, and the caller sends it to the database thread,
+        which waits as it always did. Any other error is raised as the thread would raise it.
+        """
+        sync_conn = self._loop_connection()
+        try:
+            with sync_conn.begin():
+                return True, fn(sync_conn, *args)
+        except (sqlite3.OperationalError, OperationalError) as exc:
+            if "locked" not in str(exc):
+                raise
+            return False, None
+
+    def _loop_connection(self) -> Connection:
+        assert self._loop_engine is not None
+        ident = threading.get_ident()  # the app's event loop; tests may run loops in other threads
+        sync_conn = self._loop_connections.get(ident)
+        if sync_conn is None or sync_conn.closed or sync_conn.invalidated:
+            sync_conn = self._loop_connections[ident] = self._loop_engine.connect()
+        return sync_conn
 
     async def _autocommit(self, fn: Callable[..., Any], *args: Any) -> Any:
         """PostgreSQL: `fn` on a connection in autocommit, for work that is one statement (a pass,
@@ -341,7 +399,7 @@ class TaskRepository:
             ended = {eid: executions.end_execution(c, eid, owner, version, stamp) for eid, version in ends}
             return accepted, claimed, ended
 
-        return await self._run(op)
+        return await self._run(op, small=len(writes) + len(claims) + len(ends) <= SMALL_PASS)
 
     async def _pg_write_pass(self, writes: Sequence[tuple[str, int, Mapping[str, Any]]], claims: Sequence[str],
                              owner: str, until: str, stamp: str,

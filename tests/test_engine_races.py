@@ -196,10 +196,10 @@ async def test_a_tree_started_while_leases_are_renewed_is_not_dropped(client: Cl
     gate = asyncio.Event()
     real = engine.repo.run
 
-    async def held(fn: Any, *args: Any) -> Any:
+    async def held(fn: Any, *args: Any, **options: Any) -> Any:
         if fn is xs.renew:
             await gate.wait()
-        return await real(fn, *args)
+        return await real(fn, *args, **options)
 
     engine.repo.run = held  # type: ignore[method-assign]
     await store(client, task("a", method="sleep_executor", inputs={"seconds": 1}))

@@ -137,3 +137,44 @@ async def test_the_sqlite_tree_insert_stores_what_sqlalchemy_stores(client: Clie
     fast, usual, again = await inserted_three_ways(client, "quote({})", executions._sqlite_insert_tasks)
     assert len(fast) == 2
     assert fast == usual == again
+
+
+async def test_small_transactions_run_on_the_event_loop_and_never_wait_there(client: Client) -> None:
+    """Small engine transactions (passes, one-task inserts) run on the event loop's thread when
+    the database thread is idle (TaskRepository._run_here). When another connection holds the
+    write lock they must neither fail nor wait on the loop (which would stall every request, and
+    here deadlock: the lock holder needs the loop to commit): they go to the database thread."""
+    import asyncio
+
+    repo = client.services.repo
+    here: list[bool] = []
+    real = repo._run_here
+
+    def counted(fn: Any, args: Any) -> Any:
+        try:
+            done, result = real(fn, args)
+        except Exception:
+            here.append("raised")
+            raise
+        here.append(done)
+        return done, result
+
+    repo._run_here = counted  # type: ignore[method-assign]
+    await client.result("tasks.create", {"tasks": [{"id": "first", "name": "first"}]})
+    assert here and all(here)  # insert, claim, outcome: each on the loop's thread
+    # On the loop's thread a statement never waits for a lock: it fails at once instead.
+    assert repo._run_here(lambda c: c.exec_driver_sql("PRAGMA busy_timeout").scalar(), ()) == (True, 0)
+
+    here.clear()
+    async with repo.engine.begin() as holder:  # another connection takes the write lock
+        await holder.execute(text("UPDATE tasks SET name = 'held' WHERE id = 'first'"))
+        create = asyncio.create_task(client.http.post("/tasks", json={
+            "jsonrpc": "2.0", "id": "c", "method": "tasks.create", "params": [{"id": "second", "name": "second"}]}))
+        while not here and not create.done():  # the create's insert was tried on the loop's thread
+            await asyncio.sleep(0.01)
+        assert here == [False]  # it found the lock taken, and gave up at once
+        await asyncio.sleep(0.2)
+        assert not create.done()  # waiting for the lock on the database thread, not failed
+    answer = (await asyncio.wait_for(create, 30)).json()  # not a timing check: a deadlock must fail, not hang
+    assert answer["result"]["status"] == "completed"
+    assert (await client.result("tasks.get", {"task_id": "first"}))["name"] == "held"

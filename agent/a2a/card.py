@@ -1,5 +1,9 @@
 """The agent card: the static part from `agent-card.json`, the address and version filled at start.
 
+Rendered as plain JSON, without the a2a-sdk: serving the card must not load the SDK's server,
+protobuf and pydantic (~20 MB and ~0.3 s of a start); they load on the first A2A request
+(agent/a2a/front.py). tests/test_a2a_card.py holds both forms to the SDK's own rendering.
+
 The card advertises the same JSON-RPC endpoint twice, once as A2A 1.0 and once as 0.3, so the
 official client picks 1.0 and older clients still find the 0.3 wire format they speak.
 
@@ -20,6 +24,7 @@ service's start), and answer a conditional GET whose `If-None-Match` matches wit
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from datetime import datetime, timezone
@@ -29,24 +34,12 @@ from importlib.resources import files
 from importlib.resources.abc import Traversable
 from typing import Any
 
-from a2a.server.request_handlers.response_helpers import agent_card_to_dict
-from a2a.types.a2a_pb2 import (
-    AgentCard,
-    AgentInterface,
-    HTTPAuthSecurityScheme,
-    SecurityRequirement,
-    SecurityScheme,
-    StringList,
-)
-from a2a.utils.constants import PROTOCOL_VERSION_0_3, PROTOCOL_VERSION_1_0, TransportProtocol
-from google.protobuf.json_format import MessageToDict, ParseDict
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from taskgrove.agent.a2a.planner import llm_configured
-from taskgrove.agent.a2a.rest import REST_PREFIX
 from taskgrove.agent.settings import Settings
+from taskgrove.llm.client import PROVIDERS
 
 TEXT_MODE = "text/plain"
 LLM_TAG = "llm"  # skills that need an LLM on the service (agent-card.json tags them so)
@@ -80,52 +73,77 @@ def load_template(path: Traversable | None = None) -> dict[str, Any]:
     return data
 
 
-def build_card(settings: Settings, template: dict[str, Any] | None = None) -> AgentCard:
-    """The card for this service: template + `url` (settings.base_url) + `version` + interfaces."""
-    data = dict(template if template is not None else load_template())
-    for key in ("url", "version", "supportedInterfaces", "supported_interfaces"):
-        data.pop(key, None)  # run-time values only: a stale address in the file must not win
-    card = ParseDict(data, AgentCard(), ignore_unknown_fields=True)
-    card.version = service_version()
+# The fields of the A2A 1.0 AgentCard message (ProtoJSON names). Anything else in the template is
+# dropped, as parsing it into the SDK's AgentCard did.
+CARD_FIELDS = ("name", "description", "supportedInterfaces", "provider", "version", "documentationUrl",
+               "capabilities", "securitySchemes", "securityRequirements", "defaultInputModes",
+               "defaultOutputModes", "skills", "signatures", "iconUrl")
+JSONRPC, HTTP_JSON = "JSONRPC", "HTTP+JSON"  # the SDK's TransportProtocol values
+V1_0, V0_3 = "1.0", "0.3"  # protocol versions the card advertises
+REST_PREFIX = "/a2a"  # the HTTP+JSON transport's routes (agent/a2a/rest.py)
+BEARER_DESCRIPTION = "Authorization: Bearer <JWT signed with the service's secret> (or an Authorization cookie)"
+
+
+def llm_configured(settings: Settings) -> bool:
+    """An LLM is configured: a base URL, a default provider or a vendor key in the environment."""
+    environ = getattr(settings, "environ", None) or {}
+    return bool(settings.llm_base_url or settings.llm_provider
+                or any(environ.get(p.key_var) for p in PROVIDERS.values()))
+
+
+def build_card(settings: Settings, template: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The card for this service, in its 1.0 form (the ProtoJSON of the A2A AgentCard message):
+    template + `version` + interfaces (at settings.base_url) + capabilities + security.
+
+    Plain JSON, so that serving the card loads neither the a2a-sdk nor protobuf; the SDK's request
+    handler gets the same card as a message when it is built (agent.a2a.routes).
+    tests/test_a2a_card.py checks that both forms are the bytes the SDK's own rendering gives.
+    """
+    data = template if template is not None else load_template()
+    # run-time values (url, version, interfaces) never come from the file: a stale address must not win
+    card: dict[str, Any] = {k: v for k, v in data.items()
+                            if k in CARD_FIELDS and k not in ("version", "supportedInterfaces")}
+    card["version"] = service_version()
     url = settings.base_url
-    card.supported_interfaces.extend([
-        AgentInterface(url=url, protocol_binding=TransportProtocol.JSONRPC, protocol_version=PROTOCOL_VERSION_1_0),
-        AgentInterface(url=url, protocol_binding=TransportProtocol.JSONRPC, protocol_version=PROTOCOL_VERSION_0_3),
-        AgentInterface(url=url.rstrip("/") + REST_PREFIX, protocol_binding=TransportProtocol.HTTP_JSON,
-                       protocol_version=PROTOCOL_VERSION_1_0),
-    ])
-    card.capabilities.streaming = True
-    card.capabilities.push_notifications = True
+    card["supportedInterfaces"] = [
+        {"url": url, "protocolBinding": JSONRPC, "protocolVersion": V1_0},
+        {"url": url, "protocolBinding": JSONRPC, "protocolVersion": V0_3},
+        {"url": url.rstrip("/") + REST_PREFIX, "protocolBinding": HTTP_JSON, "protocolVersion": V1_0},
+    ]
+    card["capabilities"] = {**card.get("capabilities", {}), "streaming": True, "pushNotifications": True}
     if settings.jwt_secret:  # tell a reading client what POST / and /a2a need (the card stays public)
-        card.security_schemes["bearer"].CopyFrom(SecurityScheme(http_auth_security_scheme=HTTPAuthSecurityScheme(
-            scheme="Bearer", bearer_format="JWT",
-            description="Authorization: Bearer <JWT signed with the service's secret> (or an Authorization cookie)")))
-        card.security_requirements.append(SecurityRequirement(schemes={"bearer": StringList()}))
+        card["securitySchemes"] = {**card.get("securitySchemes", {}), "bearer": {"httpAuthSecurityScheme": {
+            "scheme": "Bearer", "bearerFormat": "JWT", "description": BEARER_DESCRIPTION}}}
+        card["securityRequirements"] = [*card.get("securityRequirements", []), {"schemes": {"bearer": {}}}]
+    modes = list(card.get("defaultInputModes", []))
     if llm_configured(settings):
-        if TEXT_MODE not in card.default_input_modes:
-            card.default_input_modes.insert(0, TEXT_MODE)
+        if TEXT_MODE not in modes:
+            modes.insert(0, TEXT_MODE)
     else:  # without an LLM a text part is refused (-32005): the card must not invite one
-        kept = [s for s in card.skills if LLM_TAG not in s.tags]
-        del card.skills[:]
-        card.skills.extend(kept)
-        kept_modes = [m for m in card.default_input_modes if m != TEXT_MODE]
-        del card.default_input_modes[:]
-        card.default_input_modes.extend(kept_modes)
-    return card
+        card["skills"] = [s for s in card.get("skills", []) if LLM_TAG not in s.get("tags", [])]
+        modes = [m for m in modes if m != TEXT_MODE]
+    card["defaultInputModes"] = modes
+    return {k: v for k, v in card.items() if v not in ([], {}, "")}  # ProtoJSON leaves out empty fields
 
 
-def card_json(card: AgentCard) -> dict[str, Any]:
-    """The 0.3-compatible card: 1.0 fields plus the 0.3 ones (`url`, `protocolVersion`, ...).
+def card_json(card: dict[str, Any]) -> dict[str, Any]:
+    """The 0.3-compatible card: the 1.0 fields plus the 0.3 ones, as the SDK's `agent_card_to_dict`
+    adds them: `url`, `preferredTransport` and `protocolVersion` of the (one) 0.3 interface, and the
+    bearer scheme and requirement also in their 0.3 shape (`type: http`, `security`).
 
     Capabilities stay camelCase only (`pushNotifications`): ProtoJSON parsers accept the proto
     field name `push_notifications` as well, and the official client refuses a card that has both.
     """
-    return agent_card_to_dict(card)
-
-
-def card_json_v10(card: AgentCard) -> dict[str, Any]:
-    """The 1.0 card: ProtoJSON of the AgentCard message, nothing else."""
-    return MessageToDict(card, preserving_proto_field_name=False)
+    legacy = next(i for i in card["supportedInterfaces"] if i["protocolVersion"] == V0_3)
+    body = copy.deepcopy(card)
+    body.update(url=legacy["url"], preferredTransport=legacy["protocolBinding"], protocolVersion=V0_3)
+    for scheme in body.get("securitySchemes", {}).values():
+        if "httpAuthSecurityScheme" in scheme:
+            scheme.update({"type": "http", **scheme["httpAuthSecurityScheme"]})
+    if card.get("securityRequirements"):
+        body["security"] = [{name: scopes.get("list", []) for name, scopes in r["schemes"].items()}
+                            for r in card["securityRequirements"]]
+    return body
 
 
 def wants_v10(request: Request) -> bool:
@@ -153,10 +171,10 @@ class CachedCard:
         return "*" in tags or any(t.removeprefix("W/") == self.etag for t in tags)
 
 
-def card_routes(card: AgentCard) -> list[Route]:
+def card_routes(card: dict[str, Any]) -> list[Route]:
     """GET on the well-known paths; public (no token needed even with JWT on)."""
     modified = datetime.now(timezone.utc).replace(microsecond=0)
-    forms = {"1.0": CachedCard(card_json_v10(card), modified), "0.3": CachedCard(card_json(card), modified)}
+    forms = {"1.0": CachedCard(card, modified), "0.3": CachedCard(card_json(card), modified)}
 
     async def agent_card(request: Request) -> Response:
         form = forms["1.0" if wants_v10(request) else "0.3"]

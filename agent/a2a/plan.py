@@ -32,12 +32,12 @@ from a2a.utils.errors import (
 from google.protobuf.json_format import MessageToDict
 
 from taskgrove.agent.a2a.calls import PUSH_KEY, call_of, wire_for
+from taskgrove.agent.a2a.card import llm_configured
 from taskgrove.agent.a2a.planner import (
     REPLY_HINT,
     Draft,
     decision,
     draft_of,
-    llm_configured,
     plan_tree,
     requirement_of,
     texts_of,

@@ -29,8 +29,6 @@ from google.protobuf.json_format import MessageToDict
 
 from taskgrove.agent.a2a.wire import restore_ints
 from taskgrove.agent.rpc.jsonrpc import CallContext
-from taskgrove.agent.settings import Settings
-from taskgrove.llm.client import PROVIDERS
 
 if TYPE_CHECKING:  # pragma: no cover
     from taskgrove.agent.container import Services
@@ -39,13 +37,6 @@ APPROVE_WORDS = frozenset({"approve", "approved", "yes", "ok", "okay", "run", "g
 PLAN_SKILL = "plan"
 REPLY_HINT = ('Reply on this task (message.taskId) with {"approve": true} or the text "approve" to run this '
               'plan, a data part {"tasks": [...]} to run your own tree instead, or more text to plan again')
-
-
-def llm_configured(settings: Settings) -> bool:
-    """An LLM is configured: a base URL, a default provider or a vendor key in the environment."""
-    environ = getattr(settings, "environ", None) or {}
-    return bool(settings.llm_base_url or settings.llm_provider
-                or any(environ.get(p.key_var) for p in PROVIDERS.values()))
 
 
 def texts_of(message: Message) -> list[str]:

@@ -30,6 +30,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
 from taskgrove.agent.a2a.calls import BLOCKING_KEY, CALL_KEY, PUSH_KEY, WIRE_KEY, CallerContextBuilder
+from taskgrove.agent.a2a.card import REST_PREFIX
 from taskgrove.agent.a2a.envelope import (
     MAX_DEPTH,
     WIRE_1_0,
@@ -49,7 +50,6 @@ from taskgrove.agent.errors import RpcError
 if TYPE_CHECKING:  # pragma: no cover
     from taskgrove.agent.container import Services
 
-REST_PREFIX = "/a2a"
 Endpoint = Callable[[Request], Awaitable[Response]]
 
 

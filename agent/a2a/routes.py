@@ -1,4 +1,4 @@
-"""Routes of the agent surface: POST `/` and the agent card at both well-known paths.
+"""The agent surface behind its routes: POST `/` and the HTTP+JSON routes, built on first use (front.py).
 
 POST `/` is one endpoint for two method tables. It authenticates, parses the body and checks the
 JSON-RPC envelope itself (agent.a2a.envelope), then sends A2A methods (1.0 `SendMessage`, ...; 0.3
@@ -10,18 +10,17 @@ A batch may mix both kinds.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from a2a.server.routes import create_jsonrpc_routes
 from a2a.server.routes.jsonrpc_dispatcher import JSONRPC03Adapter, JsonRpcDispatcher  # (the SDK's
 # own import order: importing a2a.compat.v0_3.jsonrpc_adapter first is a circular import)
+from a2a.types.a2a_pb2 import AgentCard
+from google.protobuf.json_format import ParseDict
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from taskgrove.agent.a2a.calls import BLOCKING_KEY, CALL_KEY, PUSH_KEY, CallerContextBuilder
-from taskgrove.agent.a2a.card import build_card, card_routes
 from taskgrove.agent.a2a.envelope import (
     EnvelopeError,
     check_request,
@@ -38,7 +37,7 @@ from taskgrove.agent.a2a.params import check_params, check_version
 from taskgrove.agent.a2a.push import PushConfigError
 from taskgrove.agent.a2a.extras import explicitly_blocking, push_extras
 from taskgrove.agent.a2a.relay import Relay, as_json
-from taskgrove.agent.a2a.rest import rest_routes
+from taskgrove.agent.a2a.rest import Endpoint, rest_routes
 from taskgrove.agent.auth import AuthError
 from taskgrove.agent.edge import call_context, unauthorized
 from taskgrove.agent.errors import INVALID_PARAMS, INVALID_REQUEST, RpcError
@@ -55,24 +54,23 @@ SEND_METHODS = frozenset({"message/send", "SendMessage"})
 IDEMPOTENCY_HEADER = "idempotency-key"
 
 
-def a2a_routes(services: "Services") -> list[Route]:
-    card = build_card(services.settings)
-    surface = build_surface(services, card)
+def sdk_endpoints(services: "Services", card: dict[str, Any]) -> list[tuple[str, set[str], Endpoint]]:
+    """The SDK's request handler, and the endpoints of POST `/` and the `/a2a` routes as (path,
+    methods, endpoint): agent.a2a.front registers the routes and calls this on the first request
+    to one of them."""
+    surface = build_surface(services, ParseDict(card, AgentCard()))
     context_builder = CallerContextBuilder()
     sdk_endpoint = create_jsonrpc_routes(
         surface.handler, "/", context_builder=context_builder, enable_v0_3_compat=True,
     )[0].endpoint
     methods = AgentMethods(services, surface.handler, context_builder).table()
     services.shutdown_hooks.append(surface.shutdown)
-    return [
-        Route("/", agent_endpoint(services, methods, sdk_endpoint), methods=["POST"]),
-        *card_routes(card),
-        *rest_routes(services, surface.handler, context_builder),
-    ]
+    rest = [(r.path, r.methods or set(), r.endpoint) for r in rest_routes(services, surface.handler, context_builder)]
+    return [("/", {"POST"}, agent_endpoint(services, methods, sdk_endpoint)), *rest]
 
 
 def agent_endpoint(services: "Services", methods: dict[str, Handler],
-                   sdk_endpoint: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+                   sdk_endpoint: Endpoint) -> Endpoint:
     relay = Relay(sdk_endpoint)
 
     async def endpoint(request: Request) -> Response:

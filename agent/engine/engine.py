@@ -40,7 +40,7 @@ from taskgrove.agent.settings import Settings
 from taskgrove.executors.base import ExecutionContext, Executor, ExecutorError
 from taskgrove.executors.registry import ExecutorRegistry
 from taskgrove.storage import executions as xs
-from taskgrove.storage.repository import TaskRepository
+from taskgrove.storage.repository import SMALL_PASS, TaskRepository
 from taskgrove.storage.trees import PublicView, now_iso
 from taskgrove.storage.values import Unstorable, storable, storable_async
 
@@ -111,11 +111,20 @@ def _validator(schema_json: str) -> Any:
     return cls(schema)
 
 
-def _validate_inputs(inputs: dict[str, Any], schema: dict[str, Any]) -> None:
+@functools.lru_cache(maxsize=256)
+def _class_validator(cls: type[Executor]) -> Any:
+    """An executor's declared input schema, found by its class: not encoded again for every task."""
+    return _validator(json.dumps(cls.input_schema, sort_keys=True))
+
+
+def _validate_inputs(inputs: dict[str, Any], schema: dict[str, Any],
+                     declared_by: type[Executor] | None = None) -> None:
+    """`declared_by`: the executor class whose own `input_schema` this is."""
     import jsonschema  # loaded by _validator on first use
 
     try:
-        validator = _validator(json.dumps(schema, sort_keys=True))
+        validator = _class_validator(declared_by) if declared_by is not None \
+            else _validator(json.dumps(schema, sort_keys=True))
     except jsonschema.SchemaError as exc:
         raise ExecutorError(f"schemas.input_schema is not a valid JSON Schema: {exc.message}",
                             retryable=False) from None
@@ -240,7 +249,7 @@ class Engine:
     async def _start(self, task_id: str, tree_id: str, fresh_rows: list[dict[str, Any]] | None,
                      call: dict[str, Any], webhook: Mapping[str, Any] | None) -> TreeRun:
         rows = {row["id"]: dict(row) for row in fresh_rows or await self.repo.tree(tree_id)}
-        execution = await self.repo.run(xs.running_execution, tree_id)
+        execution = await self.repo.run(xs.running_execution, tree_id, small=True)
         live_ids = self._live_ids(rows, execution)
         if task_id in live_ids:
             raise AlreadyRunning(task_id)
@@ -250,7 +259,8 @@ class Engine:
             raise AlreadyRunning(task_id)
         stamp = now_iso()
         execution, joined = await self.repo.run(self._open, tree_id, task_id, call.get("user_id"), webhook,
-                                                {tid: rows[tid]["status"] for tid in chosen}, stamp)
+                                                {tid: rows[tid]["status"] for tid in chosen}, stamp,
+                                                small=len(chosen) <= SMALL_PASS)
         if chosen and not joined and self.runs.get(tree_id) is not None:
             raise AlreadyRunning(task_id)  # all it asked for moved on meanwhile (started, or just ended)
         if execution["owner"] != self.instance_id:
@@ -291,7 +301,7 @@ class Engine:
         stamp = now_iso()
         # A new tree cannot be any run's yet: the insert needs no lock, so creates run side by side.
         execution = await self.repo.run(xs.insert_tree, rows, call.get("user_id"), self.instance_id,
-                                        self.lease_until(), stamp)
+                                        self.lease_until(), stamp, small=len(rows) <= SMALL_PASS)
         return await self.run_inserted(execution, rows, call)
 
     async def run_inserted(self, execution: Mapping[str, Any], rows: list[dict[str, Any]],
@@ -653,7 +663,7 @@ class Engine:
                 return
             try:
                 status = await self.repo.run(xs.end_execution, run.execution_id, self.instance_id, run.version,
-                                             now_iso())
+                                             now_iso(), small=True)
             except Exception:
                 log.warning("could not end the execution of tree %s; retrying", run.tree_id, exc_info=True)
                 run.ending = False
@@ -705,8 +715,11 @@ class Engine:
         try:
             timeout = row.get("timeout_seconds") or self.settings.default_timeout_seconds
             try:
-                async with asyncio.timeout(timeout):
+                if timeout is None:  # no timer to arm and disarm for every attempt
                     result = await self._call_executor(running, policy)
+                else:
+                    async with asyncio.timeout(timeout):
+                        result = await self._call_executor(running, policy)
             except TimeoutError:
                 await self._stop_hook(running)
                 raise ExecutorError(f"Timed out after {timeout:g}s (timeout_seconds)") from None
@@ -762,9 +775,11 @@ class Engine:
                 retryable=False,
             )
         inputs = dict(row.get("inputs") or {})
-        schema = (row.get("schemas") or {}).get("input_schema") or cls.input_schema
-        if schema:
-            _validate_inputs(inputs, schema)
+        own_schema = (row.get("schemas") or {}).get("input_schema")
+        if own_schema:
+            _validate_inputs(inputs, own_schema)
+        elif cls.input_schema:
+            _validate_inputs(inputs, cls.input_schema, declared_by=cls)
         executor = cls(params=row.get("params") or {})
         running.executor = executor
         dep_results = {

@@ -7,11 +7,14 @@ in-process sleeps, so a restart or another instance honours them.
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any
+
+from taskgrove.storage.trees import now_iso
 
 BACKOFFS = ("fixed", "exponential", "linear")
 MAX_ATTEMPTS = 100
@@ -33,6 +36,10 @@ class RetryPolicy:
     def as_dict(self) -> dict[str, Any]:
         return {"max_attempts": self.max_attempts, "backoff": self.backoff, "base_seconds": self.base_seconds,
                 "max_seconds": self.max_seconds, "jitter": self.jitter}
+
+    @functools.cached_property
+    def _plain(self) -> dict[str, Any]:  # as_dict once, for comparisons only (never handed out)
+        return self.as_dict()
 
     @classmethod
     def parse(cls, raw: Any, defaults: "RetryPolicy", where: str = "retry") -> "RetryPolicy":
@@ -84,6 +91,8 @@ class RetryPolicy:
 
 def stored_policy(row: Mapping[str, Any], defaults: RetryPolicy) -> RetryPolicy:
     """The policy of a stored task; rows written before policies existed get the defaults."""
+    if row.get("retry") == defaults._plain:  # most tasks: the defaults, as completed at creation
+        return defaults  # (loose equality, 1 == True: parse would then refuse it, giving defaults too)
     try:
         return RetryPolicy.parse(row.get("retry"), defaults)
     except PolicyError:
@@ -92,7 +101,7 @@ def stored_policy(row: Mapping[str, Any], defaults: RetryPolicy) -> RetryPolicy:
 
 def iso_in(seconds: float) -> str:
     """The stored form of a moment `seconds` from now (the width of the timestamp columns)."""
-    return (datetime.now(timezone.utc) + timedelta(seconds=seconds)).isoformat(timespec="microseconds")
+    return now_iso(round(seconds * 1_000_000))
 
 
 def seconds_until(stamp: str | None) -> float:

@@ -12,9 +12,7 @@ import asyncio
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from taskgrove.agent.engine import bus as ev
 from taskgrove.agent.engine.bus import Subscription
@@ -22,6 +20,9 @@ from taskgrove.agent.engine.stream import run_summary, wire_event
 from taskgrove.agent.errors import invalid_params
 from taskgrove.agent.settings import Settings
 from taskgrove.executors.netguard import UnsafeURLError, ensure_public_url, log_url
+
+if TYPE_CHECKING:  # pragma: no cover
+    import httpx
 
 log = logging.getLogger(__name__)
 METHODS = ("POST", "PUT", "PATCH")
@@ -83,6 +84,8 @@ def webhook_payload(event: Mapping[str, Any]) -> dict[str, Any]:
 
 
 async def deliver_webhooks(subscription: Subscription, config: WebhookConfig) -> None:
+    import httpx  # lazy: loads rich, click and pygments (httpx._main); not needed until a webhook is sent
+
     async with httpx.AsyncClient(timeout=config.timeout, follow_redirects=False) as client:
         try:
             async for event in subscription:
@@ -98,6 +101,8 @@ async def post_with_retries(client: httpx.AsyncClient, method: str, url: str, pa
                             headers: Mapping[str, str], *, max_retries: int = 3, backoff: float = 1.0) -> bool:
     """One callback, retried on 5xx and network errors after backoff, 2*backoff, 4*backoff ...
     seconds, never on 4xx. Shared by webhooks and A2A push notifications. True if delivered."""
+    import httpx  # loaded with the caller's client already
+
     for attempt in range(max_retries + 1):
         if attempt:
             await asyncio.sleep(backoff * 2 ** (attempt - 1))

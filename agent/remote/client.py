@@ -14,9 +14,10 @@ import itertools
 import json
 import os
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
+if TYPE_CHECKING:  # pragma: no cover
+    import httpx
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 # One /ws connection watches at most this many tasks (agent/ws.py MAX_SUBSCRIPTIONS).
@@ -48,6 +49,10 @@ class Remote:
         self.url = url.rstrip("/")
         self.token = token or None
         self._ids = itertools.count(1)
+        # Lazy: every `taskgrove` command builds this parser, `serve` included, and importing httpx
+        # loads rich, click and pygments through httpx._main (~4 MB): only a client needs it.
+        import httpx
+
         self._http = httpx.AsyncClient(timeout=timeout, headers=self._headers())
 
     def _headers(self) -> dict[str, str]:
@@ -66,6 +71,8 @@ class Remote:
         """The method's result; RemoteError for an unreachable service, a refused token or an error."""
         path = "/system" if method.startswith(("system.", "examples.", "config.")) else "/tasks"
         body = {"jsonrpc": "2.0", "id": next(self._ids), "method": method, "params": params or {}}
+        import httpx  # loaded by __init__ already
+
         try:
             response = await self._http.post(f"{self.url}{path}", json=body)
         except httpx.TransportError as exc:

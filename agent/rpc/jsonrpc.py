@@ -14,6 +14,7 @@ encoded so that they never fail (JsonReply).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -60,6 +61,9 @@ class CallContext:
     request: Request | None = field(default=None, repr=False)
     # The envelope's limits from the settings (agent.edge.call_context fills them for every surface).
     limits: Limits = field(default_factory=Limits)
+    # The params come from a request text jsonvalues.loads found nothing suspect in, parsed within
+    # a depth limit no deeper than what may be stored: the value gate would find nothing in them.
+    values_checked: bool = False
 
 
 Handler = Callable[[Any, CallContext], Awaitable[Any]]
@@ -199,6 +203,8 @@ async def dispatch(body: bytes, methods: Mapping[str, Handler], ctx: CallContext
     except RpcError as exc:
         return JsonReply({"jsonrpc": "2.0", "id": None, "error": exc.to_dict()})
     payload = parsed.value
+    if not parsed.suspect and limits.max_json_depth <= jsonvalues.STORED_MAX_DEPTH:
+        ctx = dataclasses.replace(ctx, values_checked=True)
     if isinstance(payload, list):
         if not payload:
             return JsonReply(_error(INVALID_REQUEST, "Invalid Request", "empty batch"))

@@ -1,0 +1,80 @@
+"""The agent surface's routes as the app registers them; the SDK behind them is built on first use.
+
+The agent card is plain JSON (agent.a2a.card) and is served from the start. Everything else of the
+surface (POST `/`, the HTTP+JSON routes under `/a2a`) goes through the a2a-sdk's request handler,
+whose import (the SDK's server, protobuf, pydantic: ~20 MB and ~0.3 s) is left to the first request
+that reaches one of these routes: then agent.a2a.routes builds the handler and the real endpoints
+once, and every later request goes straight to them. A service that is only asked for its card,
+`/tasks` or the dashboard never loads the SDK.
+
+The routes themselves (paths and methods) exist from the start, so routing, 404 and 405 answers
+are the same before and after the build. REST_ROUTES lists the SDK's HTTP+JSON routes;
+tests/test_a2a_card.py checks it against the SDK's own route factory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from taskgrove.agent.a2a.card import REST_PREFIX, build_card, card_routes
+
+if TYPE_CHECKING:  # pragma: no cover
+    from taskgrove.agent.container import Services
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+AGENT_PATH = "/"
+# (path, methods) of `create_rest_routes(handler, path_prefix=REST_PREFIX)`, in its order, without
+# the unprefixed `/{tenant}` mount (agent/a2a/rest.py says why).
+REST_ROUTES: tuple[tuple[str, tuple[str, ...]], ...] = tuple((REST_PREFIX + path, methods) for path, methods in (
+    ("/message:send", ("POST",)),
+    ("/message:stream", ("POST",)),
+    ("/tasks/{id}:cancel", ("POST",)),
+    ("/tasks/{id}:subscribe", ("GET", "HEAD")),
+    ("/tasks/{id}:subscribe", ("POST",)),
+    ("/tasks/{id}", ("GET", "HEAD")),
+    ("/tasks/{id}/pushNotificationConfigs/{push_id}", ("GET", "HEAD")),
+    ("/tasks/{id}/pushNotificationConfigs/{push_id}", ("DELETE",)),
+    ("/tasks/{id}/pushNotificationConfigs", ("POST",)),
+    ("/tasks/{id}/pushNotificationConfigs", ("GET", "HEAD")),
+    ("/tasks", ("GET", "HEAD")),
+    ("/extendedAgentCard", ("GET", "HEAD")),
+))
+RouteKey = tuple[str, frozenset[str]]
+
+
+def route_key(path: str, methods: Any) -> RouteKey:
+    return path, frozenset(methods or ())
+
+
+class LazySurface:
+    """The SDK-backed endpoints, built by the first request that needs one of them."""
+
+    def __init__(self, services: "Services", card: dict[str, Any]) -> None:
+        self._services = services
+        self._card = card
+        self._endpoints: dict[RouteKey, Endpoint] | None = None
+
+    def endpoint(self, key: RouteKey) -> Endpoint:
+        async def endpoint(request: Request) -> Response:
+            if self._endpoints is None:  # no await before the assignment: concurrent first requests build once
+                from taskgrove.agent.a2a.routes import sdk_endpoints  # the a2a-sdk loads here (module docstring)
+
+                built = sdk_endpoints(self._services, self._card)
+                self._endpoints = {route_key(path, methods): real for path, methods, real in built}
+            return await self._endpoints[key](request)
+
+        return endpoint
+
+
+def a2a_routes(services: "Services") -> list[Route]:
+    card = build_card(services.settings)
+    surface = LazySurface(services, card)
+    agent = Route(AGENT_PATH, surface.endpoint(route_key(AGENT_PATH, ("POST",))), methods=["POST"])
+    rest = [Route(path, surface.endpoint(route_key(path, methods)), methods=list(methods))
+            for path, methods in REST_ROUTES]
+    return [agent, *card_routes(card), *rest]

@@ -1,0 +1,149 @@
+"""The SQLite schema at the newest migration, as the migrations leave it in `sqlite_master`.
+
+A new, empty SQLite database is given this schema directly (storage.db.migrate) instead of running
+the migrations through Alembic, which would cost a first start ~0.2 s and ~9 MB. The statements
+are the `sql` column of a database Alembic migrated, in creation order, so executing them gives
+the very same `sqlite_master`: same tables, columns, types, defaults, keys, indexes and text.
+`alembic_version` is part of it, so every later start and later migration see an ordinary
+migrated database. When REVISION is not the newest migration, Alembic migrates as before.
+
+tests/test_migrations_head.py compares this with a migrated database and prints the new text
+when a migration is added (`python -m tests.test_migrations_head` writes it).
+"""
+
+REVISION = '0004'
+
+STATEMENTS: tuple[str, ...] = (
+    ('CREATE TABLE alembic_version (\n'
+     '\tversion_num VARCHAR(32) NOT NULL, \n'
+     '\tCONSTRAINT alembic_version_pkc PRIMARY KEY (version_num)\n'
+     ')'),
+    ('CREATE TABLE tasks (\n'
+     '\tid VARCHAR(64) NOT NULL, \n'
+     '\tname VARCHAR(1024) NOT NULL, \n'
+     '\tdescription TEXT, \n'
+     '\tuser_id VARCHAR(255), \n'
+     '\tparent_id VARCHAR(64), \n'
+     '\ttask_tree_id VARCHAR(64) NOT NULL, \n'
+     '\tpriority INTEGER NOT NULL, \n'
+     '\tdependencies JSON NOT NULL, \n'
+     '\tinputs JSON NOT NULL, \n'
+     '\tparams JSON NOT NULL, \n'
+     '\tschemas JSON NOT NULL, \n'
+     '\tstatus VARCHAR(16) NOT NULL, \n'
+     '\tprogress FLOAT NOT NULL, \n'
+     '\tresult JSON, \n'
+     '\terror TEXT, \n'
+     '\tcreated_at VARCHAR(40) NOT NULL, \n'
+     '\tupdated_at VARCHAR(40) NOT NULL, \n'
+     '\tstarted_at VARCHAR(40), \n'
+     '\tcompleted_at VARCHAR(40), \n'
+     '\tproduct_id VARCHAR(255), \n'
+     '\ttoken_success INTEGER NOT NULL, \n'
+     '\ttoken_failed INTEGER NOT NULL, \n'
+     '\toriginal_task_id VARCHAR(64), \n'
+     '\thas_copy BOOLEAN NOT NULL, \n'
+     '\thas_references BOOLEAN NOT NULL, \n'
+     '\torigin_type VARCHAR(16) NOT NULL, \n'
+     '\textra JSON NOT NULL, \n'
+     '\tlease_owner VARCHAR(64), \n'
+     '\tlease_expires_at VARCHAR(40), retry JSON, timeout_seconds FLOAT, '
+     "attempt INTEGER DEFAULT '0' NOT NULL, next_attempt_at VARCHAR(40), checkpoint JSON, "
+     "lease_epoch INTEGER DEFAULT '0' NOT NULL, execution_id VARCHAR(64), \n"
+     '\tPRIMARY KEY (id), \n'
+     '\tFOREIGN KEY(parent_id) REFERENCES tasks (id) DEFERRABLE INITIALLY DEFERRED\n'
+     ')'),
+    ('CREATE INDEX ix_tasks_parent_id ON tasks (parent_id)'),
+    ('CREATE INDEX ix_tasks_user_id ON tasks (user_id)'),
+    ('CREATE INDEX ix_tasks_status ON tasks (status)'),
+    ('CREATE INDEX ix_tasks_created_at ON tasks (created_at)'),
+    ('CREATE INDEX ix_tasks_task_tree_id ON tasks (task_tree_id)'),
+    ('CREATE TABLE llm_keys (\n'
+     '\tuser_id VARCHAR(255) NOT NULL, \n'
+     '\tprovider VARCHAR(64) NOT NULL, \n'
+     '\tciphertext BLOB NOT NULL, \n'
+     '\tcreated_at VARCHAR(40) NOT NULL, \n'
+     '\tupdated_at VARCHAR(40) NOT NULL, \n'
+     '\tPRIMARY KEY (user_id, provider)\n'
+     ')'),
+    ('CREATE TABLE a2a_tasks (\n'
+     '\tid VARCHAR(64) NOT NULL, \n'
+     '\tcontext_id VARCHAR(64) NOT NULL, \n'
+     '\tkind VARCHAR(16) NOT NULL, \n'
+     '\towner VARCHAR(255), \n'
+     '\tlast_updated DATETIME, \n'
+     '\tstatus JSON NOT NULL, \n'
+     '\tartifacts JSON, \n'
+     '\thistory JSON, \n'
+     '\tprotocol_version VARCHAR(16), \n'
+     '\tmetadata JSON, \n'
+     '\tPRIMARY KEY (id)\n'
+     ')'),
+    ('CREATE INDEX ix_a2a_tasks_id ON a2a_tasks (id)'),
+    ('CREATE INDEX ix_a2a_tasks_context_id ON a2a_tasks (context_id)'),
+    ('CREATE INDEX idx_a2a_tasks_owner_last_updated ON a2a_tasks (owner, last_updated)'),
+    ('CREATE TABLE a2a_push_configs (\n'
+     '\ttask_id VARCHAR(64) NOT NULL, \n'
+     '\tconfig_id VARCHAR(255) NOT NULL, \n'
+     '\tconfig_data BLOB NOT NULL, \n'
+     '\towner VARCHAR(255), \n'
+     '\tprotocol_version VARCHAR(16), \n'
+     '\tPRIMARY KEY (task_id, config_id)\n'
+     ')'),
+    ('CREATE INDEX ix_a2a_push_configs_owner ON a2a_push_configs (owner)'),
+    ('CREATE INDEX ix_tasks_execution_id ON tasks (execution_id)'),
+    ('CREATE TABLE executions (\n'
+     '\tid VARCHAR(64) NOT NULL, \n'
+     '\ttask_tree_id VARCHAR(64) NOT NULL, \n'
+     '\ttask_id VARCHAR(64) NOT NULL, \n'
+     '\tuser_id VARCHAR(255), \n'
+     '\tstatus VARCHAR(16) NOT NULL, \n'
+     '\tfinal_status VARCHAR(16), \n'
+     '\twebhooks JSON NOT NULL, \n'
+     '\towner VARCHAR(64), \n'
+     '\tepoch INTEGER NOT NULL, \n'
+     '\tlease_expires_at VARCHAR(40), \n'
+     '\tcreated_at VARCHAR(40) NOT NULL, \n'
+     '\tupdated_at VARCHAR(40) NOT NULL, \n'
+     '\tended_at VARCHAR(40), \n'
+     '\tPRIMARY KEY (id)\n'
+     ')'),
+    ('CREATE INDEX ix_executions_status_lease ON executions (status, lease_expires_at)'),
+    ("CREATE UNIQUE INDEX ux_executions_running_tree ON executions (task_tree_id) WHERE status = 'running'"),
+    ('CREATE TABLE idempotency_keys (\n'
+     '\towner VARCHAR(255) NOT NULL, \n'
+     '\t"key" VARCHAR(255) NOT NULL, \n'
+     '\tmethod VARCHAR(64) NOT NULL, \n'
+     '\tfingerprint VARCHAR(64) NOT NULL, \n'
+     '\tanswer JSON, \n'
+     '\tcreated_at VARCHAR(40) NOT NULL, \n'
+     '\tPRIMARY KEY (owner, "key")\n'
+     ')'),
+    ('CREATE TABLE schedules (\n'
+     '\tid VARCHAR(64) NOT NULL, \n'
+     '\ttask_id VARCHAR(64) NOT NULL, \n'
+     '\tuser_id VARCHAR(255), \n'
+     '\tcron VARCHAR(255), \n'
+     '\tinterval_seconds FLOAT, \n'
+     '\ttimezone VARCHAR(64) NOT NULL, \n'
+     '\tenabled BOOLEAN NOT NULL, \n'
+     '\tmax_runs INTEGER, \n'
+     '\tstart_at VARCHAR(40), \n'
+     '\tend_at VARCHAR(40), \n'
+     '\toverlap VARCHAR(16) NOT NULL, \n'
+     '\tcatch_up VARCHAR(16) NOT NULL, \n'
+     '\twebhook_config JSON, \n'
+     '\tnext_run_at VARCHAR(40), \n'
+     '\tlast_run_at VARCHAR(40), \n'
+     '\tlast_slot VARCHAR(40), \n'
+     '\tlast_root_task_id VARCHAR(64), \n'
+     "\truns INTEGER DEFAULT '0' NOT NULL, \n"
+     "\tskipped INTEGER DEFAULT '0' NOT NULL, \n"
+     '\tlast_skipped_at VARCHAR(40), \n'
+     '\tcreated_at VARCHAR(40) NOT NULL, \n'
+     '\tupdated_at VARCHAR(40) NOT NULL, \n'
+     '\tPRIMARY KEY (id)\n'
+     ')'),
+    ('CREATE INDEX ix_schedules_due ON schedules (enabled, next_run_at)'),
+    ('CREATE INDEX ix_schedules_user_id ON schedules (user_id)'),
+)
