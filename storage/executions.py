@@ -20,12 +20,13 @@ import operator
 import re
 import sqlite3
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import String, bindparam, column, insert, select, text, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.util import await_
 
 from taskgrove.storage.models import executions_table as X
 from taskgrove.storage.models import tasks_table as T
@@ -36,6 +37,15 @@ Row = dict[str, Any]
 # A dependency keeps a task from being claimed while it is unfinished; a required one also when
 # it ended in anything but `completed`. An optional dependency that nobody will run (pending
 # outside any execution of this tree) does not hold the task back.
+#
+# PostgreSQL plans a prepared statement once (a generic plan) and keeps the plan while the table
+# grows; made on a small or never analysed table, such a plan scans the table (or the status
+# index, whose dead entries pile up between vacuums) for every pass. So every row these
+# statements touch is found by its primary key (an execution's members by their execution id)
+# and nothing else: each dependency is looked up on its own (LATERAL ... LIMIT 1: the id is
+# unique, the limit only keeps the planner from turning the lookups into a join), the execution
+# is a scalar subquery, and status tests are written `(status = ...) IS TRUE`, which no index
+# (nor the partial index of running executions) matches.
 _BLOCKING_DEPENDENCY = {
     "sqlite": """
         SELECT 1 FROM json_each(tasks.dependencies) AS d
@@ -45,25 +55,25 @@ _BLOCKING_DEPENDENCY = {
            OR (x.status = 'pending' AND x.execution_id = tasks.execution_id)""",
     "postgresql": """
         SELECT 1 FROM json_array_elements(tasks.dependencies) AS d
-        JOIN tasks AS x ON x.id = d->>'id'
+        CROSS JOIN LATERAL (SELECT x.status, x.execution_id FROM tasks AS x WHERE x.id = d->>'id' LIMIT 1) AS x
         WHERE x.status = 'in_progress'
            OR (coalesce((d->>'required')::boolean, true) AND x.status <> 'completed')
            OR (x.status = 'pending' AND x.execution_id = tasks.execution_id)""",
 }
 
 
-def _claim_sql(blocking: str, p: str = "") -> str:
-    """The claim: pending tasks of `:{p}ids` whose retry delay is over, in a running execution this
+def _claim_sql(blocking: str, ids: str = "id IN :ids", p: str = "") -> str:
+    """The claim: pending tasks of `ids` whose retry delay is over, in a running execution this
     instance owns, with no blocking dependency; each gets a new lease and epoch."""
     return f"""
         UPDATE tasks SET status = 'in_progress', progress = 0.0, result = NULL, error = NULL,
                started_at = :{p}stamp, completed_at = NULL, updated_at = :{p}stamp, next_attempt_at = NULL,
                lease_owner = :{p}owner, lease_expires_at = :{p}until, lease_epoch = lease_epoch + 1,
                attempt = attempt + 1
-        WHERE id IN :{p}ids AND status = 'pending'
+        WHERE {ids} AND (status = 'pending') IS TRUE
           AND (next_attempt_at IS NULL OR next_attempt_at <= :{p}stamp)
-          AND EXISTS (SELECT 1 FROM executions AS e WHERE e.id = tasks.execution_id
-                      AND e.status = 'running' AND e.owner = :{p}owner)
+          AND (SELECT e.status = 'running' AND e.owner = :{p}owner FROM executions AS e
+               WHERE e.id = tasks.execution_id)
           AND NOT EXISTS ({blocking})
         RETURNING id, lease_epoch, attempt, checkpoint"""
 
@@ -89,54 +99,95 @@ def claim(c: Connection, ids: Sequence[str], owner: str, until: str, stamp: str)
     return claimed
 
 
-# --- PostgreSQL: a whole engine pass as one statement ------------------------------------------
-# A pass without an execution to end is its fenced writes and its claims. On PostgreSQL they go
-# out as one statement of data-modifying CTEs, run outside an explicit transaction: one round trip
-# instead of four or more (BEGIN, writes, claim, COMMIT). The CTEs all read the statement's one
-# snapshot, so the claim sees each accepted write through `written` (the status it wrote), which
-# is what the claim would have read had the writes committed first.
+# --- PostgreSQL: an engine pass as the rows of one statement ------------------------------
+# A pass is its fenced writes, then its claims. On PostgreSQL each is a row of one statement
+# (pg_step_sql: a write, or a claim), all sent at once with asyncpg's fetchmany: one round trip,
+# one implicit transaction, each row seeing what the rows before it wrote, so a claim sees the
+# outcomes written in the same pass. Every row finds its task by primary key, so the statement's
+# one generic plan stays right however the table grows (see _BLOCKING_DEPENDENCY).
+# On a SQLAlchemy connection (pg_pass: tests, a checkpoint) the same rows run one by one.
 
-PG_PASS_MAX_CLAIMS = 500
+# What a fenced write may set. A write's values travel as one JSON object: a key it holds sets
+# that column (a JSON column written None holds JSON 'null', as SQLAlchemy writes it), a key it
+# lacks leaves the column as it is; so writes of every shape are rows of the same statement.
+_PG_WRITABLE = ("status", "progress", "result", "error", "completed_at", "updated_at", "next_attempt_at",
+                "lease_owner", "lease_expires_at", "token_success", "token_failed", "checkpoint")
+_PG_TYPES = {"JSON": "json", "FLOAT": "double precision", "INTEGER": "integer", "BOOLEAN": "boolean"}
+
+
+def _pg_assignment(key: str) -> str:
+    kind = _PG_TYPES.get(T.c[key].type.__visit_name__.upper(), "text")
+    if kind == "json":
+        return f"{key} = coalesce(w.v -> '{key}', t.{key})"
+    return f"{key} = CASE WHEN w.v -> '{key}' IS NULL THEN t.{key} ELSE CAST(w.v ->> '{key}' AS {kind}) END"
+
+
+@functools.lru_cache(maxsize=1)
+def pg_step_sql() -> str:
+    """One row of a pass: the fenced write of `_write_id`, the claim of `_claim_id` or the end of
+    execution `_end_id` (the other ids are NULL). Returns ('w', id) for an accepted write, ('c',
+    id, lease_epoch, attempt, checkpoint) for a claimed task, ('e', id, ..., final_status) for an
+    ended execution."""
+    assignments = ", ".join(_pg_assignment(key) for key in _PG_WRITABLE)
+    claim_sql = _claim_sql(_BLOCKING_DEPENDENCY["postgresql"], "id = :_claim_id", "_")
+    nothing = "NULL::integer, NULL::integer, NULL::json"
+    return (f"WITH written AS (UPDATE tasks AS t SET {assignments} FROM (SELECT CAST(:_values AS json) AS v) AS w "
+            "WHERE t.id = :_write_id AND (t.status = 'in_progress') IS TRUE AND t.lease_owner = :_owner "
+            "AND t.lease_epoch = :_epoch RETURNING t.id), "
+            f"claimed AS ({claim_sql}), ended AS ({_end_sql('_', ':_end_id')}) "
+            f"SELECT 'w' AS kind, id, {nothing}, NULL::text FROM written "
+            "UNION ALL SELECT 'c', id, lease_epoch, attempt, checkpoint, NULL FROM claimed "
+            f"UNION ALL SELECT 'e', id, {nothing}, final_status FROM ended")
+
+
+def pg_step_params(writes: Sequence[tuple[str, int, Mapping[str, Any]]], claims: Sequence[str], owner: str,
+                   until: str, stamp: str, ends: Sequence[tuple[str, str]] = ()) -> list[dict[str, Any]]:
+    """The rows of a pass: writes, then claims, then ends (execution id and version)."""
+    none = {"_write_id": None, "_epoch": None, "_values": None, "_claim_id": None, "_end_id": None, "_version": None}
+    rows = []
+    for tid, epoch, values in writes:
+        unknown = set(values).difference(_PG_WRITABLE)
+        if unknown:
+            raise ValueError(f"not a column a fenced write sets: {', '.join(sorted(unknown))}")
+        rows.append({**none, "_write_id": tid, "_epoch": epoch, "_values": json.dumps(values)})
+    rows.extend({**none, "_claim_id": tid} for tid in claims)
+    rows.extend({**none, "_end_id": eid, "_version": version} for eid, version in ends)
+    for row in rows:
+        row.update(_owner=owner, _until=until, _stamp=stamp)
+    return rows
+
+
+def pg_step_results(rows: Iterable[Sequence[Any]]) -> tuple[set[str], dict[str, Row], dict[str, str]]:
+    """(accepted write ids, claimed id -> token, ended execution id -> final status) from the
+    rows pg_step_sql returned."""
+    accepted: set[str] = set()
+    claimed: dict[str, Row] = {}
+    ended: dict[str, str] = {}
+    for kind, tid, epoch, attempt, checkpoint, final in rows:
+        if kind == "w":
+            accepted.add(tid)
+        elif kind == "c":
+            claimed[tid] = {"lease_epoch": epoch, "attempt": attempt, "checkpoint": checkpoint}
+        else:
+            ended[tid] = final
+    return accepted, claimed, ended
+
+
+@functools.lru_cache(maxsize=1)
+def _pg_step_statement() -> Any:
+    return text(pg_step_sql()).columns(column("kind", String), T.c.id, T.c.lease_epoch, T.c.attempt, T.c.checkpoint,
+                                       X.c.final_status)
 
 
 def pg_pass(c: Connection, writes: Sequence[tuple[str, int, Mapping[str, Any]]], claims: Sequence[str],
             owner: str, until: str = "", stamp: str = "") -> tuple[set[str], dict[str, Row]]:
-    """fenced_writes then claim, as one statement (at most PG_PASS_MAX_CLAIMS claims; `until` and
-    `stamp` matter only with claims)."""
-    groups = _by_shape(writes)
-    shapes = tuple(groups)
-    params: dict[str, Any] = {"_owner": owner, "_until": until, "_stamp": stamp, "_ids": list(claims) or [""]}
-    for i, group in enumerate(groups.values()):
-        params[f"_w{i}"] = json.dumps([{"_id": tid, "_epoch": epoch, **values} for tid, epoch, values in group])
-    accepted: set[str] = set()
-    claimed: dict[str, Row] = {}
-    for row in c.execute(_pg_pass_statement(shapes, bool(claims)), params):
-        if row.kind == "w":
-            accepted.add(row.id)
-        else:
-            claimed[row.id] = {"lease_epoch": row.lease_epoch, "attempt": row.attempt, "checkpoint": row.checkpoint}
-    return accepted, claimed
-
-
-@functools.lru_cache(maxsize=64)
-def _pg_pass_statement(shapes: tuple[tuple[str, ...], ...], with_claims: bool) -> Any:
-    ctes = [f"w{i} AS ({_pg_fenced_sql(keys, f'_w{i}')})" for i, keys in enumerate(shapes)]
-    written = " UNION ALL ".join(f"SELECT id, status FROM w{i}" for i in range(len(shapes))) \
-        or "SELECT NULL::text AS id, NULL::text AS status WHERE false"
-    ctes.append(f"written AS ({written})")
-    answer = "SELECT 'w' AS kind, id, NULL::integer AS lease_epoch, NULL::integer AS attempt, " \
-             "NULL::json AS checkpoint FROM written"
-    if with_claims:
-        blocking = _BLOCKING_DEPENDENCY["postgresql"].replace(
-            "JOIN tasks AS x ON x.id = d->>'id'",
-            "JOIN tasks AS x ON x.id = d->>'id' LEFT JOIN written AS wr ON wr.id = x.id").replace(
-            "x.status", "coalesce(wr.status, x.status)")
-        ctes.append(f"claimed AS ({_claim_sql(blocking, '_')})")
-        answer += " UNION ALL SELECT 'c', id, lease_epoch, attempt, checkpoint FROM claimed"
-    statement = text(f"WITH {', '.join(ctes)} {answer}")
-    if with_claims:
-        statement = statement.bindparams(bindparam("_ids", expanding=True))
-    return statement.columns(column("kind", String), T.c.id, T.c.lease_epoch, T.c.attempt, T.c.checkpoint)
+    """fenced_writes then claim on a SQLAlchemy connection: the rows of pg_step_sql one by one
+    (the repository sends them all at once through asyncpg)."""
+    statement = _pg_step_statement()
+    found: list[Any] = []
+    for params in pg_step_params(writes, claims, owner, until, stamp):
+        found.extend(c.execute(statement, params))
+    return pg_step_results(found)[:2]
 
 
 def fenced_write(c: Connection, task_id: str, owner: str, epoch: int, values: Mapping[str, Any]) -> bool:
@@ -176,31 +227,12 @@ def _fenced_statement(keys: tuple[str, ...]) -> Any:
             .values({key: bindparam(f"_v_{key}") for key in keys}))
 
 
-_PG_TYPES = {"JSON": "json", "FLOAT": "double precision", "INTEGER": "integer", "BOOLEAN": "boolean"}
-
-
 def _by_shape(writes: Sequence[tuple[str, int, Mapping[str, Any]]]) -> dict[tuple[str, ...], list[Any]]:
     """Writes grouped by the columns they set: each group is one statement."""
     groups: dict[tuple[str, ...], list[Any]] = {}
     for write in writes:
         groups.setdefault(tuple(write[2]), []).append(write)
     return groups
-
-
-def _pg_fenced_sql(keys: tuple[str, ...], param: str) -> str:
-    """The fenced UPDATE for many tasks at once: the writes travel as one JSON array, unpacked by
-    json_to_recordset. A JSON column written None holds JSON 'null', as SQLAlchemy writes it."""
-    for key in keys:
-        if key not in T.c:
-            raise ValueError(f"not a task column: {key}")
-    types = {key: _PG_TYPES.get(T.c[key].type.__visit_name__.upper(), "text") for key in keys}
-    assignments = ", ".join(f"{key} = COALESCE(w.{key}, 'null'::json)" if types[key] == "json" else f"{key} = w.{key}"
-                            for key in keys)
-    fields = ", ".join(["_id text", "_epoch integer", *(f"{key} {types[key]}" for key in keys)])
-    return (f"UPDATE tasks AS t SET {assignments} "
-            f"FROM json_to_recordset(CAST(CAST(:{param} AS text) AS json)) AS w({fields}) "
-            "WHERE t.id = w._id AND t.status = 'in_progress' AND t.lease_owner = :_owner "
-            "AND t.lease_epoch = w._epoch RETURNING t.id, t.status")
 
 
 def _fenced_params(task_id: str, owner: str, epoch: int, values: Mapping[str, Any]) -> dict[str, Any]:
@@ -308,6 +340,27 @@ def _sqlite_insert_tasks(c: Connection, rows: Sequence[Mapping[str, Any]]) -> No
         c.connection.driver_connection.cursor().executemany(sql, params)
     except sqlite3.IntegrityError as exc:  # an id is taken: the same error the SQLAlchemy path raises
         raise IntegrityError(sql, None, exc) from exc
+
+
+def _pg_insert_tasks(c: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+    """PostgreSQL: full rows (`with_defaults`) as one JSON array and one INSERT ... SELECT, sent on
+    the transaction's own asyncpg connection; stored as SQLAlchemy's executemany stores them (the
+    JSON columns hold json.dumps text, None as JSON 'null')."""
+    import asyncpg  # PostgreSQL only: not loaded on SQLite
+
+    sql = _pg_insert_sql()
+    try:
+        await_(c.connection.driver_connection.execute(sql, json.dumps(rows)))
+    except asyncpg.IntegrityConstraintViolationError as exc:  # an id is taken: what the SQLAlchemy path raises
+        raise IntegrityError(sql, None, exc) from exc
+
+
+@functools.lru_cache(maxsize=1)
+def _pg_insert_sql() -> str:
+    columns = _task_columns()
+    values = ", ".join(f"coalesce({key}, 'null'::json)" if key in _JSON_COLUMNS else key for key in columns)
+    return (f"INSERT INTO tasks ({', '.join(columns)}) SELECT {values} "
+            "FROM json_populate_recordset(NULL::tasks, CAST($1 AS json))")
 
 
 @functools.lru_cache(maxsize=1)
@@ -428,33 +481,39 @@ def insert_tree(c: Connection, rows: Sequence[Mapping[str, Any]], user_id: str |
             for row in rows]
     if c.dialect.name == "sqlite":
         _sqlite_insert_tasks(c, full)
+    elif c.dialect.driver == "asyncpg":
+        _pg_insert_tasks(c, full)
     else:
         c.execute(insert(T), full)
     return execution
 
 
+def _end_sql(p: str = "", execution: str = ":_id") -> str:
+    """End an execution whose members are all settled, if it is still the one its owner saw at
+    `version`; its final status from the stored members (`completed` only if every one is)."""
+    return f"""
+        UPDATE executions SET status = 'ended', ended_at = :{p}stamp, lease_expires_at = NULL,
+               final_status = CASE WHEN EXISTS (SELECT 1 FROM tasks WHERE tasks.execution_id = executions.id
+                                                AND (tasks.status <> 'completed') IS TRUE)
+                                   THEN 'failed' ELSE 'completed' END
+        WHERE id = {execution} AND owner = :{p}owner AND (status = 'running') IS TRUE AND updated_at = :{p}version
+          AND NOT EXISTS (SELECT 1 FROM tasks WHERE tasks.execution_id = executions.id
+                          AND (tasks.status = 'in_progress') IS TRUE)
+        RETURNING id, final_status"""
+
+
 def end_execution(c: Connection, execution_id: str, owner: str, version: str, stamp: str) -> str | None:
-    """End an execution whose members are all settled; returns the final status from the stored
-    members (`completed` only if every one is), or None when it cannot end now: a member is
-    still in progress, or the execution changed (joined, taken over) since `version`."""
-    members, end = _end_statements()
-    statuses = set(c.execute(members, {"_id": execution_id}).scalars())
-    if "in_progress" in statuses:
-        return None
-    final = "completed" if statuses <= {"completed"} else "failed"
-    changed = c.execute(end, {"_id": execution_id, "_owner": owner, "_version": version, "_final": final,
-                              "_stamp": stamp}).rowcount
-    return final if changed else None
+    """End an execution whose members are all settled; returns its final status, or None when it
+    cannot end now: a member is still in progress, or the execution changed (joined, taken over)
+    since `version`."""
+    row = c.execute(_end_statement(), {"_id": execution_id, "owner": owner, "version": version,
+                                       "stamp": stamp}).first()
+    return row.final_status if row else None
 
 
 @functools.lru_cache(maxsize=1)
-def _end_statements() -> tuple[Any, Any]:
-    members = select(T.c.status).where(T.c.execution_id == bindparam("_id")).distinct()
-    end = (update(X).where(X.c.id == bindparam("_id"), X.c.owner == bindparam("_owner"), X.c.status == "running",
-                           X.c.updated_at == bindparam("_version"))
-           .values(status="ended", final_status=bindparam("_final"), ended_at=bindparam("_stamp"),
-                   lease_expires_at=None))
-    return members, end
+def _end_statement() -> Any:
+    return text(_end_sql()).columns(X.c.id, X.c.final_status)
 
 
 def renew(c: Connection, owner: str, task_ids: Sequence[str], execution_ids: Sequence[str],

@@ -73,6 +73,13 @@ class TaskRepository:
         # Commits there since the database thread last checkpointed the WAL (see _checkpoint_later).
         self._loop_commits = 0
         self._checkpointing = False
+        # PostgreSQL: the engine's passes and the hot reads through plain asyncpg (storage/pg.py,
+        # loaded only then: SQLite needs neither it nor asyncpg).
+        self._pg: Any = None
+        if engine.dialect.name == "postgresql":
+            from taskgrove.storage import pg
+
+            self._pg = pg.PgPool(engine)
 
     async def close(self) -> None:
         if self._batch_thread is not None:
@@ -85,6 +92,8 @@ class TaskRepository:
         for sync_engine in (self._batch_engine, self._loop_engine):
             if sync_engine is not None:
                 sync_engine.dispose()
+        if self._pg is not None:
+            await self._pg.close()
         await self.engine.dispose()
 
     @asynccontextmanager
@@ -217,11 +226,22 @@ class TaskRepository:
         await self._run(lambda c: c.execute(select(1)))
 
     # --- reads ----------------------------------------------------------------------------
-    # On SQLite (a file), a read outside a caller's transaction is one plain prepared statement
-    # through _SqliteReader, decoded by SQLAlchemy's own column processors: the same rows as
-    # the statements below, at a fraction of the cost (see bench/README.md). Anything unusual
-    # (a busy database, an error, a large result) takes the SQLAlchemy path, which behaves as
-    # it always did.
+    # A read outside a caller's transaction is one plain prepared statement: on SQLite (a file)
+    # through _SqliteReader, decoded by SQLAlchemy's own column processors; on PostgreSQL through
+    # asyncpg on a pooled connection (storage/pg.py). The same rows as the statements below, at a
+    # fraction of the cost (see bench/README.md). Anything unusual (a busy database, an error, a
+    # large SQLite result) takes the SQLAlchemy path, which behaves as it always did.
+
+    async def _fast(self, sql: str, args: Sequence[Any]) -> list[Row] | None:
+        """Rows of a read statement (qmark style) by the plain path; None: take the SQLAlchemy path."""
+        if self._reader is not None:
+            return await self._read(sql, args)
+        if self._pg is not None:
+            found = await self._pg.rows(sql, args)
+            if found is not None:
+                self.answered_at = time.monotonic()
+            return found
+        return None
 
     async def _read(self, sql: str, args: Sequence[Any]) -> list[Row] | None:
         """Rows of a read statement through the SQLite reader; None: take the SQLAlchemy path.
@@ -243,8 +263,8 @@ class TaskRepository:
         return found
 
     async def get(self, task_id: str, conn: AsyncConnection | None = None) -> Row | None:
-        if conn is None and self._reader is not None:
-            found = await self._read(_BY_ID, (task_id,))
+        if conn is None:
+            found = await self._fast(_BY_ID, (task_id,))
             if found is not None:
                 return found[0] if found else None
 
@@ -256,8 +276,8 @@ class TaskRepository:
 
     async def get_many(self, ids: Iterable[str], conn: AsyncConnection | None = None) -> dict[str, Row]:
         wanted = list(dict.fromkeys(ids))
-        if conn is None and self._reader is not None and len(wanted) <= _CHUNK:
-            found_rows = await self._read(_by_ids(len(wanted)), wanted) if wanted else []
+        if conn is None and len(wanted) <= _CHUNK:
+            found_rows = await self._fast(_by_ids(len(wanted)), wanted) if wanted else []
             if found_rows is not None:
                 return {row["id"]: row for row in found_rows}
 
@@ -271,8 +291,8 @@ class TaskRepository:
         return await self._read_run(op, conn=conn)
 
     async def tree(self, tree_id: str, conn: AsyncConnection | None = None) -> list[Row]:
-        if conn is None and self._reader is not None:
-            found = await self._read(_TREE, (tree_id,))
+        if conn is None:
+            found = await self._fast(_TREE, (tree_id,))
             if found is not None:
                 return found
         query = select(T).where(T.c.task_tree_id == tree_id).order_by(T.c.created_at, T.c.id)
@@ -290,9 +310,9 @@ class TaskRepository:
     ) -> list[Row]:
         """Newest first. `root_only`: only tasks without a parent (one per tree); `search`: a
         case-insensitive part of the name, or the start of the id (the dashboard's search box)."""
-        if self._reader is not None and not root_only and search is None:
+        if not root_only and search is None:
             sql, args = _listing(user_id, status)
-            found = await self._read(sql, (*args, limit, offset))
+            found = await self._fast(sql, (*args, limit, offset))
             if found is not None:
                 return found
         query = _filtered(select(T), user_id=user_id, status=status)
@@ -329,10 +349,9 @@ class TaskRepository:
         return await self._read_run(lambda c: {status: int(n) for status, n in c.execute(query)})
 
     async def children(self, parent_id: str) -> list[Row]:
-        if self._reader is not None:
-            found = await self._read(_CHILDREN, (parent_id,))
-            if found is not None:
-                return found
+        found = await self._fast(_CHILDREN, (parent_id,))
+        if found is not None:
+            return found
         query = select(T).where(T.c.parent_id == parent_id).order_by(T.c.created_at, T.c.id)
         return await self._read_run(_rows, query)
 
@@ -404,9 +423,8 @@ class TaskRepository:
         the end of executions whose last task just ended (`ends`: execution id and version).
         Returns the ids whose write was accepted, the claimed ids with their tokens, and each
         ended execution's final status (None: it cannot end now)."""
-        if self.engine.dialect.name == "postgresql" and not ends and len(claims) <= executions.PG_PASS_MAX_CLAIMS:
-            accepted, claimed = await self._autocommit(executions.pg_pass, writes, claims, owner, until, stamp)
-            return accepted, claimed, {}
+        if self._pg is not None:
+            return await self._pg_write_pass(writes, claims, owner, until, stamp, ends)
 
         def op(c: Connection) -> tuple[set[str], dict[str, Row], dict[str, str | None]]:
             accepted = executions.fenced_writes(c, writes, owner)
@@ -415,6 +433,17 @@ class TaskRepository:
             return accepted, claimed, ended
 
         return await self._run(op, small=len(writes) + len(claims) + len(ends) <= SMALL_PASS)
+
+    async def _pg_write_pass(self, writes: Sequence[tuple[str, int, Mapping[str, Any]]], claims: Sequence[str],
+                             owner: str, until: str, stamp: str,
+                             ends: Sequence[tuple[str, str]]) -> tuple[set[str], dict[str, Row], dict[str, str | None]]:
+        """PostgreSQL: the whole pass in one round trip (executions.pg_step_sql)."""
+        assert self._pg is not None
+        rows = executions.pg_step_params(writes, claims, owner, until, stamp, ends)
+        found = await self._pg.fetchmany(executions.pg_step_sql(), rows) if rows else []
+        self.answered_at = time.monotonic()
+        accepted, claimed, ended = executions.pg_step_results(found)
+        return accepted, claimed, {eid: ended.get(eid) for eid, _ in ends}
 
     async def delete(self, ids: Sequence[str], conn: AsyncConnection | None = None, *,
                      only_status: str | None = None) -> int:

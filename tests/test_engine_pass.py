@@ -1,7 +1,8 @@
 """One engine pass in the database (storage.executions): fenced writes, then claims that see them.
 
-On PostgreSQL a pass without an execution to end is one statement (`pg_pass`); elsewhere it is
-fenced_writes then claim in one transaction. Both must decide the same: a dependent is claimed in
+On PostgreSQL a pass is the rows of one statement (`pg_pass`, here one by one; the repository
+sends them at once: tests/test_pg_fast_paths.py); elsewhere it is fenced_writes then claim in one
+transaction. Both must decide the same: a dependent is claimed in
 the pass that stores its dependency's `completed`, and only if that write was accepted."""
 
 from __future__ import annotations

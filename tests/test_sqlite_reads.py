@@ -40,7 +40,18 @@ async def every_read(repo: TaskRepository) -> list[Any]:
     ]
 
 
-async def stored(client: Client) -> TaskRepository:
+async def usual_reads(repo: TaskRepository, plain_path: str) -> list[Any]:
+    """every_read through the SQLAlchemy path: the repository's plain path (an attribute) set
+    aside meanwhile."""
+    saved = getattr(repo, plain_path)
+    setattr(repo, plain_path, None)
+    try:
+        return await every_read(repo)
+    finally:
+        setattr(repo, plain_path, saved)
+
+
+async def stored(client: Client, backend: str = "sqlite") -> TaskRepository:
     await client.result("tasks.create", {"tasks": [
         {"id": "root", "name": "root"},
         {"id": "bad", "name": "bad", "parent_id": "root"},
@@ -50,10 +61,10 @@ async def stored(client: Client) -> TaskRepository:
                         {"tasks": [{"id": "other", "name": "other", "inputs": {"ok": 1}, "user_id": "alice"}]})
     await client.wait_status("c2", ("completed",))
     await client.runs_ended()
-    await store_bad_row(client, "bad", "sqlite")
+    await store_bad_row(client, "bad", backend)
     repo = client.services.repo
     async with repo.engine.begin() as conn:  # booleans and a float stored as an integer
-        await conn.execute(text("UPDATE tasks SET has_copy = 1, progress = 1 WHERE id = 'root'"))
+        await conn.execute(text("UPDATE tasks SET has_copy = true, progress = 1 WHERE id = 'root'"))
     return repo
 
 
@@ -61,12 +72,7 @@ async def test_the_sqlite_reader_returns_what_sqlalchemy_returns(client: Client)
     repo = await stored(client)
     assert repo._reader is not None
     fast = await every_read(repo)
-    reader, repo._reader = repo._reader, None
-    try:
-        usual = await every_read(repo)
-    finally:
-        repo._reader = reader
-    assert shown(fast) == shown(usual)
+    assert shown(fast) == shown(await usual_reads(repo, "_reader"))
     assert fast[1]["has_copy"] is True and isinstance(fast[1]["progress"], float)
     assert isinstance(fast[0]["inputs"], Unreadable)
 
@@ -93,13 +99,11 @@ async def test_a_read_sees_what_was_just_committed(client: Client) -> None:
         assert (await client.result("tasks.get", {"task_id": "t"}))["name"] == f"n{n}"
 
 
-async def test_the_sqlite_tree_insert_stores_what_sqlalchemy_stores(client: Client) -> None:
-    """storage.executions inserts a new tree's rows through the DB-API on SQLite: every column of
-    every row must hold what SQLAlchemy's executemany would have stored, byte for byte (the JSON
-    text included: `dependents()` matches it with LIKE)."""
+async def inserted_three_ways(client: Client, column_text: str, fast_insert: Any) -> tuple[Any, Any, Any]:
+    """Every column of every row (as text: `column_text` formats one column) of a stored tree,
+    stored by the create, again by SQLAlchemy's executemany, again by `fast_insert`."""
     from sqlalchemy import insert
 
-    from taskgrove.storage import executions
     from taskgrove.storage.models import tasks_table, with_defaults
 
     await client.result("tasks.create", {"tasks": [
@@ -108,7 +112,7 @@ async def test_the_sqlite_tree_insert_stores_what_sqlalchemy_stores(client: Clie
         {"id": "k", "name": "k", "parent_id": "r", "dependencies": [{"id": "r", "required": False}],
          "retry": {"max_attempts": 2}, "timeout_seconds": 2.5, "status": "completed", "result": {"r": 1}}]})
     await client.runs_ended()
-    columns = ", ".join(f"quote({c.name})" for c in tasks_table.c)
+    columns = ", ".join(column_text.format(c.name) for c in tasks_table.c)
     listing = text(f"SELECT {columns} FROM tasks ORDER BY id")
 
     def compare(c: Any) -> tuple[list[Any], list[Any], list[Any]]:
@@ -118,10 +122,19 @@ async def test_the_sqlite_tree_insert_stores_what_sqlalchemy_stores(client: Clie
         c.execute(insert(tasks_table), rows)
         usual = c.execute(listing).all()
         c.execute(text("DELETE FROM tasks"))
-        executions._sqlite_insert_tasks(c, rows)
+        fast_insert(c, rows)
         return fast, usual, c.execute(listing).all()
 
-    fast, usual, again = await client.services.repo.run(compare)
+    return await client.services.repo.run(compare)
+
+
+async def test_the_sqlite_tree_insert_stores_what_sqlalchemy_stores(client: Client) -> None:
+    """storage.executions inserts a new tree's rows through the DB-API on SQLite: every column of
+    every row must hold what SQLAlchemy's executemany would have stored, byte for byte (the JSON
+    text included: `dependents()` matches it with LIKE)."""
+    from taskgrove.storage import executions
+
+    fast, usual, again = await inserted_three_ways(client, "quote({})", executions._sqlite_insert_tasks)
     assert len(fast) == 2
     assert fast == usual == again
 

@@ -1,0 +1,133 @@
+"""PostgreSQL through plain asyncpg: the engine's passes and the hot reads.
+
+SQLAlchemy's execution layer costs about 0.4 ms around each statement on asyncpg, more than
+PostgreSQL takes to run an engine pass or an indexed read. These statements go to asyncpg
+directly instead, as plain prepared statements; their SQL text is the one SQLAlchemy runs
+elsewhere (`:name` parameters, numbered here), so there is one text per statement.
+
+They run on connections of their own, outside any transaction (autocommit, as the SQLAlchemy
+reads and the engine's one-statement pass did), which decode JSON with the engine's
+deserializer, as SQLAlchemy's do, so a row is the same dict the SQLAlchemy path returns.
+
+- The engine's passes run on one connection: one pass runs at a time per instance, and a pass
+  pays no pool acquire. It plans every statement once, generically (`plan_cache_mode`), which
+  the pass statement is written for: every row it touches is found through an index that stays
+  right however the table grows (storage/executions.py). Its errors come out as SQLAlchemy's,
+  a lost connection as an OperationalError, so the engine retries what it always retried.
+- Reads use a small pool of their own, not SQLAlchemy's: a burst of reads waits for one of its
+  connections, where SQLAlchemy's pool would open overflow connections and close them again (a
+  connection per request under load). Its connections are not reset when given back (no
+  session state is ever set on them): the reset would cost a round trip per read. A read that
+  fails returns None and takes the SQLAlchemy path, which raises what it always did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import asyncpg
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from taskgrove.storage.jsonvalues import read_stored
+
+POOL_SIZE = 4
+_CONNECTION_ERRORS = (OSError, TimeoutError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError)
+
+
+@functools.lru_cache(maxsize=64)
+def numbered(sql: str) -> tuple[str, tuple[str, ...]]:
+    """`sql` with its `:name` parameters as `$1, $2, ...`, and the names in that order."""
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        if match[1] not in names:
+            names.append(match[1])
+        return f"${names.index(match[1]) + 1}"
+
+    return re.sub(r"(?<![:\w]):(\w+)", number, sql), tuple(names)
+
+
+@functools.lru_cache(maxsize=64)
+def from_qmark(sql: str) -> str:
+    """A qmark-style statement (the SQLite reader's) with `$1, $2, ...` placeholders."""
+    count = iter(range(1, sql.count("?") + 1))
+    return re.sub(r"\?", lambda _: f"${next(count)}", sql)
+
+
+async def _setup(conn: asyncpg.Connection) -> None:
+    await conn.set_type_codec("json", encoder=str, decoder=read_stored, schema="pg_catalog")
+
+
+async def _keep(conn: asyncpg.Connection) -> None:
+    """Given back as it is (see the module's docstring)."""
+
+
+class PgPool:
+    """The pass connection and the read pool, each opened when first needed."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._pool: asyncpg.Pool | None = None
+        self._pass: asyncpg.Connection | None = None
+        self._opening = asyncio.Lock()
+        self._passing = asyncio.Lock()
+
+    async def _reads(self) -> asyncpg.Pool:
+        async with self._opening:
+            if self._pool is None:
+                cargs, cparams = self._engine.dialect.create_connect_args(self._engine.url)
+                self._pool = await asyncpg.create_pool(*cargs, **cparams, min_size=1, max_size=POOL_SIZE,
+                                                       init=_setup, reset=_keep)
+        return self._pool
+
+    async def _passes(self) -> asyncpg.Connection:
+        if self._pass is None or self._pass.is_closed():
+            cargs, cparams = self._engine.dialect.create_connect_args(self._engine.url)
+            settings = {**cparams.pop("server_settings", {}), "plan_cache_mode": "force_generic_plan"}
+            conn = await asyncpg.connect(*cargs, **cparams, server_settings=settings)
+            await _setup(conn)
+            self._pass = conn
+        return self._pass
+
+    async def fetchmany(self, sql: str, rows: Sequence[Mapping[str, Any]]) -> list[Any]:
+        """`sql` once for each of `rows` (parameters by name), in one round trip and one transaction."""
+        text, names = numbered(sql)
+        args = [tuple(row[name] for name in names) for row in rows]
+        async with self._passing:
+            try:
+                return await (await self._passes()).fetchmany(text, args)
+            except _CONNECTION_ERRORS as exc:
+                conn, self._pass = self._pass, None
+                if conn is not None:
+                    conn.terminate()
+                raise OperationalError(text, None, exc, connection_invalidated=True) from exc
+            except asyncpg.PostgresError as exc:
+                raise DBAPIError(text, None, exc) from exc
+
+    async def rows(self, sql: str, args: Sequence[Any]) -> list[dict[str, Any]] | None:
+        """The rows of a read (qmark style, as the SQLite reader's); None when it failed (the
+        caller takes the SQLAlchemy path)."""
+        try:
+            async with (await self._reads()).acquire() as conn:
+                found = await conn.fetch(from_qmark(sql), *args)
+        except Exception:
+            return None
+        return [dict(record) for record in found]
+
+    async def close(self) -> None:
+        conn, self._pass = self._pass, None
+        pool, self._pool = self._pool, None
+        try:
+            if conn is not None:
+                await conn.close(timeout=2)
+            if pool is not None:
+                await asyncio.wait_for(pool.close(), 5)
+        except Exception:
+            for closing in (conn, pool):
+                if closing is not None:
+                    closing.terminate()

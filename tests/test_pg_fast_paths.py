@@ -1,0 +1,83 @@
+"""PostgreSQL through plain asyncpg (storage/pg.py) decides and reads exactly what the SQLAlchemy
+path does: the engine's pass (fenced writes, claims that see them, the end of an execution) and
+the reads (same keys in the same order, same decoded values, the same stand-ins for values that
+cannot be read back)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from taskgrove.storage import executions, repository
+from tests.conftest import POSTGRES_URL, Client
+from tests.test_engine_pass import OWNER, STAMP, UNTIL, outcome, row
+from tests.test_sqlite_reads import every_read, inserted_three_ways, shown, stored, usual_reads
+
+pytestmark = [pytest.mark.skipif(not POSTGRES_URL, reason="needs TASKGROVE_TEST_POSTGRES_URL"),
+              pytest.mark.parametrize("backend", ["postgres"])]
+
+
+async def test_asyncpg_reads_return_what_sqlalchemy_returns(client: Client) -> None:
+    repo = await stored(client, "postgres")
+    fast = await every_read(repo)
+    # the asyncpg path answered (a failure there would have taken the SQLAlchemy path quietly)
+    assert await repo._pg.rows(repository._TREE, ("root",)) == fast[5]
+    assert shown(fast) == shown(await usual_reads(repo, "_pg"))
+    assert fast[1]["has_copy"] is True and isinstance(fast[1]["progress"], float)
+
+
+@pytest.mark.parametrize("status, epoch_offset, claimed_b", [
+    ("completed", 0, True), ("failed", 0, False), ("completed", 1, False)])
+async def test_the_asyncpg_pass_decides_what_the_sqlalchemy_pass_decides(
+        client: Client, status: str, epoch_offset: int, claimed_b: bool) -> None:
+    """The scenario of test_engine_pass, the pass sent through the repository (asyncpg, one round
+    trip), followed by a pass that ends the execution once its last member has ended."""
+    repo = client.services.repo
+
+    def setup(c: Any) -> tuple[str, int]:
+        execution = executions.insert_tree(c, [row("a"), row("b", [{"id": "a", "required": True}]), row("x")],
+                                           None, OWNER, UNTIL, STAMP)
+        return execution["id"], executions.claim(c, ["a", "x"], OWNER, UNTIL, STAMP)["a"]["lease_epoch"]
+
+    def stored(c: Any) -> dict[str, Any]:
+        return {r.id: dict(r._mapping) for r in c.execute(executions.T.select())}
+
+    execution_id, epoch = await repo.run(setup)
+    progress = {"progress": 0.5, "updated_at": STAMP}
+    accepted, claimed, ended = await repo.write_pass(
+        [("a", epoch + epoch_offset, outcome(status)), ("x", 1, progress)], ["b"], OWNER, UNTIL, STAMP,
+        [(execution_id, STAMP)])
+    rows = await repo.run(stored)
+    assert ("a" in accepted) == (epoch_offset == 0)
+    assert "x" in accepted and rows["x"]["progress"] == 0.5 and rows["x"]["status"] == "in_progress"
+    assert set(claimed) == ({"b"} if claimed_b else set())
+    assert rows["b"]["status"] == ("in_progress" if claimed_b else "pending")
+    if claimed_b:
+        assert claimed["b"] == {"lease_epoch": 1, "attempt": 1, "checkpoint": None}
+    assert ended == {execution_id: None}  # x (and a, or b) still in progress
+    if epoch_offset:
+        assert rows["a"]["status"] == "in_progress"
+        return
+    assert rows["a"]["status"] == status and rows["a"]["result"] == ({"ok": True} if status == "completed" else None)
+    assert rows["a"]["lease_owner"] is None and rows["a"]["completed_at"] == STAMP
+
+    last = [("x", 1, outcome("completed"))] + ([("b", 1, outcome("completed"))] if claimed_b else [])
+    accepted, claimed, ended = await repo.write_pass(last, [], OWNER, UNTIL, STAMP, [(execution_id, STAMP)])
+    assert accepted == {tid for tid, _, _ in last} and claimed == {}
+    assert ended == {execution_id: "completed" if status == "completed" else "failed"}
+    execution = await repo.run(executions.get_execution, execution_id)
+    assert execution["status"] == "ended" and execution["final_status"] == ended[execution_id]
+
+
+async def test_a_write_of_another_column_is_refused(client: Client) -> None:
+    with pytest.raises(ValueError, match="name"):
+        await client.services.repo.write_pass([("a", 1, {"name": "x"})], [], OWNER, UNTIL, STAMP)
+
+
+async def test_the_postgres_tree_insert_stores_what_sqlalchemy_stores(client: Client) -> None:
+    """On PostgreSQL a new tree's rows are one INSERT ... SELECT through asyncpg: every column of
+    every row holds what SQLAlchemy's executemany would have stored, byte for byte (JSON text,
+    JSON 'null' for None)."""
+    fast, usual, again = await inserted_three_ways(client, "CAST({} AS text)", executions._pg_insert_tasks)
+    assert len(fast) == 2 and "null" in fast[0]
+    assert fast == usual == again
