@@ -38,6 +38,7 @@ class PgNotifier:
         self._outbox: asyncio.Queue[str] = asyncio.Queue(maxsize=10_000)
         self._tasks: list[asyncio.Task[None]] = []
         self.ready = asyncio.Event()
+        self._own = _wrap(instance_id, [])[:-len("[]}")]  # how every payload we send begins
 
     async def start(self) -> None:
         self._tasks = [asyncio.create_task(self._listen(), name="taskgrove-listen"),
@@ -80,8 +81,9 @@ class PgNotifier:
                 try:
                     if conn is None or conn.is_closed():
                         conn = await asyncpg.connect(self.dsn)
-                    for payload in _payloads(self.instance_id, batch):
-                        await conn.execute("SELECT pg_notify($1, $2)", CHANNEL, payload)
+                    # Every payload of the batch in one statement: one round trip, not one each.
+                    await conn.execute("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p",
+                                       CHANNEL, _payloads(self.instance_id, batch))
                 except (OSError, asyncpg.PostgresError) as exc:
                     log.warning("cross-instance notify failed: %s", exc)
                     conn = None
@@ -110,6 +112,8 @@ class PgNotifier:
                     conn.terminate()
 
     def _received(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        if payload.startswith(self._own):  # our own batch, back from the channel: nothing to parse
+            return
         try:
             data = json.loads(payload)
         except ValueError:
