@@ -5,6 +5,7 @@ cannot be read back)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -81,3 +82,29 @@ async def test_the_postgres_tree_insert_stores_what_sqlalchemy_stores(client: Cl
     fast, usual, again = await inserted_three_ways(client, "CAST({} AS text)", executions._pg_insert_tasks)
     assert len(fast) == 2 and "null" in fast[0]
     assert fast == usual == again
+
+
+async def test_json_values_are_stored_as_written_and_the_rest_as_typed(client: Client) -> None:
+    """A fenced write on the asyncpg pass stores a JSON column's text as written (key order and
+    spacing, which a `jsonb` round trip would change), as the SQLAlchemy path stores it, and the
+    other columns with their types."""
+    repo = client.services.repo
+
+    def setup(c: Any) -> int:
+        executions.insert_tree(c, [row("a"), row("b")], None, OWNER, UNTIL, STAMP)
+        claimed = executions.claim(c, ["a", "b"], OWNER, UNTIL, STAMP)
+        return claimed["a"]["lease_epoch"]
+
+    def raw(c: Any) -> dict[str, Any]:
+        found = c.exec_driver_sql("SELECT id, result::text, progress, token_success, error, status FROM tasks")
+        return {r[0]: tuple(r[1:]) for r in found}
+
+    epoch = await repo.run(setup)
+    result = {"z": "a\tb", "a": [1, 2.5, None], "\u00e9": {"k": True}}
+    values = {**outcome("completed"), "result": result, "progress": 0.75, "token_success": 7}
+    plain = {**outcome("failed"), "error": "it \"broke\"\n\u00e9", "progress": 0.25}
+    accepted, _, _ = await repo.write_pass([("a", epoch, values), ("b", epoch, plain)], [], OWNER, UNTIL, STAMP)
+    assert accepted == {"a", "b"}
+    stored = await repo.run(raw)
+    assert stored["a"] == (json.dumps(result), 0.75, 7, None, "completed")
+    assert stored["b"] == ("null", 0.25, 0, "it \"broke\"\n\u00e9", "failed")
