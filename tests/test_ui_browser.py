@@ -90,6 +90,18 @@ def sleeping_tree(prefix: str, seconds: float = 600) -> list[dict[str, Any]]:
     ]
 
 
+def start_sleeping_tree(service: Service, prefix: str) -> None:
+    """sleeping_tree(prefix) created, and its sleep running."""
+    rpc(service, "tasks.create", {"tasks": sleeping_tree(prefix)})
+    wait_status(service, f"{prefix}-sleep", ("in_progress",), 20)
+
+
+def open_running_tree(page: Page, service: Service, prefix: str) -> None:
+    """The tree page of a started sleeping_tree, once it shows the sleep running."""
+    page.goto(f"{service.url}/ui#/tree/{prefix}-root")
+    expect(node(page, f"{prefix}-sleep")).to_have_attribute("data-status", "in_progress", timeout=WAIT_MS)
+
+
 def node(page: Page, task_id: str) -> Any:
     return page.locator(f'g.node[data-task-id="{task_id}"]')
 
@@ -136,10 +148,8 @@ def test_create_from_pasted_json_opens_the_running_tree(services: dict[str, Serv
 
 def test_tree_page_shows_statuses_change_without_reload(services: dict[str, Service], page: Page) -> None:
     service = services["plain"]
-    rpc(service, "tasks.create", {"tasks": sleeping_tree("live")})
-    wait_status(service, "live-sleep", ("in_progress",), 20)
-    page.goto(f"{service.url}/ui#/tree/live-root")
-    expect(node(page, "live-sleep")).to_have_attribute("data-status", "in_progress", timeout=WAIT_MS)
+    start_sleeping_tree(service, "live")
+    open_running_tree(page, service, "live")
     expect(node(page, "live-root")).to_have_attribute("data-status", "pending")
     expect(page.get_by_test_id("live")).to_have_text("live", timeout=WAIT_MS)
     # Finish the sleep by hand: the root then runs; the page follows over /ws, no reload.
@@ -151,10 +161,8 @@ def test_tree_page_shows_statuses_change_without_reload(services: dict[str, Serv
 
 def test_cancel_from_the_page_cancels_the_running_task(services: dict[str, Service], page: Page) -> None:
     service = services["plain"]
-    rpc(service, "tasks.create", {"tasks": sleeping_tree("stop")})
-    wait_status(service, "stop-sleep", ("in_progress",), 20)
-    page.goto(f"{service.url}/ui#/tree/stop-root")
-    expect(node(page, "stop-sleep")).to_have_attribute("data-status", "in_progress", timeout=WAIT_MS)
+    start_sleeping_tree(service, "stop")
+    open_running_tree(page, service, "stop")
     node(page, "stop-sleep").click()
     page.get_by_test_id("cancel").click()
     expect(node(page, "stop-sleep")).to_have_attribute("data-status", "cancelled", timeout=WAIT_MS)
@@ -166,8 +174,7 @@ def test_jwt_page_explains_a_missing_token_and_works_with_one(services: dict[str
     service = services["jwt"]
     token = jwt.encode({"user_id": "alice"}, SECRET, algorithm="HS256")
     service.token = token
-    rpc(service, "tasks.create", {"tasks": sleeping_tree("guarded")})
-    wait_status(service, "guarded-sleep", ("in_progress",), 20)
+    start_sleeping_tree(service, "guarded")
     page.goto(f"{service.url}/ui")
     expect(page.locator("#notice")).to_contain_text("requires a token", timeout=WAIT_MS)
     expect(page.get_by_test_id("auth-needed")).to_be_visible()
@@ -175,8 +182,7 @@ def test_jwt_page_explains_a_missing_token_and_works_with_one(services: dict[str
     page.locator("#token-form button[type=submit]").click()
     expect(page.locator('[data-testid=tree-row][data-task-id="guarded-root"]')).to_be_visible(timeout=WAIT_MS)
     assert page.evaluate("sessionStorage.getItem('taskgrove.token')") == token
-    page.goto(f"{service.url}/ui#/tree/guarded-root")
-    expect(node(page, "guarded-sleep")).to_have_attribute("data-status", "in_progress", timeout=WAIT_MS)
+    open_running_tree(page, service, "guarded")
     expect(page.get_by_test_id("live")).to_have_text("live", timeout=WAIT_MS)
     rpc(service, "tasks.cancel", {"task_ids": ["guarded-sleep"]})  # /ws carried the token: events arrive
     expect(node(page, "guarded-sleep")).to_have_attribute("data-status", "cancelled", timeout=WAIT_MS)
