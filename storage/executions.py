@@ -100,40 +100,57 @@ def claim(c: Connection, ids: Sequence[str], owner: str, until: str, stamp: str)
 
 
 # --- PostgreSQL: an engine pass as the rows of one statement ------------------------------
-# A pass is its fenced writes, then its claims. On PostgreSQL each is a row of one statement
-# (pg_step_sql: a write, or a claim), all sent at once with asyncpg's fetchmany: one round trip,
-# one implicit transaction, each row seeing what the rows before it wrote, so a claim sees the
-# outcomes written in the same pass. Every row finds its task by primary key, so the statement's
-# one generic plan stays right however the table grows (see _BLOCKING_DEPENDENCY).
+# A pass is its fenced writes, then its claims, then the end of executions. On PostgreSQL each
+# part is a row of one statement (pg_step_sql), all sent at once with asyncpg's fetchmany: one
+# round trip, one implicit transaction, each row seeing what the rows before it wrote, so a claim
+# sees the outcomes written in the same pass. A row handles a set (up to _PG_WRITES_PER_ROW
+# writes, or all the claims): a row per task cost about 100 us, most of it the statement's own
+# overhead. Every task is found through the primary key (`id = ANY(...)`, an index condition in
+# every plan), so the statement's one generic plan stays right however the table grows (see
+# _BLOCKING_DEPENDENCY and PgPool's pass connection).
 # On a SQLAlchemy connection (pg_pass: tests, a checkpoint) the same rows run one by one.
+#
+# Claims in one set cannot see each other, where rows one by one would: that changes nothing,
+# because a task being claimed is `pending` in the one running execution of its tree, which
+# already blocks every task that depends on it (dependencies stay within a tree).
 
-# What a fenced write may set. A write's values travel as one JSON object: a key it holds sets
-# that column (a JSON column written None holds JSON 'null', as SQLAlchemy writes it), a key it
-# lacks leaves the column as it is; so writes of every shape are rows of the same statement.
+# What a fenced write may set. The writes of a row travel as one JSON array of objects, read by
+# json_to_recordset (the text is parsed once, a JSON column's value kept as written): the id,
+# the epoch, a bit mask of the columns the write sets, and their values. A column a write does
+# not set keeps its value; a JSON column set to None holds JSON 'null', as SQLAlchemy writes it.
+# So writes of every shape are one set.
 _PG_WRITABLE = ("status", "progress", "result", "error", "completed_at", "updated_at", "next_attempt_at",
                 "lease_owner", "lease_expires_at", "token_success", "token_failed", "checkpoint")
 _PG_TYPES = {"JSON": "json", "FLOAT": "double precision", "INTEGER": "integer", "BOOLEAN": "boolean"}
+_PG_BITS = {key: 1 << bit for bit, key in enumerate(_PG_WRITABLE)}
+# The planner may join a row's writes to their tasks with a nested loop (its estimate of the
+# tasks matched is low), comparing every write with every task: bounded by this many per row.
+_PG_WRITES_PER_ROW = 64
 
 
 def _pg_assignment(key: str) -> str:
     kind = _PG_TYPES.get(T.c[key].type.__visit_name__.upper(), "text")
-    if kind == "json":
-        return f"{key} = coalesce(w.v -> '{key}', t.{key})"
-    return f"{key} = CASE WHEN w.v -> '{key}' IS NULL THEN t.{key} ELSE CAST(w.v ->> '{key}' AS {kind}) END"
+    value = f"coalesce(w.{key}, 'null'::json)" if kind == "json" else f"w.{key}"
+    return f"{key} = CASE WHEN w._mask & {_PG_BITS[key]} = 0 THEN t.{key} ELSE {value} END"
 
 
 @functools.lru_cache(maxsize=1)
 def pg_step_sql() -> str:
-    """One row of a pass: the fenced write of `_write_id`, the claim of `_claim_id` or the end of
-    execution `_end_id` (the other ids are NULL). Returns ('w', id) for an accepted write, ('c',
-    id, lease_epoch, attempt, checkpoint) for a claimed task, ('e', id, ..., final_status) for an
-    ended execution."""
+    """One row of a pass: the fenced writes `_writes` (a JSON array, see _PG_WRITABLE), the claims
+    of `_claim_ids`, or the end of execution `_end_id` (the rest empty or NULL). Returns ('w', id)
+    for each accepted write, ('c', id, lease_epoch, attempt, checkpoint) for each claimed task,
+    ('e', id, ..., final_status) for an ended execution."""
     assignments = ", ".join(_pg_assignment(key) for key in _PG_WRITABLE)
-    claim_sql = _claim_sql(_BLOCKING_DEPENDENCY["postgresql"], "id = :_claim_id", "_")
+    fields = ", ".join(f"{key} {_PG_TYPES.get(T.c[key].type.__visit_name__.upper(), 'text')}"
+                       for key in _PG_WRITABLE)
+    claim_sql = _claim_sql(_BLOCKING_DEPENDENCY["postgresql"], "id = ANY(CAST(:_claim_ids AS text[]))", "_")
     nothing = "NULL::integer, NULL::integer, NULL::json"
-    return (f"WITH written AS (UPDATE tasks AS t SET {assignments} FROM (SELECT CAST(:_values AS json) AS v) AS w "
-            "WHERE t.id = :_write_id AND (t.status = 'in_progress') IS TRUE AND t.lease_owner = :_owner "
-            "AND t.lease_epoch = :_epoch RETURNING t.id), "
+    return (f"WITH w AS MATERIALIZED (SELECT * FROM json_to_recordset(CAST(:_writes AS json)) "
+            f"AS w(_id text, _epoch integer, _mask integer, {fields})), "
+            f"written AS (UPDATE tasks AS t SET {assignments} FROM w "
+            "WHERE t.id = w._id AND t.id = ANY(CAST(:_write_ids AS text[])) "
+            "AND (t.status = 'in_progress') IS TRUE AND t.lease_owner = :_owner "
+            "AND t.lease_epoch = w._epoch RETURNING t.id), "
             f"claimed AS ({claim_sql}), ended AS ({_end_sql('_', ':_end_id')}) "
             f"SELECT 'w' AS kind, id, {nothing}, NULL::text FROM written "
             "UNION ALL SELECT 'c', id, lease_epoch, attempt, checkpoint, NULL FROM claimed "
@@ -142,19 +159,48 @@ def pg_step_sql() -> str:
 
 def pg_step_params(writes: Sequence[tuple[str, int, Mapping[str, Any]]], claims: Sequence[str], owner: str,
                    until: str, stamp: str, ends: Sequence[tuple[str, str]] = ()) -> list[dict[str, Any]]:
-    """The rows of a pass: writes, then claims, then ends (execution id and version)."""
-    none = {"_write_id": None, "_epoch": None, "_values": None, "_claim_id": None, "_end_id": None, "_version": None}
-    rows = []
-    for tid, epoch, values in writes:
-        unknown = set(values).difference(_PG_WRITABLE)
-        if unknown:
-            raise ValueError(f"not a column a fenced write sets: {', '.join(sorted(unknown))}")
-        rows.append({**none, "_write_id": tid, "_epoch": epoch, "_values": json.dumps(values)})
-    rows.extend({**none, "_claim_id": tid} for tid in claims)
+    """The rows of a pass: writes, then claims, then ends (execution id and version).
+
+    A task written twice in one pass gets its second write in a later row: one UPDATE changes a
+    row once, and the second write must see the first, as it would one by one."""
+    none: dict[str, Any] = {"_write_ids": [], "_writes": "[]", "_claim_ids": [], "_end_id": None, "_version": None}
+    rows = [{**none, "_write_ids": [tid for tid, _, _ in layer],
+             "_writes": json.dumps([{**values, "_id": tid, "_epoch": epoch, "_mask": _pg_mask(tuple(values))}
+                                    for tid, epoch, values in layer])}
+            for layer in _write_parts(writes, _PG_WRITES_PER_ROW)]
+    if claims:
+        rows.append({**none, "_claim_ids": list(claims)})
     rows.extend({**none, "_end_id": eid, "_version": version} for eid, version in ends)
     for row in rows:
         row.update(_owner=owner, _until=until, _stamp=stamp)
     return rows
+
+
+@functools.lru_cache(maxsize=64)
+def _pg_mask(keys: tuple[str, ...]) -> int:
+    """The bits of the columns a write of this shape sets."""
+    unknown = set(keys).difference(_PG_WRITABLE)
+    if unknown:
+        raise ValueError(f"not a column a fenced write sets: {', '.join(sorted(unknown))}")
+    return sum(_PG_BITS[key] for key in set(keys))
+
+
+def _write_parts(writes: Sequence[tuple[str, int, Mapping[str, Any]]], size: int) -> list[list[Any]]:
+    """`writes` in parts of at most `size`, no task twice in one part: a task's later write goes
+    to a later part, so that it sees the earlier one."""
+    if len({tid for tid, _, _ in writes}) == len(writes):
+        return [list(writes[start:start + size]) for start in range(0, len(writes), size)]
+    parts: list[list[Any]] = []
+    last: dict[str, int] = {}
+    for write in writes:
+        index = last.get(write[0], -1) + 1
+        while index < len(parts) and len(parts[index]) >= size:
+            index += 1
+        if index == len(parts):
+            parts.append([])
+        parts[index].append(write)
+        last[write[0]] = index
+    return parts
 
 
 def pg_step_results(rows: Iterable[Sequence[Any]]) -> tuple[set[str], dict[str, Row], dict[str, str]]:

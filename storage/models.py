@@ -194,6 +194,9 @@ _DEFAULTS: dict[str, Any] = {
 }
 
 
+_TASK_COLUMNS = frozenset(tasks_table.c.keys())
+
+
 def with_defaults(row: Mapping[str, Any]) -> dict[str, Any]:
     """A full row for `row`: every column present, unknown keys dropped."""
-    return {**_DEFAULTS, **{k: v for k, v in row.items() if k in tasks_table.c}}
+    return {**_DEFAULTS, **{k: v for k, v in row.items() if k in _TASK_COLUMNS}}

@@ -12,8 +12,10 @@ deserializer, as SQLAlchemy's do, so a row is the same dict the SQLAlchemy path 
 - The engine's passes run on one connection: one pass runs at a time per instance, and a pass
   pays no pool acquire. It plans every statement once, generically (`plan_cache_mode`), which
   the pass statement is written for: every row it touches is found through an index that stays
-  right however the table grows (storage/executions.py). Its errors come out as SQLAlchemy's,
-  a lost connection as an OperationalError, so the engine retries what it always retried.
+  right however the table grows (storage/executions.py); the connection's `PASS_SETTINGS` keep
+  the planner from reading a whole table or index instead, which a plan made while the table
+  was small would do for every pass once it has grown. Its errors come out as SQLAlchemy's, a
+  lost connection as an OperationalError, so the engine retries what it always retried.
 - Reads use a small pool of their own, not SQLAlchemy's: a burst of reads waits for one of its
   connections, where SQLAlchemy's pool would open overflow connections and close them again (a
   connection per request under load). Its connections are not reset when given back (no
@@ -36,6 +38,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from taskgrove.storage.jsonvalues import read_stored
 
 POOL_SIZE = 4
+# The pass connection plans each statement once, generically, and must find rows by key only.
+# No sequential scan and no merge join (whose sorted input is a whole index): a plan made while
+# the table was small would pick them and keep them, paying for the whole table on every pass.
+# No bitmap scan: a plain index scan marks the dead index entries of updated rows as it meets
+# them, a bitmap scan does not, so every pass would step over more of them. Nothing else runs on
+# that connection.
+PASS_SETTINGS = {"plan_cache_mode": "force_generic_plan", "enable_seqscan": "off", "enable_bitmapscan": "off",
+                 "enable_mergejoin": "off"}
 _CONNECTION_ERRORS = (OSError, TimeoutError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError)
 
 
@@ -88,7 +98,7 @@ class PgPool:
     async def _passes(self) -> asyncpg.Connection:
         if self._pass is None or self._pass.is_closed():
             cargs, cparams = self._engine.dialect.create_connect_args(self._engine.url)
-            settings = {**cparams.pop("server_settings", {}), "plan_cache_mode": "force_generic_plan"}
+            settings = {**cparams.pop("server_settings", {}), **PASS_SETTINGS}
             conn = await asyncpg.connect(*cargs, **cparams, server_settings=settings)
             await _setup(conn)
             self._pass = conn

@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 import pytest
-from taskgrove.storage import executions, repository
+from taskgrove.storage import executions, pg, repository
 from tests.conftest import POSTGRES_URL, Client
 from tests.test_engine_pass import OWNER, STAMP, UNTIL, outcome, row
 from tests.test_sqlite_reads import every_read, inserted_three_ways, shown, stored, usual_reads
@@ -108,3 +108,96 @@ async def test_json_values_are_stored_as_written_and_the_rest_as_typed(client: C
     stored = await repo.run(raw)
     assert stored["a"] == (json.dumps(result), 0.75, 7, None, "completed")
     assert stored["b"] == ("null", 0.25, 0, "it \"broke\"\n\u00e9", "failed")
+
+
+async def test_a_pass_of_many_writes_and_claims_decides_each_task(client: Client) -> None:
+    """More writes than one row of the pass takes, each task written three times in the same pass
+    (its progress, a checkpoint, its outcome: each write applies on top of the one before), an
+    outcome with a stale epoch among them, and claims whose dependencies were completed in that
+    same pass."""
+    repo = client.services.repo
+    count = 150  # over _PG_WRITES_PER_ROW: the writes span several rows
+
+    def setup(c: Any) -> dict[str, int]:
+        rows = [row("a")] + [row(f"t{i}") for i in range(count)] + [
+            row(f"d{i}", [{"id": f"t{i}", "required": True}]) for i in range(count)]
+        executions.insert_tree(c, rows, None, OWNER, UNTIL, STAMP)
+        claimed = executions.claim(c, [f"t{i}" for i in range(count)], OWNER, UNTIL, STAMP)
+        return {tid: token["lease_epoch"] for tid, token in claimed.items()}
+
+    def stored(c: Any) -> dict[str, Any]:
+        return {r.id: dict(r._mapping) for r in c.execute(executions.T.select())}
+
+    epochs = await repo.run(setup)
+    assert len(epochs) == count
+    progress = [(f"t{i}", epochs[f"t{i}"], {"progress": 0.5, "updated_at": STAMP}) for i in range(count)]
+    outcomes = [(f"t{i}", epochs[f"t{i}"] + (i == 7), outcome("completed" if i % 3 else "failed"))
+                for i in range(count)]
+    checkpoints = [(f"t{i}", epochs[f"t{i}"], {"checkpoint": {"step": i}}) for i in range(count)]
+    writes = [write for i in range(count) for write in (progress[i], checkpoints[i], outcomes[i])]
+    accepted, claimed, _ = await repo.write_pass(writes, [f"d{i}" for i in range(count)],
+                                                 OWNER, UNTIL, STAMP)
+    rows = await repo.run(stored)
+    assert accepted == {f"t{i}" for i in range(count)}
+    assert rows["t7"]["status"] == "in_progress" and rows["t7"]["progress"] == 0.5
+    assert all(rows[f"t{i}"]["checkpoint"] == {"step": i} for i in range(count))
+    for i in range(count):
+        if i == 7:
+            continue
+        expected = "completed" if i % 3 else "failed"
+        assert rows[f"t{i}"]["status"] == expected and rows[f"t{i}"]["progress"] == 1.0
+        assert (f"d{i}" in claimed) == (expected == "completed"), i
+        assert rows[f"d{i}"]["status"] == ("in_progress" if expected == "completed" else "pending")
+    assert "d7" not in claimed
+
+
+def _literal(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, list):
+        return "ARRAY[" + ", ".join(_literal(v) for v in value) + "]::text[]"
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def _scans_of_tasks(plan: list[str]) -> list[tuple[str, str]]:
+    """(scan line, the condition that found its rows) for each scan of `tasks` in an EXPLAIN."""
+    scans = []
+    for at, line in enumerate(plan):
+        if " on tasks" in line and "Scan" in line and "Update on" not in line:
+            depth = len(line) - len(line.lstrip())
+            found = ""
+            for following in plan[at + 1:]:
+                if following.strip().startswith("->") and len(following) - len(following.lstrip()) <= depth + 6:
+                    break
+                if "Index Cond" in following or "TID Cond" in following:
+                    found = following.strip()
+            scans.append((line.strip(), found))
+    return scans
+
+
+async def test_the_pass_plan_made_on_an_empty_table_finds_tasks_by_key(client: Client) -> None:
+    """The pass connection plans its statement once, generically, when the table may be empty. Such
+    a plan must still find every task through an index condition once the table holds thousands
+    of rows: a scan of the whole table (or of a whole index, filtering) per pass made the
+    PostgreSQL fan-out slower with every tree stored. Without the pass connection's settings the
+    planner picks `Seq Scan on tasks t` for the writes here."""
+    repo = client.services.repo
+    assert repo._pg is not None
+    conn = await repo._pg._passes()
+    sql, names = pg.numbered(executions.pg_step_sql())
+    await conn.execute("PREPARE probe AS " + sql)
+    write = [("t1", 1, {**outcome("completed"), "result": {"n": 1}})]
+    params = executions.pg_step_params(write, ["t2", "t3"], OWNER, UNTIL, STAMP, [("e", STAMP)])
+    merged = {**params[0], "_claim_ids": ["t2", "t3"], "_end_id": "e", "_version": STAMP}
+    explain = f"EXPLAIN EXECUTE probe({', '.join(_literal(merged[name]) for name in names)})"
+    try:
+        await conn.fetch(explain)  # the generic plan is made now, on an empty table
+        await repo.run(lambda c: executions.insert_tree(
+            c, [row("a")] + [row(f"t{i}") for i in range(3000)], None, OWNER, UNTIL, STAMP))
+        await conn.execute("ANALYZE tasks")
+        plan = [r[0] for r in await conn.fetch(explain)]
+    finally:
+        await conn.execute("DEALLOCATE probe")
+    scans = _scans_of_tasks(plan)
+    assert len(scans) >= 4, plan  # the writes, the claims, each dependency, the members of the execution
+    assert all(found for _, found in scans), "\n".join(plan)
