@@ -115,13 +115,12 @@ def claim(c: Connection, ids: Sequence[str], owner: str, until: str, stamp: str)
 # already blocks every task that depends on it (dependencies stay within a tree).
 
 # What a fenced write may set. The writes of a row travel as one JSON array of objects, read by
-# json_to_recordset (the text is parsed once, a JSON column's value kept as written): the id,
-# the epoch, a bit mask of the columns the write sets, and their values. A column a write does
-# not set keeps its value; a JSON column set to None holds JSON 'null', as SQLAlchemy writes it.
-# So writes of every shape are one set.
+# json_to_recordset (the text is parsed once): the id, the epoch, a bit mask of the columns the
+# write sets, and their values, a JSON column's as its json.dumps text (as the insert sends them,
+# see _pg_insert_tasks). A column a write does not set keeps its value; a JSON column set to None
+# holds JSON 'null', as SQLAlchemy writes it. So writes of every shape are one set.
 _PG_WRITABLE = ("status", "progress", "result", "error", "completed_at", "updated_at", "next_attempt_at",
                 "lease_owner", "lease_expires_at", "token_success", "token_failed", "checkpoint")
-_PG_TYPES = {"JSON": "json", "FLOAT": "double precision", "INTEGER": "integer", "BOOLEAN": "boolean"}
 _PG_BITS = {key: 1 << bit for bit, key in enumerate(_PG_WRITABLE)}
 # The planner may join a row's writes to their tasks with a nested loop (its estimate of the
 # tasks matched is low), comparing every write with every task: bounded by this many per row.
@@ -129,8 +128,7 @@ _PG_WRITES_PER_ROW = 64
 
 
 def _pg_assignment(key: str) -> str:
-    kind = _PG_TYPES.get(T.c[key].type.__visit_name__.upper(), "text")
-    value = f"coalesce(w.{key}, 'null'::json)" if kind == "json" else f"w.{key}"
+    value = f"CAST(w.{key} AS json)" if key in _JSON_COLUMNS else f"w.{key}"
     return f"{key} = CASE WHEN w._mask & {_PG_BITS[key]} = 0 THEN t.{key} ELSE {value} END"
 
 
@@ -141,8 +139,7 @@ def pg_step_sql() -> str:
     for each accepted write, ('c', id, lease_epoch, attempt, checkpoint) for each claimed task,
     ('e', id, ..., final_status) for an ended execution."""
     assignments = ", ".join(_pg_assignment(key) for key in _PG_WRITABLE)
-    fields = ", ".join(f"{key} {_PG_TYPES.get(T.c[key].type.__visit_name__.upper(), 'text')}"
-                       for key in _PG_WRITABLE)
+    fields = ", ".join(f"{key} {_pg_type(key)}" for key in _PG_WRITABLE)
     claim_sql = _claim_sql(_BLOCKING_DEPENDENCY["postgresql"], "id = ANY(CAST(:_claim_ids AS text[]))", "_")
     nothing = "NULL::integer, NULL::integer, NULL::json"
     return (f"WITH w AS MATERIALIZED (SELECT * FROM json_to_recordset(CAST(:_writes AS json)) "
@@ -165,8 +162,8 @@ def pg_step_params(writes: Sequence[tuple[str, int, Mapping[str, Any]]], claims:
     row once, and the second write must see the first, as it would one by one."""
     none: dict[str, Any] = {"_write_ids": [], "_writes": "[]", "_claim_ids": [], "_end_id": None, "_version": None}
     rows = [{**none, "_write_ids": [tid for tid, _, _ in layer],
-             "_writes": json.dumps([{**values, "_id": tid, "_epoch": epoch, "_mask": _pg_mask(tuple(values))}
-                                    for tid, epoch, values in layer])}
+             "_writes": json.dumps([{**_pg_json_as_text(values), "_id": tid, "_epoch": epoch,
+                                     "_mask": _pg_mask(tuple(values))} for tid, epoch, values in layer])}
             for layer in _write_parts(writes, _PG_WRITES_PER_ROW)]
     if claims:
         rows.append({**none, "_claim_ids": list(claims)})
@@ -174,6 +171,11 @@ def pg_step_params(writes: Sequence[tuple[str, int, Mapping[str, Any]]], claims:
     for row in rows:
         row.update(_owner=owner, _until=until, _stamp=stamp)
     return rows
+
+
+def _pg_json_as_text(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A write's values with its JSON columns as their text (see _pg_insert_tasks for why)."""
+    return {key: _json_text(value) if key in _JSON_COLUMNS else value for key, value in values.items()}
 
 
 @functools.lru_cache(maxsize=64)
@@ -288,6 +290,7 @@ def _fenced_params(task_id: str, owner: str, epoch: int, values: Mapping[str, An
 # --- SQLite: the same statements as plain prepared statements ---------------------------------
 # The engine's pass runs these thousands of times for a large tree; through the DB-API cursor they
 # cost a third of what SQLAlchemy's execution layer adds around them. Same SQL, same semantics.
+# (_JSON_COLUMNS and _json_text serve the PostgreSQL statements above as well.)
 
 _JSON_COLUMNS = frozenset({"result", "checkpoint", "inputs", "params", "schemas", "dependencies", "extra", "retry"})
 
@@ -296,10 +299,10 @@ _EMPTY_JSON = {type(None): "null", dict: "{}", list: "[]"}  # most stored JSON v
 
 
 def _sqlite_value(key: str, value: Any) -> Any:
-    return _sqlite_json(value) if key in _JSON_COLUMNS else value
+    return _json_text(value) if key in _JSON_COLUMNS else value
 
 
-def _sqlite_json(value: Any, memo: dict[Any, str] | None = None) -> str:
+def _json_text(value: Any, memo: dict[Any, str] | None = None) -> str:
     """The text SQLAlchemy's JSON type stores for `value` (json.dumps; None is 'null').
 
     `memo`: texts already written in this statement, by _same_text key. The tasks of one tree
@@ -379,7 +382,7 @@ def _sqlite_insert_tasks(c: Connection, rows: Sequence[Mapping[str, Any]]) -> No
     for row in rows:
         values = list(row_values(row))
         for i in json_at:
-            values[i] = _sqlite_json(values[i], memo)
+            values[i] = _json_text(values[i], memo)
         params.append(values)
     sql = _sqlite_insert_sql()
     try:
@@ -391,22 +394,49 @@ def _sqlite_insert_tasks(c: Connection, rows: Sequence[Mapping[str, Any]]) -> No
 def _pg_insert_tasks(c: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
     """PostgreSQL: full rows (`with_defaults`) as one JSON array and one INSERT ... SELECT, sent on
     the transaction's own asyncpg connection; stored as SQLAlchemy's executemany stores them (the
-    JSON columns hold json.dumps text, None as JSON 'null')."""
+    JSON columns hold json.dumps text, None as JSON 'null').
+
+    A JSON value holding NUL ("\\u0000", which JSON allows and SQLite and the SQLAlchemy path
+    store) cannot be read out of the document by json_populate_recordset, which fails the whole
+    insert: such rows travel with their JSON columns as text instead (a JSON string each), cast
+    to json in the statement. The usual rows skip that: it costs a tenth of a large insert."""
     import asyncpg  # PostgreSQL only: not loaded on SQLite
 
+    text = json.dumps(rows)
     sql = _pg_insert_sql()
+    if "\\u0000" in text:
+        memo: dict[Any, str] = {}
+        sql = _pg_insert_sql(json_as_text=True)
+        text = json.dumps([{key: _json_text(value, memo) if key in _JSON_COLUMNS else value
+                            for key, value in row.items()} for row in rows])
     try:
-        await_(c.connection.driver_connection.execute(sql, json.dumps(rows)))
+        await_(c.connection.driver_connection.execute(sql, text))
     except asyncpg.IntegrityConstraintViolationError as exc:  # an id is taken: what the SQLAlchemy path raises
         raise IntegrityError(sql, None, exc) from exc
 
 
-@functools.lru_cache(maxsize=1)
-def _pg_insert_sql() -> str:
+@functools.lru_cache(maxsize=2)
+def _pg_insert_sql(json_as_text: bool = False) -> str:
     columns = _task_columns()
-    values = ", ".join(f"coalesce({key}, 'null'::json)" if key in _JSON_COLUMNS else key for key in columns)
+    if not json_as_text:
+        values = ", ".join(f"coalesce({key}, 'null'::json)" if key in _JSON_COLUMNS else key for key in columns)
+        return (f"INSERT INTO tasks ({', '.join(columns)}) SELECT {values} "
+                "FROM json_populate_recordset(NULL::tasks, CAST($1 AS json))")
+    values = ", ".join(f"CAST(r.{key} AS json)" if key in _JSON_COLUMNS else f"r.{key}" for key in columns)
+    fields = ", ".join(f"{key} {_pg_type(key)}" for key in columns)
     return (f"INSERT INTO tasks ({', '.join(columns)}) SELECT {values} "
-            "FROM json_populate_recordset(NULL::tasks, CAST($1 AS json))")
+            f"FROM json_to_recordset(CAST($1 AS json)) AS r({fields})")
+
+
+@functools.lru_cache(maxsize=64)
+def _pg_type(key: str) -> str:
+    """The type a column of `tasks` is read as from a JSON document: its own, text for JSON
+    columns (they travel as their text, see _pg_insert_tasks)."""
+    from sqlalchemy.dialects import postgresql  # the dialect's compiler only: no driver is loaded
+
+    if key in _JSON_COLUMNS:
+        return "text"
+    return T.c[key].type.compile(dialect=postgresql.dialect())
 
 
 @functools.lru_cache(maxsize=1)

@@ -135,3 +135,29 @@ async def test_reads_never_fail_on_a_bad_stored_row(client: Client, backend: str
     # the row can still be repaired through the API
     fixed = await client.result("tasks.update", {"task_id": "bad", "inputs": {"v": 1}, "progress": 0.5})
     assert fixed["inputs"] == {"v": 1} and fixed["progress"] == 0.5
+
+
+async def test_a_nul_inside_a_json_value_is_stored_and_read_back(client: Client) -> None:
+    """JSON allows "\\u0000" in a string, and every backend stores it inside a JSON value: given in
+    the inputs of a new tree (the insert) and echoed in the executor's result (the engine's
+    pass). PostgreSQL's text columns cannot hold NUL, so the JSON columns must not pass through
+    text on the way in (this answered -32603 on PostgreSQL before)."""
+    inputs = {"k": "a\u0000b", "nested": ["\u0000", {"\u0000key": 1}]}
+    tree = await client.result("tasks.create", [{"id": "nul", "name": "nul", "inputs": inputs,
+                                                 "schemas": {"method": "noop_executor"}}])
+    assert tree["status"] == "completed", tree
+    assert tree["inputs"] == inputs and tree["result"]["inputs"] == inputs
+    again = await client.result("tasks.get", {"task_id": "nul"})
+    assert again["inputs"] == inputs and again["result"]["inputs"] == inputs
+
+
+async def test_an_error_naming_a_nul_is_stored_with_the_nul_replaced(client: Client) -> None:
+    """An executor's error may quote input that holds NUL (here the path of the input that failed
+    validation). The failure is stored on every backend, its NUL shown as U+FFFD, rather than
+    "the outcome could not be stored" on PostgreSQL."""
+    schemas = {"method": "noop_executor",
+               "input_schema": {"type": "object", "properties": {"a\u0000b": {"type": "integer"}}}}
+    await client.result("tasks.create", [{"id": "bad", "name": "bad", "inputs": {"a\u0000b": "x"},
+                                          "schemas": schemas}])
+    task = await client.wait_status("bad", ("failed",))
+    assert task["error"] == "Input validation failed at 'a\ufffdb': 'x' is not of type 'integer'", task

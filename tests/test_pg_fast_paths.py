@@ -75,11 +75,13 @@ async def test_a_write_of_another_column_is_refused(client: Client) -> None:
         await client.services.repo.write_pass([("a", 1, {"name": "x"})], [], OWNER, UNTIL, STAMP)
 
 
-async def test_the_postgres_tree_insert_stores_what_sqlalchemy_stores(client: Client) -> None:
+@pytest.mark.parametrize("more_inputs", [{}, {"nul": "a\u0000b", "\u0000": ["\u0000"]}])
+async def test_the_postgres_tree_insert_stores_what_sqlalchemy_stores(client: Client, more_inputs: Any) -> None:
     """On PostgreSQL a new tree's rows are one INSERT ... SELECT through asyncpg: every column of
     every row holds what SQLAlchemy's executemany would have stored, byte for byte (JSON text,
-    JSON 'null' for None)."""
-    fast, usual, again = await inserted_three_ways(client, "CAST({} AS text)", executions._pg_insert_tasks)
+    JSON 'null' for None); also when a JSON value holds NUL (the rows then travel another way)."""
+    fast, usual, again = await inserted_three_ways(client, "CAST({} AS text)", executions._pg_insert_tasks,
+                                                   more_inputs)
     assert len(fast) == 2 and "null" in fast[0]
     assert fast == usual == again
 

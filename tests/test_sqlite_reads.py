@@ -99,15 +99,18 @@ async def test_a_read_sees_what_was_just_committed(client: Client) -> None:
         assert (await client.result("tasks.get", {"task_id": "t"}))["name"] == f"n{n}"
 
 
-async def inserted_three_ways(client: Client, column_text: str, fast_insert: Any) -> tuple[Any, Any, Any]:
+async def inserted_three_ways(client: Client, column_text: str, fast_insert: Any,
+                              more_inputs: dict[str, Any] | None = None) -> tuple[Any, Any, Any]:
     """Every column of every row (as text: `column_text` formats one column) of a stored tree,
-    stored by the create, again by SQLAlchemy's executemany, again by `fast_insert`."""
+    stored by the create, again by SQLAlchemy's executemany, again by `fast_insert`
+    (`more_inputs`: added to the root's inputs)."""
     from sqlalchemy import insert
 
     from taskgrove.storage.models import tasks_table, with_defaults
 
     await client.result("tasks.create", {"tasks": [
-        {"id": "r", "name": "r \u00e9\u2603", "inputs": {"\u00e9": [1, 2.5, None, True, "x\"y"], "big": 10 ** 20},
+        {"id": "r", "name": "r \u00e9\u2603",
+         "inputs": {"\u00e9": [1, 2.5, None, True, "x\"y"], "big": 10 ** 20, **(more_inputs or {})},
          "params": {"p": {"q": []}}, "priority": 0, "custom": {"x": 1}},
         {"id": "k", "name": "k", "parent_id": "r", "dependencies": [{"id": "r", "required": False}],
          "retry": {"max_attempts": 2}, "timeout_seconds": 2.5, "status": "completed", "result": {"r": 1}}]})

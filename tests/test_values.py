@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from taskgrove.storage import values
-from taskgrove.storage.executions import _sqlite_json
+from taskgrove.storage.executions import _json_text
 from taskgrove.storage.values import Unstorable, storable
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2 ** 70), max_value=2 ** 70),
@@ -73,7 +73,7 @@ def test_what_the_shortcut_leaves_to_the_walk() -> None:
 
 
 def test_json_texts_shared_within_an_insert_are_json_dumps_texts() -> None:
-    """The tree insert encodes equal values once (executions._sqlite_json with a memo): the text
+    """The tree insert encodes equal values once (executions._json_text with a memo): the text
     must still be exactly json.dumps of each value, whatever values came before it (1, 1.0 and
     True are equal in Python and written differently)."""
     flat = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.sampled_from([0.0, 1.0, 2.5, -0.0]),
@@ -88,9 +88,9 @@ def test_json_texts_shared_within_an_insert_are_json_dumps_texts() -> None:
     def check(sequence: list[Any]) -> None:
         memo: dict[Any, str] = {}
         for value in sequence:
-            assert _sqlite_json(value, memo) == json.dumps(value)
+            assert _json_text(value, memo) == json.dumps(value)
 
     check()
     memo: dict[Any, str] = {}  # equal in Python, written differently
     for value in ({"a": 1}, {"a": True}, {"a": 1.0}, [{"required": 1}], [{"required": True}], {"a": 0}, {"a": False}):
-        assert _sqlite_json(value, memo) == json.dumps(value)
+        assert _json_text(value, memo) == json.dumps(value)

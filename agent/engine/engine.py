@@ -90,9 +90,10 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def _error_text(text: str) -> str:
-    """An error message safe to store: bounded, valid Unicode."""
+    """An error message safe to store on every backend: bounded, valid Unicode, no NUL (which a
+    PostgreSQL text column cannot hold: the task would fail with "could not be stored" instead)."""
     text = text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS] + "... (truncated)"
-    return text.encode("utf-8", "replace").decode("utf-8")
+    return text.encode("utf-8", "replace").decode("utf-8").replace("\x00", "\ufffd")
 
 
 def _tokens(executor: Executor | None) -> int:
