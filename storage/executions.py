@@ -399,7 +399,8 @@ def _pg_insert_tasks(c: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
     A JSON value holding NUL ("\\u0000", which JSON allows and SQLite and the SQLAlchemy path
     store) cannot be read out of the document by json_populate_recordset, which fails the whole
     insert: such rows travel with their JSON columns as text instead (a JSON string each), cast
-    to json in the statement. The usual rows skip that: it costs a tenth of a large insert."""
+    to json in the statement. The usual rows skip that: done always, it made a 1000-task create
+    60-70 ms slower (bench/README.md, fifth round)."""
     import asyncpg  # PostgreSQL only: not loaded on SQLite
 
     text = json.dumps(rows)
