@@ -61,6 +61,7 @@ from google.protobuf.json_format import MessageToDict
 
 from taskgrove.executors.base import ExecutionContext, Executor, ExecutorError
 from taskgrove.executors.netguard import UnsafeURLError, ensure_public_url, redact_url, request_guard
+from taskgrove.executors.struct_values import restore_ints
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +80,7 @@ REMOTE_CANCEL_TIMEOUT = 3.0  # tasks/cancel round trip
 # finishing on its own (a late "failed" or "completed" must not race the cancelled status).
 LINGER = 15.0
 CONNECT_TIMEOUT = 30.0
-# Keys whose values are fractions: a whole 1.0 stays a float there (see _json_value).
+# Keys whose values are fractions: a whole 1.0 stays a float there (see struct_values).
 _FLOAT_KEYS = frozenset({"progress", "tree_progress", "task_progress"})
 
 
@@ -92,20 +93,6 @@ def state_name(state: int) -> str:
     return name.removeprefix("TASK_STATE_").lower().replace("_", "-")
 
 
-def _json_value(value: Any, key: str | None = None) -> Any:
-    """protobuf Struct stores every number as a double: give whole numbers back as integers,
-    except under progress keys, where 1.0 is a fraction."""
-    if isinstance(value, float):
-        if key not in _FLOAT_KEYS and value.is_integer() and abs(value) < 2**53:
-            return int(value)
-        return value
-    if isinstance(value, Mapping):
-        return {k: _json_value(v, k) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_json_value(v, key) for v in value]
-    return value
-
-
 def part_json(part: Part) -> dict[str, Any]:
     """One part as plain JSON, in the 0.3 shape: `{kind: text|data|file, ...}`."""
     out: dict[str, Any]
@@ -113,7 +100,7 @@ def part_json(part: Part) -> dict[str, Any]:
     if content == "text":
         out = {"kind": "text", "text": part.text}
     elif content == "data":
-        out = {"kind": "data", "data": _json_value(MessageToDict(part.data))}
+        out = {"kind": "data", "data": restore_ints(MessageToDict(part.data), _FLOAT_KEYS)}
     elif content == "url":
         out = {"kind": "file", "url": part.url}
     elif content == "raw":
@@ -125,7 +112,7 @@ def part_json(part: Part) -> dict[str, Any]:
     if part.media_type:
         out["media_type"] = part.media_type
     if part.HasField("metadata"):
-        out["metadata"] = _json_value(MessageToDict(part.metadata))
+        out["metadata"] = restore_ints(MessageToDict(part.metadata), _FLOAT_KEYS)
     return out
 
 
@@ -135,7 +122,7 @@ def artifact_json(artifact: Artifact) -> dict[str, Any]:
     if artifact.description:
         out["description"] = artifact.description
     if artifact.HasField("metadata"):
-        out["metadata"] = _json_value(MessageToDict(artifact.metadata))
+        out["metadata"] = restore_ints(MessageToDict(artifact.metadata), _FLOAT_KEYS)
     return out
 
 
@@ -147,7 +134,7 @@ def message_data(message: Message) -> dict[str, Any]:
     """The first object-valued data part of a message, or {}."""
     for part in message.parts:
         if part.HasField("data"):
-            value = _json_value(MessageToDict(part.data))
+            value = restore_ints(MessageToDict(part.data), _FLOAT_KEYS)
             if isinstance(value, dict):
                 return value
     return {}
@@ -482,7 +469,7 @@ class RemoteAgentCall(Executor):
             for part in artifact.parts:
                 if part.HasField("text"):
                     continue
-                data = _json_value(MessageToDict(part.data)) if part.HasField("data") else None
+                data = restore_ints(MessageToDict(part.data), _FLOAT_KEYS) if part.HasField("data") else None
                 if not isinstance(data, dict):
                     continue
                 if isinstance(data.get("error"), str) and data["error"]:

@@ -246,9 +246,9 @@ def fenced_write(c: Connection, task_id: str, owner: str, epoch: int, values: Ma
 def fenced_writes(c: Connection, writes: Sequence[tuple[str, int, Mapping[str, Any]]], owner: str) -> set[str]:
     """Several fenced writes in one transaction; returns the ids whose write was accepted.
 
-    Writes of the same shape go out together: on PostgreSQL all of them in one statement (pg_pass,
-    one UPDATE ... RETURNING per shape); elsewhere as one executemany per shape, retried one by one
-    to learn which were refused only when the database reports fewer rows changed than sent.
+    On PostgreSQL they are the write rows of a pass (pg_pass: every shape in one set). Elsewhere
+    writes of the same shape go out as one executemany, retried one by one to learn which were
+    refused only when the database reports fewer rows changed than sent.
     """
     if c.dialect.name == "postgresql":
         return pg_pass(c, writes, (), owner)[0]

@@ -203,8 +203,8 @@ class TaskRepository:
         return sync_conn
 
     async def _autocommit(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """PostgreSQL: `fn` on a connection in autocommit, for work that is one statement (a pass,
-        a read): no BEGIN and COMMIT round trips around it. Each statement sees what was committed
+        """PostgreSQL: `fn` on a connection in autocommit, for work that is one statement (a read
+        the asyncpg path left to SQLAlchemy): no BEGIN and COMMIT round trips around it. Each statement sees what was committed
         when it began, as each statement of a READ COMMITTED transaction does."""
         async with self.engine.connect() as async_conn:
             autocommit = await async_conn.execution_options(isolation_level="AUTOCOMMIT")

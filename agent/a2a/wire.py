@@ -18,6 +18,8 @@ from a2a.helpers.proto_helpers import new_data_message
 from a2a.types.a2a_pb2 import Message, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus, TaskStatusUpdateEvent
 from google.protobuf.json_format import MessageToDict
 
+from taskgrove.executors import struct_values
+
 PROTOCOL = "a2a"
 # Keys whose values are fractions by nature: a whole 1.0 must stay a float there.
 FLOAT_KEYS = frozenset({"progress", "tree_progress"})
@@ -27,17 +29,9 @@ TERMINAL_STATES = frozenset({
 })
 
 
-def restore_ints(value: Any, key: str | None = None) -> Any:
+def restore_ints(value: Any) -> Any:
     """Whole floats back to ints (protobuf Struct turned them into doubles), progress excepted."""
-    if isinstance(value, float):
-        if key not in FLOAT_KEYS and value.is_integer() and abs(value) < 2**53:
-            return int(value)
-        return value
-    if isinstance(value, Mapping):
-        return {k: restore_ints(v, k) for k, v in value.items()}
-    if isinstance(value, list):
-        return [restore_ints(v, key) for v in value]
-    return value
+    return struct_values.restore_ints(value, FLOAT_KEYS)
 
 
 def run_data(status: str, progress: float, root_task_id: str, task_count: int, **extra: Any) -> dict[str, Any]:
