@@ -292,7 +292,8 @@ def _fenced_params(task_id: str, owner: str, epoch: int, values: Mapping[str, An
 # cost a third of what SQLAlchemy's execution layer adds around them. Same SQL, same semantics.
 # (_JSON_COLUMNS and _json_text serve the PostgreSQL statements above as well.)
 
-_JSON_COLUMNS = frozenset({"result", "checkpoint", "inputs", "params", "schemas", "dependencies", "extra", "retry"})
+_JSON_COLUMNS = frozenset({"result", "checkpoint", "inputs", "params", "schemas", "dependencies", "extra", "retry",
+                           "concurrency", "rate_limit"})
 
 
 _EMPTY_JSON = {type(None): "null", dict: "{}", list: "[]"}  # most stored JSON values: json.dumps skipped

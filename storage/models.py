@@ -70,6 +70,15 @@ class Task(Base):
     checkpoint: Mapped[object | None] = mapped_column(JSON, nullable=True)
     # The execution (executions table) that wants this task run; NULL when none does.
     execution_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # Attempts cut off by the platform (crash, lost lease, shutdown past its grace): they do not
+    # use up `retry.max_attempts`; past SERVICE_MAX_INTERRUPTIONS the task fails.
+    interruptions: Mapped[int] = mapped_column(Integer, default=0)
+    # Sharing the service (README, "Sharing the service"): at most `limit` tasks of a key in
+    # progress at once, attempts of a key no faster than a rate. `concurrency_key` repeats the
+    # key of `concurrency` so the tasks of a key in progress are counted through an index.
+    concurrency: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    rate_limit: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    concurrency_key: Mapped[str | None] = mapped_column(String(255), nullable=True)
 
     __table_args__ = (
         Index("ix_tasks_parent_id", "parent_id"),
@@ -78,6 +87,8 @@ class Task(Base):
         Index("ix_tasks_created_at", "created_at"),
         Index("ix_tasks_task_tree_id", "task_tree_id"),
         Index("ix_tasks_execution_id", "execution_id"),
+        Index("ix_tasks_concurrency_key", "concurrency_key", "status"),
+        Index("ix_tasks_user_status", "user_id", "status"),
     )
 
 
@@ -101,6 +112,16 @@ class Execution(Base):
     ended_at: Mapped[str | None] = mapped_column(String(40), nullable=True)
 
     __table_args__ = (Index("ix_executions_status_lease", "status", "lease_expires_at"),)
+
+
+class RateLimit(Base):
+    """Per rate-limit key, the earliest moment the next attempt of that key may start."""
+
+    __tablename__ = "rate_limits"
+
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    next_at: Mapped[str] = mapped_column(String(40))
+    updated_at: Mapped[str] = mapped_column(String(40))
 
 
 class LLMKey(Base):
@@ -171,6 +192,7 @@ schedules_table = Schedule.__table__
 llm_keys_table = LLMKey.__table__
 executions_table = Execution.__table__
 idempotency_table = IdempotencyKey.__table__
+rate_limits_table = RateLimit.__table__
 
 # Columns the wire shows for a task, in the order SPEC.md lists them.
 TASK_FIELDS = (
@@ -178,7 +200,7 @@ TASK_FIELDS = (
     "params", "schemas", "status", "progress", "result", "error", "created_at", "updated_at",
     "started_at", "completed_at", "product_id", "token_success", "token_failed",
     "original_task_id", "has_copy", "has_references", "origin_type", "task_tree_id",
-    "retry", "timeout_seconds", "attempt", "next_attempt_at",
+    "retry", "timeout_seconds", "attempt", "next_attempt_at", "interruptions", "concurrency", "rate_limit",
 )
 
 
@@ -191,6 +213,7 @@ _DEFAULTS: dict[str, Any] = {
     "has_copy": False, "has_references": False, "origin_type": "own", "extra": {},
     "lease_owner": None, "lease_expires_at": None, "lease_epoch": 0, "retry": None, "attempt": 0,
     "next_attempt_at": None, "timeout_seconds": None, "checkpoint": None, "execution_id": None,
+    "interruptions": 0, "concurrency": None, "rate_limit": None, "concurrency_key": None,
 }
 
 

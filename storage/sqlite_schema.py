@@ -11,7 +11,7 @@ tests/test_migrations_head.py compares this with a migrated database and prints 
 when a migration is added (`python -m tests.test_migrations_head` writes it).
 """
 
-REVISION = '0004'
+REVISION = '0005'
 
 STATEMENTS: tuple[str, ...] = (
     ('CREATE TABLE alembic_version (\n'
@@ -49,7 +49,9 @@ STATEMENTS: tuple[str, ...] = (
      '\tlease_owner VARCHAR(64), \n'
      '\tlease_expires_at VARCHAR(40), retry JSON, timeout_seconds FLOAT, '
      "attempt INTEGER DEFAULT '0' NOT NULL, next_attempt_at VARCHAR(40), checkpoint JSON, "
-     "lease_epoch INTEGER DEFAULT '0' NOT NULL, execution_id VARCHAR(64), \n"
+     "lease_epoch INTEGER DEFAULT '0' NOT NULL, execution_id VARCHAR(64), "
+     "interruptions INTEGER DEFAULT '0' NOT NULL, concurrency JSON, rate_limit JSON, "
+     'concurrency_key VARCHAR(255), \n'
      '\tPRIMARY KEY (id), \n'
      '\tFOREIGN KEY(parent_id) REFERENCES tasks (id) DEFERRABLE INITIALLY DEFERRED\n'
      ')'),
@@ -146,4 +148,12 @@ STATEMENTS: tuple[str, ...] = (
      ')'),
     ('CREATE INDEX ix_schedules_due ON schedules (enabled, next_run_at)'),
     ('CREATE INDEX ix_schedules_user_id ON schedules (user_id)'),
+    ('CREATE INDEX ix_tasks_concurrency_key ON tasks (concurrency_key, status)'),
+    ('CREATE INDEX ix_tasks_user_status ON tasks (user_id, status)'),
+    ('CREATE TABLE rate_limits (\n'
+     '\t"key" VARCHAR(255) NOT NULL, \n'
+     '\tnext_at VARCHAR(40) NOT NULL, \n'
+     '\tupdated_at VARCHAR(40) NOT NULL, \n'
+     '\tPRIMARY KEY ("key")\n'
+     ')'),
 )

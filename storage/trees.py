@@ -556,7 +556,7 @@ RESETTABLE = {
 
 # Bookkeeping of one execution of a task: never copied, cloned or given at creation.
 EXECUTION_STATE = ("lease_owner", "lease_expires_at", "lease_epoch", "attempt", "next_attempt_at", "checkpoint",
-                   "execution_id")
+                   "execution_id", "interruptions")
 
 
 def copy_selection(rows: Sequence[Mapping[str, Any]], task_id: str, with_children: bool) -> set[str]:
