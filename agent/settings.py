@@ -89,6 +89,52 @@ def _caps(env: Mapping[str, str], name: str) -> dict[str, int]:
     return caps
 
 
+_PER = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_rate(text: str) -> float | None:
+    """`5/s`, `60/m`, `1000/h` or a bare number (per second) -> events per second; None if malformed.
+
+    One reading for every rate the service accepts (settings and a task's `rate_limit`)."""
+    number, sep, unit = text.strip().partition("/")
+    try:
+        value = float(number)
+    except ValueError:
+        return None
+    per = _PER.get(unit.strip().lower() or "s") if sep or not unit else None
+    if per is None or not 0 < value < float("inf"):
+        return None
+    return value / per
+
+
+def _rates(env: Mapping[str, str], name: str) -> dict[str, float]:
+    """`openai=60/m,search=5/s` -> {"openai": 1.0, "search": 5.0} (per second)."""
+    rates: dict[str, float] = {}
+    for item in _list(env, name) or ():
+        key, sep, rate = item.partition("=")
+        per_second = parse_rate(rate) if sep else None
+        if not key.strip() or per_second is None:
+            raise SettingsError(f"{name} must look like 'openai=60/m,search=5/s', got {item!r}")
+        rates[key.strip()] = per_second
+    return rates
+
+
+def _weights(env: Mapping[str, str], name: str) -> dict[str, float]:
+    """`alice=2,bob=0.5` -> {"alice": 2.0, "bob": 0.5}."""
+    weights: dict[str, float] = {}
+    for item in _list(env, name) or ():
+        user, sep, number = item.partition("=")
+        try:
+            weight = float(number)
+        except ValueError:
+            weight = 0.0
+        if not sep or not user.strip() or not 0 < weight <= 1000:
+            raise SettingsError(f"{name} must look like 'alice=2,bob=0.5' (weights above 0, at most 1000), "
+                                f"got {item!r}")
+        weights[user.strip()] = weight
+    return weights
+
+
 def _list(env: Mapping[str, str], name: str) -> tuple[str, ...] | None:
     raw = env.get(name)
     if raw is None or raw.strip() == "":
@@ -213,6 +259,23 @@ class Settings:
     idempotency_seconds: float = 86_400.0
     # Per-executor caps on concurrent executions in this instance, e.g. {"llm_executor": 4}.
     executor_concurrency: Mapping[str, int] = field(default_factory=dict, hash=False)
+    # An attempt cut off by the platform (crash, lost lease, shutdown past its grace) runs again
+    # without using up the task's retries, at most this many times per task; then the task fails.
+    max_interruptions: int = 3
+    # --- sharing the service (README, "Sharing the service") ---
+    # Fair share: a user's weight (default 1); a user of weight 2 gets twice the slots under contention.
+    user_weights: Mapping[str, float] = field(default_factory=dict, hash=False)
+    # Deployment-wide limits per concurrency key (tasks of a key in progress at once, all instances).
+    concurrency_limits: Mapping[str, int] = field(default_factory=dict, hash=False)
+    # Deployment-wide rates per rate-limit key, in attempts per second (all instances).
+    rate_limits: Mapping[str, float] = field(default_factory=dict, hash=False)
+    # Most tasks one user may have pending or in progress; a create past it is refused (429). 0: no limit.
+    max_pending_per_user: int = 20_000
+    # Requests per second one user may send on any surface, with a burst; 0: no limit.
+    rate_limit_per_user: float = 200.0
+    rate_limit_burst: int = 400
+    # Users with the `admin` role are not held to the two quotas above.
+    quota_exempt_admins: bool = True
     # --- input limits (README "Input rules and limits"; issue 11 item 7, issue 18) ---
     # Largest request body on any HTTP surface (HTTP 413 beyond), and the per-message limit of
     # GraphQL WebSocket messages (closed with 1009 beyond).
@@ -283,6 +346,14 @@ class Settings:
             log_level=_choice(env, "SERVICE_LOG_LEVEL", "info", ("debug", "info", "warning", "error", "critical")).upper(),
             shutdown_grace_seconds=_float(env, "SERVICE_SHUTDOWN_GRACE_SECONDS", 30.0, 0.0, 3600.0),
             idempotency_seconds=_float(env, "SERVICE_IDEMPOTENCY_SECONDS", 86_400.0, 1.0, 30 * 86_400.0),
+            max_interruptions=_int(env, "SERVICE_MAX_INTERRUPTIONS", 3, 0, 100),
+            user_weights=_weights(env, "SERVICE_USER_WEIGHTS"),
+            concurrency_limits=_caps(env, "SERVICE_CONCURRENCY_LIMITS"),
+            rate_limits=_rates(env, "SERVICE_RATE_LIMITS"),
+            max_pending_per_user=_int(env, "SERVICE_MAX_PENDING_PER_USER", 20_000, 0, 100_000_000),
+            rate_limit_per_user=_float(env, "SERVICE_RATE_LIMIT_PER_USER", 200.0, 0.0, 1_000_000.0),
+            rate_limit_burst=_int(env, "SERVICE_RATE_LIMIT_BURST", 400, 1, 10_000_000),
+            quota_exempt_admins=_bool(env, "SERVICE_QUOTA_EXEMPT_ADMINS", True),
             # input limits
             max_request_bytes=_int(env, "SERVICE_MAX_REQUEST_BYTES", 16 * 1024 * 1024, 1024, 2**31 - 1),
             max_json_depth=_int(env, "SERVICE_MAX_JSON_DEPTH", 100, 4, 500),
