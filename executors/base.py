@@ -62,9 +62,13 @@ class ExecutionContext:
     # Services an executor may need (e.g. "tasks" for generate_executor); set by the app.
     services: Mapping[str, Any] = field(default_factory=dict)
     # This attempt's number (1 for the first) and how many the task's retry policy allows. With
-    # the task id they make an idempotency key for side effects: f"{task_id}:{attempt}".
+    # the task id they make an idempotency key for side effects: f"{task_id}:{attempt}". An
+    # attempt cut off by the platform (a crash, a lost lease) runs again with the same number, so
+    # the same key: its side effects may have happened already (at-least-once, README).
     attempt: int = 1
     max_attempts: int = 1
+    # How many times the platform cut this task off before (0 on an undisturbed run).
+    interruptions: int = 0
     # What the previous attempt stored with `checkpoint()`; None on a first attempt.
     last_checkpoint: Any = None
     _progress: ProgressCallback | None = None

@@ -270,7 +270,9 @@ class CommandExecutor(Executor):
         env = _child_env(settings.environ, inputs.get("env"))
         # What a command needs to make its own side effects idempotent (README, "Running several
         # instances"): the same task id and attempt on every try of one attempt.
-        env.update(TASKGROVE_TASK_ID=context.task_id, TASKGROVE_ATTEMPT=str(context.attempt))
+        env.update(TASKGROVE_TASK_ID=context.task_id, TASKGROVE_ATTEMPT=str(context.attempt),
+                   TASKGROVE_IDEMPOTENCY_KEY=context.idempotency_key,
+                   TASKGROVE_INTERRUPTIONS=str(context.interruptions))
         # The program is found on the service's PATH, never on one the task supplied.
         service_path = settings.environ.get("PATH") or DEFAULT_PATH
         program = _resolve_program(argv[0], tuple(settings.command_allowlist), service_path)

@@ -294,9 +294,11 @@ async def _crash_leftover(client: Client, task_id: str) -> None:
     await client.services.repo.run(own)
 
 
-@pytest.mark.parametrize("attempts,expected", [(1, "failed"), (2, "completed")])
-async def test_restart_settles_an_interrupted_attempt_by_its_retry_policy(
-        make_settings: Any, attempts: int, expected: str) -> None:
+@pytest.mark.parametrize("attempts", [1, 2])
+async def test_restart_runs_an_interrupted_attempt_again_without_using_up_its_retries(
+        make_settings: Any, attempts: int) -> None:
+    """A crash is the platform's fault: the cut-off attempt runs again with the same number, the
+    default policy (one attempt) included, and the tree finishes with no call."""
     from tests.conftest import running_app
 
     settings = make_settings({"SERVICE_CREATE_WAIT_TIMEOUT": "0"})
@@ -308,15 +310,32 @@ async def test_restart_settles_an_interrupted_attempt_by_its_retry_policy(
         await _crash_leftover(client, "long")
         await client.services.repo.update("root", {"status": "pending", "completed_at": None})
     async with running_app(settings) as client:  # nothing is called: the execution resumes by itself
-        long = await client.wait_status("long", (expected,))
-        assert long["attempt"] == attempts
-        root = await client.wait_status("root", ("completed",) if expected == "completed" else ("pending",))
-        assert root["status"] == ("completed" if expected == "completed" else "pending")
-        if expected == "failed":
-            # SQLite: the one instance restarted; PostgreSQL: the dead instance's lease ran out
-            assert long["error"].startswith(("Interrupted: the service restarted",
-                                             "Interrupted: instance dead-instance stopped renewing its lease"))
-            assert long["error"].endswith("attempt 1 of 1 interrupted")
+        long = await client.wait_status("long", ("completed",))
+        assert long["attempt"] == 1, "the interrupted attempt ran again under its own number"
+        assert long["interruptions"] == 1 and long["error"] is None
+        await client.wait_status("root", ("completed",))
+
+
+async def test_a_task_interrupted_too_often_fails_naming_the_setting(make_settings: Any) -> None:
+    """SERVICE_MAX_INTERRUPTIONS bounds the re-runs: a task that keeps killing its instance must not
+    loop forever. Past the bound it fails, and the error says which setting to raise."""
+    from tests.conftest import running_app
+
+    settings = make_settings({"SERVICE_CREATE_WAIT_TIMEOUT": "0", "SERVICE_MAX_INTERRUPTIONS": "1"})
+    async with running_app(settings) as client:
+        await client.result("tasks.create", [task("root", deps=["long"]), task(
+            "long", "root", method="sleep_executor", inputs={"seconds": 0.1})])
+        await client.wait_status("root", ("completed",))
+        await _crash_leftover(client, "long")
+        await client.services.repo.update("long", {"interruptions": 1})  # cut off once already
+        await client.services.repo.update("root", {"status": "pending", "completed_at": None})
+    async with running_app(settings) as client:
+        long = await client.wait_status("long", ("failed",))
+        # SQLite: the one instance restarted; PostgreSQL: the dead instance's lease ran out
+        assert long["error"].startswith(("Interrupted: the service restarted",
+                                         "Interrupted: instance dead-instance stopped renewing its lease"))
+        assert "interrupted 2 times, more than SERVICE_MAX_INTERRUPTIONS (1) allows" in long["error"]
+        assert long["interruptions"] == 2 and long["attempt"] == 1
 
 
 async def test_status_set_by_update_is_published(client: Client) -> None:
@@ -389,10 +408,11 @@ async def test_stopping_the_service_kills_running_commands(make_settings: Any) -
 
 async def test_re_executing_after_an_interruption_runs_only_what_is_unfinished(make_settings: Any) -> None:
     """SPEC.md re-runs the completed dependencies of a failed task; not when the failure was an
-    interruption (a crash): those results are still valid, and recovery is not re-execution."""
+    interruption (a crash, here one past SERVICE_MAX_INTERRUPTIONS): those results are still
+    valid, and recovery is not re-execution."""
     from tests.conftest import running_app
 
-    settings = make_settings({"SERVICE_CREATE_WAIT_TIMEOUT": "0"})
+    settings = make_settings({"SERVICE_CREATE_WAIT_TIMEOUT": "0", "SERVICE_MAX_INTERRUPTIONS": "0"})
     async with running_app(settings) as client:
         await client.result("tasks.create", [task("root", deps=["long"]), task("dep", "root"),
                                              task("long", "root", deps=["dep"], method="sleep_executor",

@@ -813,6 +813,7 @@ class Engine:
             services=self.services,
             attempt=running.attempt,
             max_attempts=policy.max_attempts,
+            interruptions=row.get("interruptions") or 0,
             last_checkpoint=running.checkpoint,
             _progress=report,
             _checkpoint=checkpoint,

@@ -2,8 +2,8 @@
 
 Every instance renews the leases it holds (its attempts and its executions) every third of
 `SERVICE_LEASE_SECONDS`. On PostgreSQL every instance also looks, every POLL_SECONDS, for
-leases that ran out: an attempt whose instance stopped renewing is settled as an interrupted
-attempt (retried if its policy allows, else failed), and an execution whose owner is gone is
+leases that ran out: an attempt whose instance stopped renewing is interrupted (it runs again
+without using up the task's retries, up to SERVICE_MAX_INTERRUPTIONS times), and an execution whose owner is gone is
 taken over (a compare-and-set on its epoch, so exactly one instance wins) and continued from
 the database. On SQLite there is one instance, so the same happens once, at start-up, for
 everything left running.
@@ -18,7 +18,6 @@ from datetime import datetime, timedelta
 from typing import Any, Mapping
 
 from taskgrove.agent.engine import bus as ev
-from taskgrove.agent.engine.retry import iso_in, stored_policy
 from taskgrove.agent.engine.run import INTERRUPTED, RESTART_ERROR
 from taskgrove.agent.engine.webhooks import WebhookConfig, deliver_webhooks
 from taskgrove.storage import executions as xs
@@ -95,28 +94,37 @@ class LeaseKeeper:
                 await engine._rebuild(execution)
 
     async def _interrupt(self, row: Mapping[str, Any], stamp: str, *, restarted: bool) -> None:
+        """Settle an attempt its instance stopped renewing: the platform's fault, not the task's.
+
+        The attempt runs again, with the same attempt number (so its idempotency key is the same)
+        and without using up the task's retries, until the task has been cut off more than
+        SERVICE_MAX_INTERRUPTIONS times: then it fails, so a task that kills its instance cannot
+        loop forever."""
         engine = self.engine
-        policy = stored_policy(row, engine.default_retry)
         attempt = max(1, row.get("attempt") or 1)
+        interruptions = (row.get("interruptions") or 0) + 1
+        limit = engine.settings.max_interruptions
         if restarted:
             why = RESTART_ERROR
         else:
             why = INTERRUPTED + (f"instance {row['lease_owner'] or '(unknown)'} stopped renewing its lease at "
                                  f"{_renewed_at(row.get('lease_expires_at'), engine.settings.lease_seconds)}")
-        values: dict[str, Any] = {"updated_at": stamp, "lease_owner": None, "lease_expires_at": None}
-        if attempt < policy.max_attempts:
-            delay = policy.delay(attempt)
-            values.update(status="pending", progress=0.0, next_attempt_at=iso_in(delay),
-                          error=f"{why}; attempt {attempt} of {policy.max_attempts} interrupted")
-            message = f"{values['error']}; next attempt at {values['next_attempt_at']}"
-            kind, status = ev.PROGRESS, "pending"
+        values: dict[str, Any] = {"updated_at": stamp, "lease_owner": None, "lease_expires_at": None,
+                                  "interruptions": interruptions}
+        if interruptions <= limit:
+            values.update(status="pending", progress=0.0, next_attempt_at=None, attempt=attempt - 1,
+                          error=f"{why}; attempt {attempt} runs again (interruption {interruptions} of at most "
+                                f"{limit}, SERVICE_MAX_INTERRUPTIONS)")
+            message = f"Task '{row['name']}' interrupted, running again: {values['error']}"
+            kind, status, outcome = ev.PROGRESS, "pending", "interrupted"
         else:
             values.update(status="failed", completed_at=stamp,
-                          error=f"{why}; attempt {attempt} of {policy.max_attempts} interrupted")
-            message, kind, status = values["error"], ev.TASK_FAILED, "failed"
+                          error=f"{why}; the task was interrupted {interruptions} times, more than "
+                                f"SERVICE_MAX_INTERRUPTIONS ({limit}) allows, so it is not run again")
+            message, kind, status, outcome = values["error"], ev.TASK_FAILED, "failed", "interrupted"
         if not await engine.repo.run(xs.interrupt, row, values):
             return  # settled meanwhile (it ended, or another instance got there first)
-        engine.metrics.attempt_ended(engine.registry.wanted(row), "interrupted", None)
+        engine.metrics.attempt_ended(engine.registry.wanted(row), outcome, None)
         log.warning("task %s: %s", row["id"], values["error"],
                     extra={"task_id": row["id"], "root_task_id": row["task_tree_id"]})
         running = engine._detach(row["id"]) if row.get("lease_owner") == engine.instance_id else None
@@ -125,8 +133,8 @@ class LeaseKeeper:
         engine.emit({"type": kind, "task_id": row["id"], "root_task_id": row["task_tree_id"], "name": row["name"],
                      "user_id": row["user_id"], "timestamp": stamp, "status": status,
                      "progress": values.get("progress", row.get("progress") or 0.0), "error": values["error"],
-                     "next_attempt_at": values.get("next_attempt_at"), "attempt": attempt, "message": message,
-                     "status_changed": True})
+                     "next_attempt_at": None, "attempt": attempt, "interruptions": interruptions,
+                     "message": message, "status_changed": True})
         if row["task_tree_id"] in engine.runs:
             engine._spawn(engine.refresh(row["task_tree_id"]))
 
