@@ -431,3 +431,45 @@ async def test_json_logs_carry_the_task_and_never_a_secret(tmp_path: Path) -> No
     assert all(r["level"] in ("WARNING", "ERROR", "CRITICAL") for r in records), "SERVICE_LOG_LEVEL=warning"
     assert any(r["logger"] == "taskgrove.agent.engine.webhooks" for r in records)
     assert "hunter2" not in service.log() and "s3cret" not in service.log()
+
+
+@needs_postgres
+async def test_lost_database_connections_leave_no_tree_unfinished(tmp_path: Path) -> None:
+    """Every connection of the instance cut by the database server (a failover, a restart, an
+    admin's pg_terminate_backend) in the middle of the work: the instance reconnects, and every
+    tree still completes under the default retry policy, none contradicting itself."""
+    import asyncpg
+
+    marker = tmp_path / "ran.txt"
+    async with postgres_database() as url:
+        a = Service(tmp_path, pg_env(url), "a").start()
+        try:
+            for tree in trees(marker, 3, 8, 0.3):
+                await a.rpc("tasks.create", tree)
+
+            async def some_done() -> bool:
+                return len(side_effects(marker)) >= 5
+
+            await wait_until(some_done, 30, "part of the work")
+            admin = await asyncpg.connect(url)
+            try:
+                for _ in range(3):  # again while it reconnects
+                    cut = await admin.fetchval(
+                        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+                    assert cut >= 1
+                    await asyncio.sleep(0.5)
+            finally:
+                await admin.close()
+
+            async def all_done() -> bool:
+                rows = await pg_rows(url)
+                assert not contradictions(rows)
+                return {r["status"] for r in rows} == {"completed"}
+
+            await wait_until(all_done, 60, "every tree to complete after the connections were cut")
+            counts = side_effects(marker)
+            assert all(1 <= counts[f"T{n}-{i}"] <= 2 for n in range(3) for i in range(8)), counts
+            assert {r["attempt"] for r in await pg_rows(url) if "-" in r["id"]} == {1}
+        finally:
+            a.stop()

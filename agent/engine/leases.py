@@ -48,8 +48,9 @@ class LeaseKeeper:
                 if time.monotonic() - last_renewal >= renew_every - 0.05:
                     await self.renew()
                     last_renewal = time.monotonic()
-                if not self.engine.sqlite:
-                    await self.sweep(everything=False)
+                # SQLite too: an attempt whose outcome could not be stored (the database went
+                # away for longer than the write retries) is left to its lease; it runs again.
+                await self.sweep(everything=False)
             except Exception:
                 log.exception("lease upkeep failed")
 
