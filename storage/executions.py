@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import String, bindparam, column, insert, select, text, update
+from sqlalchemy import String, bindparam, case, column, insert, select, text, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.util import await_
@@ -646,12 +646,22 @@ def take_over(c: Connection, owner: str, until: str, stamp: str, only_expired: b
     return taken
 
 
-def release(c: Connection, owner: str, execution_ids: Sequence[str], task_values: Mapping[str, Any],
-            stamp: str) -> list[str]:
-    """Graceful stop: hand this instance's executions and attempts back for another to resume."""
-    # The cut-off attempt does not count: the resumed one takes its number.
+def release(c: Connection, owner: str, execution_ids: Sequence[str], stamp: str, error: str,
+            max_interruptions: int) -> list[str]:
+    """Graceful stop: hand this instance's executions and attempts back for another to resume.
+
+    An attempt cut off here is interrupted like one cut off by a crash: `pending` again with the
+    same attempt number (the resumed one takes it), one more interruption; past
+    `max_interruptions` the task fails instead (`error` then says so)."""
+    over = T.c.interruptions + 1 > max_interruptions
+    limit_error = (f"{error}; the task was interrupted more often than SERVICE_MAX_INTERRUPTIONS "
+                   f"({max_interruptions}) allows, so it is not run again")
     query = (update(T).where(T.c.status == "in_progress", T.c.lease_owner == owner)
-             .values(**task_values, attempt=T.c.attempt - 1).returning(T.c.id))
+             .values(status=case((over, "failed"), else_="pending"), error=case((over, limit_error), else_=error),
+                     completed_at=case((over, stamp), else_=None), updated_at=stamp, lease_owner=None,
+                     lease_expires_at=None, attempt=case((over, T.c.attempt), else_=T.c.attempt - 1),
+                     interruptions=T.c.interruptions + 1)
+             .returning(T.c.id))
     released = list(c.execute(query).scalars())
     if execution_ids:
         c.execute(update(X).where(X.c.id.in_(list(execution_ids)), X.c.owner == owner, X.c.status == "running")

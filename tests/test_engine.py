@@ -406,6 +406,40 @@ async def test_stopping_the_service_kills_running_commands(make_settings: Any) -
     assert not _pids_running(script)
 
 
+@pytest.mark.parametrize("limit,expected", [("3", "pending"), ("0", "failed")])
+async def test_a_stop_past_its_grace_interrupts_the_attempts_still_running(
+        make_settings: Any, limit: str, expected: str) -> None:
+    """A shutdown past its grace cuts attempts off like a crash: handed back with their attempt
+    number and one more interruption, or failed once SERVICE_MAX_INTERRUPTIONS is used up."""
+    from tests.conftest import running_app
+
+    settings = make_settings({"SERVICE_CREATE_WAIT_TIMEOUT": "0", "SERVICE_MAX_INTERRUPTIONS": limit})
+    async with running_app(settings) as client:
+        await client.result("tasks.create", [task("nap", method="sleep_executor", inputs={"seconds": 30})])
+        await client.wait_status("nap", ("in_progress",))
+    row = await _stored(settings.database_url, "nap")  # as the stop left it: no instance runs now
+    assert row["status"] == expected and row["interruptions"] == 1, row
+    assert row["attempt"] == (0 if expected == "pending" else 1), "a handed-back attempt keeps its number"
+    assert row["error"].startswith("Interrupted: the service stopped")
+    if expected == "failed":
+        assert "SERVICE_MAX_INTERRUPTIONS (0)" in row["error"]
+
+
+async def _stored(database_url: str, task_id: str) -> dict[str, Any]:
+    """A task row read straight from the database, with no service running."""
+    from sqlalchemy import select
+
+    from taskgrove.storage import db
+    from taskgrove.storage.models import tasks_table
+
+    engine = db.create_engine(database_url)
+    try:
+        async with engine.connect() as conn:
+            return dict((await conn.execute(select(tasks_table).where(tasks_table.c.id == task_id))).one()._mapping)
+    finally:
+        await engine.dispose()
+
+
 async def test_re_executing_after_an_interruption_runs_only_what_is_unfinished(make_settings: Any) -> None:
     """SPEC.md re-runs the completed dependencies of a failed task; not when the failure was an
     interruption (a crash, here one past SERVICE_MAX_INTERRUPTIONS): those results are still

@@ -197,8 +197,9 @@ class Engine:
         """Stop claiming; let running tasks finish for up to SERVICE_SHUTDOWN_GRACE_SECONDS; then
         stop the loop and every executor still running (cancel hooks too, so child processes die).
 
-        Attempts cut off are handed back, not failed: their executions stay `running` with an
-        expired lease, so the next start (SQLite) or another instance (PostgreSQL) resumes them.
+        Attempts cut off are handed back as interrupted, not failed: their executions stay
+        `running` with an expired lease, so the next start (SQLite) or another instance
+        (PostgreSQL) resumes them.
         """
         self.stopping = True
         deadline = time.monotonic() + self.settings.shutdown_grace_seconds
@@ -219,8 +220,7 @@ class Engine:
         try:
             stamp = now_iso()
             await self.repo.run(xs.release, self.instance_id, [r.execution_id for r in self.runs.values()],
-                                {"status": "pending", "error": SHUTDOWN_ERROR, "updated_at": stamp,
-                                 "lease_owner": None, "lease_expires_at": None}, stamp)
+                                stamp, SHUTDOWN_ERROR, self.settings.max_interruptions)
         except Exception:  # the database may be what is going away
             log.warning("could not hand back running executions at shutdown", exc_info=True)
         await asyncio.gather(*self._tasks, *self._background, return_exceptions=True)
