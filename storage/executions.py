@@ -535,7 +535,7 @@ def join(c: Connection, execution_id: str, expected: Mapping[str, str], stamp: s
             joined += c.execute(update(T).where(T.c.id.in_(ids[start:start + 500]), T.c.status == status).values(
                 status="pending", progress=0.0, result=None, error=None, started_at=None, completed_at=None,
                 updated_at=stamp, execution_id=execution_id, attempt=0, next_attempt_at=None, checkpoint=None,
-                lease_owner=None, lease_expires_at=None)).rowcount
+                lease_owner=None, lease_expires_at=None, interruptions=0)).rowcount
     c.execute(update(X).where(X.c.id == execution_id).values(updated_at=stamp))
     return joined
 

@@ -461,7 +461,8 @@ async def test_re_executing_after_an_interruption_runs_only_what_is_unfinished(m
         await client.result("tasks.execute", {"task_id": "root"})
         await client.wait_status("root", ("completed",))
         assert (await client.result("tasks.get", {"task_id": "dep"}))["started_at"] == dep_before["started_at"]
-        assert (await client.result("tasks.get", {"task_id": "long"}))["status"] == "completed"
+        long = await client.result("tasks.get", {"task_id": "long"})
+        assert long["status"] == "completed" and long["interruptions"] == 0, "a new execution starts afresh"
 
 
 async def test_health_reports_a_database_that_stops_answering(client: Client, monkeypatch: Any) -> None:
