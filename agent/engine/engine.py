@@ -30,6 +30,7 @@ from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, Opera
 
 from taskgrove.agent.engine import bus as ev
 from taskgrove.agent.engine.bus import EventBus
+from taskgrove.agent.engine.fair import FairQueue
 from taskgrove.agent.engine.notify import PgNotifier, asyncpg_dsn
 from taskgrove.agent.engine.leases import LeaseKeeper
 from taskgrove.agent.engine.retry import RetryPolicy, iso_in, seconds_until, stored_policy
@@ -156,7 +157,7 @@ class Engine:
         self.default_retry = RetryPolicy.parse(settings.default_retry, RetryPolicy())
         self.runs: dict[str, TreeRun] = {}
         self.running: dict[str, Running] = {}
-        self._ready: list[tuple[int, str, str, str]] = []  # (priority, created_at, id, tree_id)
+        self._ready = FairQueue(settings.user_weights)  # runnable tasks, taken in fair order (engine/fair.py)
         self._due: list[tuple[float, str, str]] = []  # (monotonic time, id, tree_id): retries
         self._capped = 0  # ready tasks held back by SERVICE_EXECUTOR_CONCURRENCY in the last pass
         self._outcomes: list[dict[str, Any]] = []
@@ -435,7 +436,7 @@ class Engine:
     def _schedule(self, run: TreeRun) -> None:
         for tid in run.runnable():
             row = run.rows[tid]
-            heapq.heappush(self._ready, (row["priority"], row["created_at"], tid, run.tree_id))
+            self._ready.push((row["priority"], row["created_at"], tid, run.tree_id), row.get("user_id"))
 
     # --- the loop -------------------------------------------------------------------------
 
@@ -478,9 +479,10 @@ class Engine:
         busy = Counter(r.executor_id for r in self.running.values()) if caps else Counter()
         taken: list[tuple[str, TreeRun]] = []
         seen: set[str] = set()  # a rebuilt run may have queued a task twice
-        deferred: list[tuple[int, str, str, str]] = []
+        deferred: list[tuple[tuple[int, str, str, str], Any]] = []
+        running = Counter(r.row.get("user_id") for r in self.running.values()) if self._ready else Counter()
         while self._ready and len(taken) < free:
-            item = heapq.heappop(self._ready)
+            item, user_id = self._ready.pop(running)
             _, _, tid, tree_id = item
             run = self.runs.get(tree_id)
             if run is None or tid not in run.queued or tid in seen:
@@ -490,12 +492,13 @@ class Engine:
                 executor_id = self.registry.wanted(run.rows[tid])
                 cap = caps.get(executor_id or "")
                 if cap is not None and busy[executor_id] >= cap:
-                    deferred.append(item)  # its executor is at its cap: later, when one ends
+                    deferred.append((item, user_id))  # its executor is at its cap: later, when one ends
                     continue
                 busy[executor_id] += 1
+            running[user_id] += 1
             taken.append((tid, run))
-        for item in deferred:
-            heapq.heappush(self._ready, item)
+        for item, user_id in deferred:
+            self._ready.push(item, user_id)
         self._capped = len(deferred)  # these wait for a task of their executor to end, not for a pass
         return taken
 
