@@ -48,6 +48,8 @@ class Metrics:
         self.latency = Histogram("taskgrove_http_request_duration_seconds", "HTTP request latency",
                                  ["surface", "method"], registry=r,
                                  buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10))
+        self.deferrals = Counter("taskgrove_deferrals", "Runnable tasks held back without a slot, by reason "
+                                 "(key: a concurrency key at its limit, rate: a rate limit)", ["reason"], registry=r)
         self._known_executors: frozenset[str] = frozenset()
         # The children of the labelled series, looked up once (labels() takes a lock every call).
         self._children: dict[tuple[Any, ...], Any] = {}
@@ -78,6 +80,9 @@ class Metrics:
             self.child(self.retries, executor).inc()
         if seconds is not None:
             self.child(self.duration, executor).observe(seconds)
+
+    def deferred(self, reason: str) -> None:
+        self.child(self.deferrals, reason).inc()
 
     def engine_pass(self, seconds: float) -> None:
         self.passes.observe(seconds)

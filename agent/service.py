@@ -172,7 +172,10 @@ class TaskService:
             return None
         if not ctx.caller.can_access(row["user_id"]):
             raise permission_denied(f"You may not access task '{task_id}'")
-        return public(row)
+        answer = public(row)
+        if row["status"] == "pending":  # why it waits, as this instance's engine knows it
+            answer["waiting_for"] = self.engine.why_waiting(task_id)
+        return answer
 
     async def list(self, params: Any, ctx: CallContext) -> list[dict[str, Any]]:
         params = _obj(params)

@@ -21,6 +21,7 @@ import re
 import sqlite3
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import String, bindparam, case, column, insert, select, text, update
@@ -97,6 +98,49 @@ def claim(c: Connection, ids: Sequence[str], owner: str, until: str, stamp: str)
         for row in c.execute(query, params):
             claimed[row.id] = {"lease_epoch": row.lease_epoch, "attempt": row.attempt, "checkpoint": row.checkpoint}
     return claimed
+
+
+# --- limited claims: concurrency keys and rate limits ----------------------------------------
+# A task that names a concurrency key or a rate is claimed on its own, in its own transaction, so
+# that the count of its key and its rate's next free moment are read and written as one decision
+# across instances: on PostgreSQL an advisory lock per key serialises the claims of a key (each
+# statement after it sees the claims other instances committed), the rate's row is locked; SQLite
+# has one instance and one writer. Tasks without either never come here.
+
+_COUNT_KEY = text("SELECT count(*) FROM tasks WHERE concurrency_key = :key AND status = 'in_progress'")
+_LOCK_KEY = text("SELECT pg_advisory_xact_lock(hashtext(:key))")
+_ADD_RATE = text("INSERT INTO rate_limits (key, next_at, updated_at) VALUES (:key, :stamp, :stamp) "
+                 "ON CONFLICT (key) DO NOTHING")
+_READ_RATE = {"sqlite": text("SELECT next_at FROM rate_limits WHERE key = :key"),
+              "postgresql": text("SELECT next_at FROM rate_limits WHERE key = :key FOR UPDATE")}
+_MOVE_RATE = text("UPDATE rate_limits SET next_at = :next_at, updated_at = :stamp WHERE key = :key")
+
+
+def claim_limited(c: Connection, task_id: str, key: str | None, limit: int | None, rate_key: str | None,
+                  interval: float | None, owner: str, until: str, stamp: str) -> tuple[str, Any]:
+    """Claim one limited task. Returns ("claimed", token), ("key", tasks of the key in progress),
+    ("rate", the moment the rate allows the next start) or ("refused", None) as the ordinary claim
+    refuses. `interval`: seconds the rate puts between two starts of `rate_key`."""
+    postgres = c.dialect.name == "postgresql"
+    if key is not None and limit is not None:
+        if postgres:
+            c.execute(_LOCK_KEY, {"key": key})
+        running = c.execute(_COUNT_KEY, {"key": key}).scalar_one()
+        if running >= limit:
+            return "key", running
+    if rate_key is not None:
+        c.execute(_ADD_RATE, {"key": rate_key, "stamp": stamp})
+        allowed_at = c.execute(_READ_RATE[c.dialect.name], {"key": rate_key}).scalar_one()
+        if allowed_at > stamp:
+            return "rate", allowed_at
+    claimed = claim(c, [task_id], owner, until, stamp)
+    if task_id not in claimed:
+        return "refused", None
+    if rate_key is not None:
+        start = max(datetime.fromisoformat(allowed_at), datetime.fromisoformat(stamp))
+        next_at = (start + timedelta(seconds=interval or 0.0)).isoformat(timespec="microseconds")
+        c.execute(_MOVE_RATE, {"key": rate_key, "next_at": next_at, "stamp": stamp})
+    return "claimed", claimed[task_id]
 
 
 # --- PostgreSQL: an engine pass as the rows of one statement ------------------------------

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from taskgrove.storage import jsonvalues
+from taskgrove.storage import jsonvalues, sharing
 from taskgrove.storage.jsonvalues import Unreadable
 from taskgrove.storage.models import TASK_FIELDS, TASK_STATUSES
 
@@ -260,7 +260,8 @@ INPUT_FIELDS = {
     "params", "schemas", "status", "progress", "result", "error", "started_at", "completed_at",
     "product_id", "token_success", "token_failed", "original_task_id", "origin_type",
     "has_copy", "has_references", "created_at", "updated_at", "task_tree_id",
-    "retry", "timeout_seconds", "attempt", "next_attempt_at",  # the last two are read-only: ignored
+    "retry", "timeout_seconds", "concurrency", "rate_limit",
+    "attempt", "next_attempt_at", "interruptions",  # read-only: ignored at creation
 }
 MAX_TIMEOUT = 7 * 86_400.0
 
@@ -366,15 +367,23 @@ def _row_from_input(raw: Mapping[str, Any], task_id: str, who: str) -> dict[str,
         raise TreeError(f"{who}: {problem}")
     if raw.get("retry") is not None and not isinstance(raw.get("retry"), Mapping):
         raise TreeError(f"{who}: retry must be an object such as {{\"max_attempts\": 3}}")
+    inputs = _object(raw.get("inputs"), "inputs", who)
+    user_id = _check_str(raw.get("user_id"), "user_id", MAX_USER, who)
+    try:
+        limits = {"concurrency": sharing.concurrency(raw.get("concurrency"), user_id, inputs),
+                  "rate_limit": sharing.rate_limit(raw.get("rate_limit"), user_id, inputs)}
+    except sharing.SharingError as exc:
+        raise TreeError(f"{who}: {exc}") from None
+    limits["concurrency_key"] = limits["concurrency"]["key"] if limits["concurrency"] else None
     return {
         "id": task_id,
         "name": raw["name"],
         "description": raw.get("description"),
-        "user_id": _check_str(raw.get("user_id"), "user_id", MAX_USER, who),
+        "user_id": user_id,
         "parent_id": _check_str(raw.get("parent_id"), "parent_id", MAX_ID, who),
         "priority": priority,
         "dependencies": normalize_dependencies(raw.get("dependencies"), who),
-        "inputs": _object(raw.get("inputs"), "inputs", who),
+        "inputs": inputs,
         "params": _object(raw.get("params"), "params", who),
         "schemas": schemas,
         "status": status,
@@ -392,6 +401,7 @@ def _row_from_input(raw: Mapping[str, Any], task_id: str, who: str) -> dict[str,
         "timeout_seconds": None if raw.get("timeout_seconds") is None else float(raw["timeout_seconds"]),
         "extra": {k: v for k, v in raw.items() if k not in INPUT_FIELDS},
         **counters,
+        **limits,
     }
 
 

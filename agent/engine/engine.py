@@ -31,6 +31,7 @@ from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, Opera
 from taskgrove.agent.engine import bus as ev
 from taskgrove.agent.engine.bus import EventBus
 from taskgrove.agent.engine.fair import FairQueue
+from taskgrove.agent.engine.limits import Limits, limits_of
 from taskgrove.agent.engine.notify import PgNotifier, asyncpg_dsn
 from taskgrove.agent.engine.leases import LeaseKeeper
 from taskgrove.agent.engine.retry import RetryPolicy, iso_in, seconds_until, stored_policy
@@ -51,6 +52,9 @@ CANCEL_HOOK_TIMEOUT = 5.0
 SHUTDOWN_ERROR = INTERRUPTED + "the service stopped; the task resumes when an instance runs its execution again"
 WRITE_ATTEMPTS = 5  # a transient database error is retried this often before the tasks concerned fail
 MAX_ERROR_CHARS = 10_000
+# How often a task waiting for a concurrency key looks again when no task of the key ends here
+# (one may end on another instance, which tells nobody here).
+KEY_RECHECK_SECONDS = 0.5
 
 _KIND_OF_STATUS = {"completed": ev.TASK_COMPLETED, "failed": ev.TASK_FAILED, "cancelled": ev.TASK_CANCELLED}
 
@@ -159,6 +163,11 @@ class Engine:
         self.running: dict[str, Running] = {}
         self._ready = FairQueue(settings.user_weights)  # runnable tasks, taken in fair order (engine/fair.py)
         self._due: list[tuple[float, str, str]] = []  # (monotonic time, id, tree_id): retries
+        # Runnable tasks held back by their concurrency key or rate (engine/limits.py): due again
+        # at a time, or when a task of their key ends here. They hold no slot meanwhile.
+        self._deferred: list[tuple[float, str, str]] = []
+        self._key_waiters: dict[str, set[tuple[str, str]]] = {}
+        self.waiting_for: dict[str, str] = {}  # task id -> why it waits (tasks.get shows it)
         self._capped = 0  # ready tasks held back by SERVICE_EXECUTOR_CONCURRENCY in the last pass
         self._outcomes: list[dict[str, Any]] = []
         self._progress: dict[str, float] = {}
@@ -460,7 +469,8 @@ class Engine:
                 self._wake.set()
 
     def _next_due(self) -> float | None:
-        return max(0.0, self._due[0][0] - time.monotonic()) if self._due else None
+        due = [heap[0][0] for heap in (self._due, self._deferred) if heap]
+        return max(0.0, min(due) - time.monotonic()) if due else None
 
     def _release_due(self) -> None:
         now = time.monotonic()
@@ -470,6 +480,34 @@ class Engine:
             if run is not None and tid in run.retrying:
                 run.retry_due(tid)
                 self._schedule(run)
+        while self._deferred and self._deferred[0][0] <= now:
+            _, tid, tree_id = heapq.heappop(self._deferred)
+            self._requeue(tid, tree_id)
+
+    def _requeue(self, tid: str, tree_id: str) -> None:
+        """A deferred task goes back to the fair queue, if its run still waits for it."""
+        run = self.runs.get(tree_id)
+        if run is not None and tid in run.queued and tid not in self.running:
+            row = run.rows[tid]
+            self._ready.push((row["priority"], row["created_at"], tid, tree_id), row.get("user_id"))
+
+    def _defer(self, tid: str, run: TreeRun, limits: Limits, verdict: str, value: Any) -> None:
+        """The database refused a limited claim for its key or rate: wait without a slot."""
+        if verdict == "key":
+            self.waiting_for[tid] = f"concurrency key {limits.key} ({value}/{limits.limit})"
+            self._key_waiters.setdefault(limits.key or "", set()).add((tid, run.tree_id))
+            delay = KEY_RECHECK_SECONDS  # a task of the key may end on another instance
+        else:
+            self.waiting_for[tid] = f"rate limit {limits.rate_key} (next start at {value})"
+            delay = max(0.0, seconds_until(value))
+        self.metrics.deferred(verdict)
+        heapq.heappush(self._deferred, (time.monotonic() + delay, tid, run.tree_id))
+
+    def _key_freed(self, row: Mapping[str, Any]) -> None:
+        """A task of a concurrency key ended here: the tasks waiting for that key try again now."""
+        key = row.get("concurrency_key")
+        for tid, tree_id in self._key_waiters.pop(key, ()) if key else ():
+            self._requeue(tid, tree_id)
 
     def _take_ready(self) -> list[tuple[str, TreeRun]]:
         if self.stopping:
@@ -509,6 +547,10 @@ class Engine:
             # Outcomes first, in memory: their dependents can then be claimed in this same pass.
             recorded = [(running, o) for o in outcomes if (running := self._record(o)) is not None]
             taken = self._take_ready()
+            limited = [(tid, run, lim) for tid, run in taken if (lim := limits_of(run.rows[tid], self.settings))]
+            if limited:
+                special = {tid for tid, _, _ in limited}
+                taken = [(tid, run) for tid, run in taken if tid not in special]
             # Runs whose last task just ended end in this same transaction.
             ending = [run for run in {id(r.run): r.run for r, _ in recorded}.values()
                       if run.is_over() and not run.ending and not run.done.is_set()
@@ -521,6 +563,7 @@ class Engine:
                        for tid, p in progress.items() if (r := self.running.get(tid)) is not None]
             accepted, claimed, ended = await self._write(writes, [tid for tid, _ in taken], stamp,
                                                          [(run.execution_id, run.version) for run in ending])
+            verdicts = [await self._claim_limited(tid, lim, stamp) for tid, _, lim in limited]
         stale: dict[str, TreeRun] = {}
         touched = {id(running.run): running.run for running, _ in recorded}
         for running, outcome in recorded:
@@ -536,6 +579,15 @@ class Engine:
             if tid in claimed and run.tree_id not in stale:
                 self._start_task(tid, run, stamp, claimed[tid])
             elif tid in run.queued:  # the database says not now: look at the tree again
+                stale[run.tree_id] = run
+        for (tid, run, lim), (verdict, value) in zip(limited, verdicts):
+            touched[id(run)] = run
+            if verdict == "claimed" and run.tree_id not in stale and tid in run.queued:
+                self.waiting_for.pop(tid, None)
+                self._start_task(tid, run, stamp, value)
+            elif verdict in ("key", "rate") and tid in run.queued:
+                self._defer(tid, run, lim, verdict, value)
+            elif tid in run.queued:
                 stale[run.tree_id] = run
         for run in ending:
             status = ended.get(run.execution_id)
@@ -553,6 +605,16 @@ class Engine:
         if self._outcomes or self._progress or (
                 len(self._ready) > self._capped and len(self.running) < self.settings.max_concurrency):
             self._wake.set()
+
+    async def _claim_limited(self, tid: str, limits: Limits, stamp: str) -> tuple[str, Any]:
+        """One limited claim in its own transaction; a database error leaves it for a later pass."""
+        try:
+            return await self.repo.run(xs.claim_limited, tid, limits.key, limits.limit, limits.rate_key,
+                                       limits.interval, self.instance_id, self.lease_until(), stamp, small=True)
+        except Exception as exc:
+            if not is_transient(exc):
+                log.exception("limited claim of task %s failed", tid)
+            return "refused", None
 
     async def _write(self, writes: list[tuple[str, int, Mapping[str, Any]]], claims: list[str], stamp: str,
                      ends: list[tuple[str, str]]) -> tuple[set[str], dict[str, dict[str, Any]], dict[str, str | None]]:
@@ -626,6 +688,8 @@ class Engine:
             return None
         run = running.run
         values = outcome["values"]
+        self._key_freed(run.rows[tid])
+        self.waiting_for.pop(tid, None)
         run.rows[tid].update({k: values[k] for k in ("status", "progress", "result", "error", "completed_at",
                                                      "next_attempt_at") if k in values})
         if values["status"] == "pending":
@@ -980,6 +1044,18 @@ class Engine:
         for run in self.runs.values():
             if task_id in run.waiting or task_id in run.queued or task_id in run.retrying:
                 return {"status": "pending", "progress": 0.0}
+        return None
+
+    def why_waiting(self, task_id: str) -> str | None:
+        """Why a pending task of an execution here has not started: its concurrency key or rate
+        (engine/limits.py), or the fair order while every slot is busy; None when it is not
+        waiting here (not runnable yet, or driven by another instance)."""
+        reason = self.waiting_for.get(task_id)
+        if reason is not None:
+            return reason
+        for run in self.runs.values():
+            if task_id in run.queued:
+                return "fair share" if len(self.running) >= self.settings.max_concurrency else "a free slot"
         return None
 
     # --- monitoring -----------------------------------------------------------------------
