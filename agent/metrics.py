@@ -21,6 +21,7 @@ SURFACES = {"tasks": "tasks", "system": "system", "graphql": "graphql", "ws": "w
             "readyz": "operations"}
 HTTP_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
 TASK_STATUSES = ("pending", "in_progress", "completed", "failed", "cancelled")
+TOP_USERS = 20  # users named in taskgrove_user_tasks; the rest are summed as `other`
 
 
 class Metrics:
@@ -50,6 +51,10 @@ class Metrics:
                                  buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10))
         self.deferrals = Counter("taskgrove_deferrals", "Runnable tasks held back without a slot, by reason "
                                  "(key: a concurrency key at its limit, rate: a rate limit)", ["reason"], registry=r)
+        self.user_tasks = Gauge("taskgrove_user_tasks", "Tasks of this instance's executions per user: running, "
+                                "or runnable and waiting for a slot, its key or its rate (the "
+                                f"{TOP_USERS} busiest users by name, the rest as `other`; no user as `none`)",
+                                ["user", "state"], registry=r)
         self._known_executors: frozenset[str] = frozenset()
         # The children of the labelled series, looked up once (labels() takes a lock every call).
         self._children: dict[tuple[Any, ...], Any] = {}
@@ -89,12 +94,31 @@ class Metrics:
 
     # --- scrape ---------------------------------------------------------------------------
 
-    def render(self, by_status: Mapping[str, int], queue_depth: int, running: int) -> bytes:
+    def render(self, by_status: Mapping[str, int], queue_depth: int, running: int,
+               per_user: Mapping[Any, Mapping[str, int]] | None = None) -> bytes:
         for status in TASK_STATUSES:
             self.tasks.labels(status).set(by_status.get(status, 0))
         self.queue.set(queue_depth)
         self.running.set(running)
+        self._set_user_tasks(per_user or {})
         return generate_latest(self.registry)
+
+    def _set_user_tasks(self, per_user: Mapping[Any, Mapping[str, int]]) -> None:
+        """The busiest users by name, the rest summed as `other`: the label set stays bounded
+        however many users the service has."""
+        self.user_tasks.clear()
+        ranked = sorted(per_user.items(), key=lambda item: -sum(item[1].values()))
+        other: dict[str, int] = {"running": 0, "runnable": 0}
+        for index, (user, counts) in enumerate(ranked):
+            if index >= TOP_USERS:
+                for state in other:
+                    other[state] += counts.get(state, 0)
+                continue
+            for state in other:
+                self.user_tasks.labels("none" if user is None else str(user)[:64], state).set(counts.get(state, 0))
+        if len(ranked) > TOP_USERS:
+            for state, value in other.items():
+                self.user_tasks.labels("other", state).set(value)
 
 
 class HttpMetrics:

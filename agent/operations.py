@@ -47,7 +47,8 @@ def operations_routes(services: Services) -> list[Route]:
             except AuthError as exc:
                 return unauthorized(exc)
         engine = services.engine
-        body = services.metrics.render(await services.repo.count_by_status(), engine.queue_depth, len(engine.running))
+        body = services.metrics.render(await services.repo.count_by_status(), engine.queue_depth, len(engine.running),
+                                      engine.tasks_per_user())
         return Response(body, media_type=CONTENT_TYPE)
 
     routes = [Route("/healthz", healthz, methods=["GET"]), Route("/readyz", readyz, methods=["GET"])]

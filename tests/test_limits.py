@@ -125,3 +125,19 @@ async def test_any_value_of_the_fields_is_stored_or_refused_with_32602(client: C
         assert answer["error"]["code"] == -32602, answer
     else:
         assert answer["result"]["id"]
+
+
+async def test_metrics_show_each_users_tasks_with_bounded_labels(app_factory: Any) -> None:
+    async with app_factory({"SERVICE_CREATE_WAIT_TIMEOUT": "0", "SERVICE_MAX_CONCURRENCY": "4",
+                            "SERVICE_CONCURRENCY_LIMITS": "one=1"}) as client:
+        for u in range(25):  # more users than /metrics names
+            await client.result("tasks.create", fan(f"root{u}", [nap(f"u{u}-{i}", f"root{u}", 0.3, user_id=f"user{u}",
+                                                                     concurrency={"key": "one"}) for i in range(2)]))
+        await asyncio.sleep(0.2)
+        text = (await client.http.get("/metrics")).text
+        lines = [line for line in text.splitlines() if line.startswith("taskgrove_user_tasks{")]
+        users = {line.split('user="')[1].split('"')[0] for line in lines}
+        assert len(users) == 21 and "other" in users, users  # 20 busiest by name, the rest summed
+        total = sum(float(line.rsplit(" ", 1)[1]) for line in lines)
+        assert total == 50, lines  # every task of the 25 trees: one running, the rest waiting for the key
+        assert 'taskgrove_deferrals_total{reason="key"}' in text

@@ -1069,6 +1069,18 @@ class Engine:
     def queue_depth(self) -> int:
         return sum(1 for _, _, tid, tree in self._ready if (run := self.runs.get(tree)) and tid in run.queued)
 
+    def tasks_per_user(self) -> dict[Any, dict[str, int]]:
+        """Per user, tasks running here and tasks runnable here but not started (for /metrics)."""
+        counts: dict[Any, dict[str, int]] = {}
+        for running in self.running.values():
+            user = counts.setdefault(running.row.get("user_id"), {"running": 0, "runnable": 0})
+            user["running"] += 1
+        for run in self.runs.values():
+            for tid in run.queued:
+                user = counts.setdefault(run.rows[tid].get("user_id"), {"running": 0, "runnable": 0})
+                user["runnable"] += 1
+        return counts
+
     def running_rows(self) -> list[dict[str, Any]]:
         rows = [r.row for r in self.running.values()]
         return sorted(rows, key=lambda r: (r.get("started_at") or "", r["id"]), reverse=True)
