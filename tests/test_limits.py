@@ -131,9 +131,9 @@ async def test_metrics_show_each_users_tasks_with_bounded_labels(app_factory: An
     async with app_factory({"SERVICE_CREATE_WAIT_TIMEOUT": "0", "SERVICE_MAX_CONCURRENCY": "4",
                             "SERVICE_CONCURRENCY_LIMITS": "one=1"}) as client:
         for u in range(25):  # more users than /metrics names
-            await client.result("tasks.create", fan(f"root{u}", [nap(f"u{u}-{i}", f"root{u}", 0.3, user_id=f"user{u}",
+            await client.result("tasks.create", fan(f"root{u}", [nap(f"u{u}-{i}", f"root{u}", 2, user_id=f"user{u}",
                                                                      concurrency={"key": "one"}) for i in range(2)]))
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.3)  # the first of key `one` runs (2 s), the others wait
         text = (await client.http.get("/metrics")).text
         lines = [line for line in text.splitlines() if line.startswith("taskgrove_user_tasks{")]
         users = {line.split('user="')[1].split('"')[0] for line in lines}
