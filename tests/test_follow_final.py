@@ -111,3 +111,32 @@ async def test_a_webhook_joining_on_b_receives_the_stored_final() -> None:
         await rec.wait_for(lambda reqs: any(r["json"]["type"] == "final" for r in reqs))
         finals = [r["json"] for r in rec.requests if r["json"]["type"] == "final"]
         assert len(finals) == 1 and finals[0]["status"] == await stored_status(b, "root") == "failed"
+
+
+@two_instances
+async def test_a_stream_on_b_ends_with_final_when_b_takes_over_from_a_stopped_owner() -> None:
+    """The owner stops mid-tree: the stream on B neither hangs nor closes silently; B continues the
+    execution and its stream ends with the stored outcome."""
+    import asyncio
+
+    async with postgres_database() as url, AsyncExitStack() as stack:
+        settings = Settings.from_env({"SERVICE_DATABASE_URL": url, "SERVICE_CREATE_WAIT_TIMEOUT": "0",
+                                      "SERVICE_LEASE_SECONDS": "1", "SERVICE_SHUTDOWN_GRACE_SECONDS": "0"})
+        b = await stack.enter_async_context(running_app(settings))
+        async with running_app(settings) as a:
+            await a.services.tasks.create_tree([
+                task("root", deps=["y"], method=None),
+                task("x", "root", method="sleep_executor", inputs={"seconds": 0.5}),
+                task("y", "root", deps=["x"], method="sleep_executor", inputs={"seconds": 0.3}),
+            ], ANONYMOUS)
+            await a.result("tasks.execute", {"task_id": "root"})
+            stream = asyncio.create_task(
+                b.http.post("/tasks", json={**STREAM, "params": {"task_id": "root", "use_streaming": True}}))
+            await a.wait_status("x", ("in_progress",))
+            while not b.services.bus.subscriber_count:  # B's execute has subscribed: it is joining
+                await asyncio.sleep(0.01)
+        events = sse((await stream).text)  # A has stopped; B takes the tree over
+        assert events[0]["result"]["status"] == "already_running"
+        status = await stored_status(b, "root")
+        assert status == "completed"
+        assert_ends_with_one_final(events, status)
