@@ -140,3 +140,22 @@ async def test_a_stream_on_b_ends_with_final_when_b_takes_over_from_a_stopped_ow
         status = await stored_status(b, "root")
         assert status == "completed"
         assert_ends_with_one_final(events, status)
+
+
+@two_instances
+async def test_a_stream_on_b_that_never_hears_the_owners_final_reads_it_from_the_database() -> None:
+    """A NOTIFY can be lost (B's listening connection was down): B's stream still ends, with the
+    final stored by A. B's bus here drops every `final` coming from A."""
+    async with postgres_database() as url, AsyncExitStack() as stack:
+        settings = Settings.from_env({"SERVICE_DATABASE_URL": url, "SERVICE_CREATE_WAIT_TIMEOUT": "0"})
+        a = await stack.enter_async_context(running_app(settings))
+        b = await stack.enter_async_context(running_app(settings))
+        publish = b.services.bus.publish
+        b.services.bus.publish = lambda e: None if e["type"] == "final" else publish(e)  # type: ignore[method-assign]
+        await a.services.tasks.create_tree(tree("root", fails=True), ANONYMOUS)
+        await a.result("tasks.execute", {"task_id": "root"})
+        response = await b.http.post("/tasks", json={**STREAM, "params": {"task_id": "root", "use_streaming": True}})
+        events = sse(response.text)
+        assert events[0]["result"]["status"] == "already_running"
+        assert_ends_with_one_final(events, await stored_status(b, "root"))
+        assert events[-2]["status"] == "failed"
