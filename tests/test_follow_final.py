@@ -159,3 +159,23 @@ async def test_a_stream_on_b_that_never_hears_the_owners_final_reads_it_from_the
         assert events[0]["result"]["status"] == "already_running"
         assert_ends_with_one_final(events, await stored_status(b, "root"))
         assert events[-2]["status"] == "failed"
+
+
+async def test_a_graphql_subscription_whose_terminal_event_is_lost_ends_with_the_stored_status(
+        make_settings: Any) -> None:
+    """taskStatusChanged ends even when the task's last event never reaches this instance (as a
+    lost NOTIFY would): it reads the stored task. This server's bus drops `task_completed`."""
+    from tests.test_graphql import GRAPHQL, subscribe
+    from tests.test_ws import live_server
+
+    settings = make_settings({**GRAPHQL, "SERVICE_CREATE_WAIT_TIMEOUT": "0"})
+    async with live_server(settings) as server:
+        bus = server.services.bus
+        publish = bus.publish
+        bus.publish = lambda e: None if e["type"] == "task_completed" else publish(e)
+        await server.services.tasks.create_tree(tree("root", False), ANONYMOUS)
+        await server.rpc("tasks.execute", {"task_id": "root"})
+        messages = await subscribe(server, "root-x")
+    assert messages[-1]["type"] == "complete"
+    states = [m["payload"]["data"]["taskStatusChanged"]["status"] for m in messages[:-1]]
+    assert states[-1] == "COMPLETED"
