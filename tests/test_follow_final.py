@@ -179,3 +179,19 @@ async def test_a_graphql_subscription_whose_terminal_event_is_lost_ends_with_the
     assert messages[-1]["type"] == "complete"
     states = [m["payload"]["data"]["taskStatusChanged"]["status"] for m in messages[:-1]]
     assert states[-1] == "COMPLETED"
+
+
+async def test_an_a2a_message_send_whose_final_is_lost_ends_with_the_stored_outcome(client: Client) -> None:
+    """The A2A agent task follows its tree like every stream: if the `final` event never reaches it
+    (as a lost NOTIFY), the stored execution gives the outcome. This app's bus drops `final`."""
+    from tests.test_a2a_wire import post, send_body, summary
+    from tests.test_a2a_wire import tree as a2a_tree
+
+    bus = client.services.bus
+    publish = bus.publish
+    bus.publish = lambda e: None if e["type"] == "final" else publish(e)
+    tasks = a2a_tree(seconds=0.2)
+    answer = await post(client, send_body(tasks))
+    task = answer["result"]
+    assert task["status"]["state"] == "completed"
+    assert summary(task["status"]["message"])["status"] == await stored_status(client, tasks[0]["id"]) == "completed"
