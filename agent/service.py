@@ -17,6 +17,7 @@ from taskgrove.agent.auth import Caller
 from taskgrove.agent.engine.bus import EventBus
 from taskgrove.agent.engine.engine import AlreadyRunning, Engine, NotExecutable
 from taskgrove.agent.engine.retry import PolicyError, RetryPolicy, stored_policy
+from taskgrove.agent.engine.follow import follow_execution
 from taskgrove.agent.engine.stream import sse_events
 from taskgrove.agent.engine.webhooks import WebhookConfig, deliver_webhooks
 from taskgrove.agent.errors import INVALID_PARAMS, RpcError, invalid_params, permission_denied, task_not_found
@@ -457,12 +458,14 @@ class TaskService:
                 for wanted in (streaming, webhook is not None) if wanted]
         try:
             await self.engine.execute(task_id, _call(ctx), webhook=dataclasses.asdict(webhook) if webhook else None)
+        except AlreadyRunning:
+            # Joined a running execution (here or elsewhere): streams and webhooks follow it to its end.
+            answer = {"success": False, **answer, "root_task_id": tree_id, "task_id": task_id,
+                      "status": "already_running", "message": f"Task '{task_id}' is already running"}
+            return self._followed(answer, subs, tree_id, streaming, webhook)
         except BaseException as exc:
             for sub in subs:
                 sub.close()
-            if isinstance(exc, AlreadyRunning):
-                return {"success": False, **answer, "root_task_id": tree_id, "task_id": task_id,
-                        "status": "already_running", "message": f"Task '{task_id}' is already running"}
             if isinstance(exc, NotExecutable):
                 raise invalid_params(str(exc)) from None
             if isinstance(exc, KeyError):
@@ -470,13 +473,19 @@ class TaskService:
             raise
         answer = {"success": True, **answer, "root_task_id": tree_id, "task_id": task_id, "status": "started",
                   "message": f"Execution of task '{task_id}' started"}
+        return self._followed(answer, subs, tree_id, streaming, webhook)
+
+    def _followed(self, answer: dict[str, Any], subs: list[Any], tree_id: str, streaming: bool,
+                  webhook: WebhookConfig | None) -> Any:
+        """The execute reply; its stream and webhook follow the execution to `final` (one each)."""
         if streaming or webhook:
             answer["streaming"] = True
         if webhook:
             answer["webhook_url"] = webhook.url
-            self._spawn(deliver_webhooks(subs[-1], webhook))
+            self._spawn(deliver_webhooks(follow_execution(self.repo, subs[-1], tree_id), webhook))
         if streaming:
-            return StreamReply(first=answer, events=sse_events(subs[0], tree_id), close=subs[0].close)
+            return StreamReply(first=answer, events=sse_events(follow_execution(self.repo, subs[0], tree_id), tree_id),
+                               close=subs[0].close)
         return answer
 
     async def running_list(self, params: Any, ctx: CallContext) -> list[dict[str, Any]]:

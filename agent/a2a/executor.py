@@ -34,6 +34,7 @@ from taskgrove.agent.a2a.wire import data_message, run_data
 from taskgrove.agent.engine import bus as ev
 from taskgrove.agent.engine.bus import Event, Subscription
 from taskgrove.agent.engine.engine import AlreadyRunning, NotExecutable
+from taskgrove.agent.engine.follow import follow_execution
 from taskgrove.storage.executions import latest_execution
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -104,31 +105,37 @@ class TaskTreeAgentExecutor(AgentExecutor):
         """
         loop = asyncio.get_running_loop()
         last_sent = -STATUS_INTERVAL
-        while True:
-            batch = [await subscription.get()]
-            # A push config may also be set while the tree runs (tasks/pushNotificationConfig/set).
-            streaming = plan.stream or self._push.enabled(task_id)
-            if streaming and batch[0]["type"] != ev.FINAL:
-                delay = last_sent + STATUS_INTERVAL - loop.time()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-            while not subscription.queue.empty():
-                batch.append(subscription.queue.get_nowait())
-            cancelled = self._cancelling.get(task_id)
-            if cancelled is not None:
-                await cancelled.wait()  # cancel() owns the terminal state now
-                return None
-            final = next((e for e in batch if e["type"] == ev.FINAL), None)
-            if final is not None:
-                return final
-            if streaming:
-                last = batch[-1]
-                await updater.update_status(TaskState.TASK_STATE_WORKING, message=_status_message(
-                    plan.root_task_id, plan.task_count, "in_progress", last.get("tree_progress", 0.0),
-                    task_id=last["task_id"],
-                    task_status=last.get("status"), task_progress=last.get("progress"),
-                    event=last["type"], message=last.get("message")))
-                last_sent = loop.time()
+        # Not the bare subscription: the owner's `final` may never reach this instance (lost
+        # NOTIFY, execution taken over elsewhere); follow_execution then reads it from the database.
+        events = follow_execution(self._services.repo, subscription, plan.root_task_id)
+        try:
+            while True:
+                batch = [await anext(events)]
+                # A push config may also be set while the tree runs (tasks/pushNotificationConfig/set).
+                streaming = plan.stream or self._push.enabled(task_id)
+                if streaming and batch[0]["type"] != ev.FINAL:
+                    delay = last_sent + STATUS_INTERVAL - loop.time()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                while not subscription.queue.empty():
+                    batch.append(subscription.queue.get_nowait())
+                cancelled = self._cancelling.get(task_id)
+                if cancelled is not None:
+                    await cancelled.wait()  # cancel() owns the terminal state now
+                    return None
+                final = next((e for e in batch if e["type"] == ev.FINAL), None)
+                if final is not None:
+                    return final
+                if streaming:
+                    last = batch[-1]
+                    await updater.update_status(TaskState.TASK_STATE_WORKING, message=_status_message(
+                        plan.root_task_id, plan.task_count, "in_progress", last.get("tree_progress", 0.0),
+                        task_id=last["task_id"],
+                        task_status=last.get("status"), task_progress=last.get("progress"),
+                        event=last["type"], message=last.get("message")))
+                    last_sent = loop.time()
+        finally:
+            await events.aclose()
 
     async def _finish(self, updater: TaskUpdater, plan: TreePlan, final: Event) -> None:
         rows = await self._services.repo.tree(plan.root_task_id)

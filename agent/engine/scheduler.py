@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from taskgrove.agent.engine.engine import Engine
+from taskgrove.agent.engine.follow import follow_execution
 from taskgrove.agent.engine.slots import iso, parse_iso, plan
 from taskgrove.agent.engine.webhooks import WebhookConfig, deliver_webhooks
 from taskgrove.storage import schedules as ss
@@ -130,7 +131,8 @@ class Scheduler:
         tree_id = copies[0]["task_tree_id"]
         if schedule["webhook_config"]:  # subscribed before the run starts: no event is missed
             sub = engine.bus.subscribe(lambda e: e["root_task_id"] == tree_id, maxsize=10_000)
-            engine._spawn(deliver_webhooks(sub, WebhookConfig(**schedule["webhook_config"])))
+            events = follow_execution(engine.repo, sub, tree_id)  # ends with final, even one read from the database
+            engine._spawn(deliver_webhooks(events, WebhookConfig(**schedule["webhook_config"])))
         call = {"user_id": schedule["user_id"], "llm_api_key": None, "llm_provider": None}
         await engine.run_inserted(claimed["execution"], copies, call)
         log.info("schedule %s: slot %s runs as tree %s", schedule["id"], slot or "(manual)", tree_id)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Mapping
 from typing import Any
 
 from taskgrove.agent.engine import bus as ev
-from taskgrove.agent.engine.bus import Subscription
 from taskgrove.storage.trees import now_iso
 
 # Cancellation has no event type of its own in SPEC.md: it is reported as task_failed with
@@ -44,13 +43,13 @@ def run_summary(event: Mapping[str, Any]) -> dict[str, Any]:
             "task_count": event.get("task_count")}
 
 
-async def sse_events(subscription: Subscription, tree_id: str) -> AsyncIterator[dict[str, Any]]:
-    """Events of one execution until `final`, then `stream_end`; closes its subscription."""
-    try:
-        async for event in subscription:
-            yield wire_event(event)
-            if event["type"] == ev.FINAL:
-                break
-        yield {"type": "stream_end", "task_id": tree_id, "root_task_id": tree_id, "timestamp": now_iso()}
-    finally:
-        subscription.close()
+async def sse_events(events: AsyncIterable[Mapping[str, Any]], tree_id: str) -> AsyncIterator[dict[str, Any]]:
+    """Events of one execution until `final`, then `stream_end`.
+
+    `events`: what to send, normally `follow.follow_execution`, which always ends with `final`.
+    """
+    async for event in events:
+        yield wire_event(event)
+        if event["type"] == ev.FINAL:
+            break
+    yield {"type": "stream_end", "task_id": tree_id, "root_task_id": tree_id, "timestamp": now_iso()}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import AsyncIterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -83,18 +83,23 @@ def webhook_payload(event: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-async def deliver_webhooks(subscription: Subscription, config: WebhookConfig) -> None:
+async def deliver_webhooks(events: AsyncIterable[Mapping[str, Any]] | Subscription, config: WebhookConfig) -> None:
+    """Post each event until `final`. `events`: a bus subscription, or `follow.follow_execution`
+    (which ends with `final` from the database even when the owner's own event never arrives)."""
     import httpx  # lazy: loads rich, click and pygments (httpx._main); not needed until a webhook is sent
 
     async with httpx.AsyncClient(timeout=config.timeout, follow_redirects=False) as client:
         try:
-            async for event in subscription:
+            async for event in events:
                 await post_with_retries(client, config.method, config.url, webhook_payload(event), config.headers,
                                         max_retries=config.max_retries, backoff=config.backoff)
                 if event["type"] == ev.FINAL:
                     return
         finally:
-            subscription.close()
+            if isinstance(events, Subscription):
+                events.close()
+            else:
+                await events.aclose()  # type: ignore[attr-defined]
 
 
 async def post_with_retries(client: httpx.AsyncClient, method: str, url: str, payload: dict[str, Any],

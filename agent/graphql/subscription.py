@@ -10,20 +10,38 @@ Progress-only events do not change the status and are not emitted.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 import strawberry
 
 from taskgrove.agent.engine import bus as ev
+from taskgrove.agent.engine.bus import Subscription
 from taskgrove.agent.errors import task_not_found
 from taskgrove.agent.graphql.errors import from_rpc, service_call
 from taskgrove.agent.graphql.resolvers import GraphQLContext, required
 from taskgrove.agent.graphql.types import TERMINAL, TaskStatusEnum, TaskType
+from taskgrove.agent.service import TaskService
 
 STATUS_EVENTS = frozenset({ev.TASK_START, ev.TASK_COMPLETED, ev.TASK_FAILED, ev.TASK_CANCELLED})
 # Status changes are a handful per task; the queue only has to bridge a slow consumer.
 BUFFER_EVENTS = 64
+# How long to wait for an event before reading the stored task: an event from another instance
+# can be lost (NOTIFY), and the database is the truth.
+CHECK_EVERY = 2.0
+
+
+async def _next_change(subscription: Subscription, service: TaskService, tid: str, ctx: GraphQLContext) -> Mapping[str, Any] | None:
+    """The next status event, or the stored task once it has ended without its event arriving;
+    None when the task is gone."""
+    while True:
+        try:
+            return await asyncio.wait_for(subscription.get(), CHECK_EVERY)
+        except asyncio.TimeoutError:
+            stored = await service_call(service.get, {"task_id": tid}, ctx.call)
+            if stored is None or TaskStatusEnum(stored["status"]) in TERMINAL:
+                return stored
 
 
 def _overlay(task: Mapping[str, Any], event: Mapping[str, Any]) -> dict[str, Any]:
@@ -55,7 +73,9 @@ async def task_status_changes(info: strawberry.Info, task_id: str | None) -> Asy
         last = TaskStatusEnum(current["status"])
         yield TaskType.from_wire(current)
         while last not in TERMINAL:
-            event = await subscription.get()
+            event = await _next_change(subscription, service, tid, ctx)
+            if event is None:  # deleted meanwhile: nothing more will happen to it
+                return
             status = TaskStatusEnum(event["status"])
             if status == last:
                 continue
