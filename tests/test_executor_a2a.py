@@ -305,8 +305,8 @@ async def test_after_a_crash_the_next_attempt_reattaches_to_the_remote_task(remo
                     "local").start()
     ask = _id("ask")
     try:
-        await local.rpc("tasks.create", [a2a_task(ask, {"agent_url": remote.url, "data": {"tasks": tasks}},
-                                                  retry={"max_attempts": 2, "base_seconds": 0})])
+        # The default retry policy (one attempt): a crash uses none up.
+        await local.rpc("tasks.create", [a2a_task(ask, {"agent_url": remote.url, "data": {"tasks": tasks}})])
         await remote.wait_status(ids["sleep"], ("in_progress",))
 
         def checkpoint() -> str | None:
@@ -323,7 +323,9 @@ async def test_after_a_crash_the_next_attempt_reattaches_to_the_remote_task(remo
         local.start()
         done = await local.wait_status(ask, ("completed", "failed"), timeout=20)
         assert done["status"] == "completed", done["error"]
-        assert done["attempt"] == 2 and done["result"]["remote_task_id"] == remote_task_id
+        # The cut-off attempt ran again under its own number, and followed the remote task it had sent.
+        assert done["attempt"] == 1 and done["interruptions"] == 1
+        assert done["result"]["remote_task_id"] == remote_task_id
         assert (await remote.task(ids["root"]))["status"] == "completed"
         # Sent once: a second send of the same ids would have been refused by the remote service.
         assert done["result"]["state"] == "completed"

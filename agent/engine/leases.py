@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any, Mapping
 
 from taskgrove.agent.engine import bus as ev
+from taskgrove.agent.engine.follow import follow_execution
 from taskgrove.agent.engine.run import INTERRUPTED, RESTART_ERROR
 from taskgrove.agent.engine.webhooks import WebhookConfig, deliver_webhooks
 from taskgrove.storage import executions as xs
@@ -147,7 +148,7 @@ class LeaseKeeper:
             log.warning("stored webhook of tree %s is unreadable; skipped", tree_id)
             return
         sub = self.engine.bus.subscribe(lambda e: e["root_task_id"] == tree_id, maxsize=10_000)
-        self.engine._spawn(deliver_webhooks(sub, webhook))
+        self.engine._spawn(deliver_webhooks(follow_execution(self.engine.repo, sub, tree_id), webhook))
 
 
 def _renewed_at(expires: str | None, lease_seconds: float) -> str:
