@@ -175,7 +175,9 @@ class TaskService:
             raise permission_denied(f"You may not access task '{task_id}'")
         answer = public(row)
         if row["status"] == "pending":  # why it waits, as this instance's engine knows it
-            answer["waiting_for"] = self.engine.why_waiting(task_id)
+            reason = self.engine.why_waiting(task_id)
+            if reason is not None:
+                answer["waiting_for"] = reason
         return answer
 
     async def list(self, params: Any, ctx: CallContext) -> list[dict[str, Any]]:
