@@ -227,6 +227,8 @@ class TaskService:
         params = _obj(params)
         task_id = p.string(params, "task_id", aliases=("id",), required=True)
         async with self.repo.transaction() as conn:
+            if "dependencies" in params:  # the cycle check and the write: one decision per tree
+                await self.repo.serialise_tree(task_id, conn)
             row = await self.repo.get(task_id, conn)
             if row is None:
                 raise task_not_found(task_id)
@@ -576,6 +578,8 @@ def _field_problem(key: str, value: Any) -> str | None:
         return f"name must be a non-empty string of at most {trees.MAX_NAME} characters"
     if key in ("inputs", "params", "schemas") and not isinstance(value, Mapping):
         return f"{key} must be an object"
+    if key == "result" and value is not None and not isinstance(value, Mapping):
+        return "result must be an object or null (SPEC.md)"
     if key == "timeout_seconds":
         return trees.check_timeout(value)
     if key in ("error", "started_at", "completed_at", "description") and value is not None and not isinstance(value, str):

@@ -107,7 +107,8 @@ def claim(c: Connection, ids: Sequence[str], owner: str, until: str, stamp: str)
 # statement after it sees the claims other instances committed), the rate's row is locked; SQLite
 # has one instance and one writer. Tasks without either never come here.
 
-_COUNT_KEY = text("SELECT count(*) FROM tasks WHERE concurrency_key = :key AND status = 'in_progress'")
+_COUNT_KEY = text("SELECT count(*) FROM tasks WHERE concurrency_key = :key AND concurrency_key IS NOT NULL "
+                  "AND status = 'in_progress'")  # (the second test lets the partial index serve it)
 _LOCK_KEY = text("SELECT pg_advisory_xact_lock(hashtext(:key))")
 _ADD_RATE = text("INSERT INTO rate_limits (key, next_at, updated_at) VALUES (:key, :stamp, :stamp) "
                  "ON CONFLICT (key) DO NOTHING")

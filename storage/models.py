@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, LargeBinary, String, Text
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, LargeBinary, String, Text, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -87,8 +87,8 @@ class Task(Base):
         Index("ix_tasks_created_at", "created_at"),
         Index("ix_tasks_task_tree_id", "task_tree_id"),
         Index("ix_tasks_execution_id", "execution_id"),
-        Index("ix_tasks_concurrency_key", "concurrency_key", "status"),
-        Index("ix_tasks_user_status", "user_id", "status"),
+        Index("ix_tasks_concurrency_key", "concurrency_key", "status", sqlite_where=text("concurrency_key IS NOT NULL"),
+              postgresql_where=text("concurrency_key IS NOT NULL")),
     )
 
 

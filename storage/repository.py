@@ -19,13 +19,19 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any
 
-from sqlalchemy import JSON, String, bindparam, cast, delete, func, insert, or_, select, update
+from sqlalchemy import JSON, String, bindparam, cast, delete, func, insert, or_, select, text, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.engine.processors import int_to_boolean
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from taskgrove.storage import executions
+
+# repository.serialise_tree, per dialect (the tree id never changes, so it can be read first).
+_SERIALISE_TREE = {
+    "postgresql": text("SELECT pg_advisory_xact_lock(hashtext(task_tree_id)) FROM tasks WHERE id = :id"),
+    "sqlite": text("UPDATE tasks SET id = id WHERE id = :id"),
+}
 from taskgrove.storage.jsonvalues import read_stored
 from taskgrove.storage.models import tasks_table as T
 from taskgrove.storage.models import with_defaults
@@ -104,6 +110,18 @@ class TaskRepository:
             return
         async with self.engine.begin() as new_conn:
             yield new_conn
+
+    async def serialise_tree(self, task_id: str, conn: AsyncConnection) -> None:
+        """Make the caller's transaction the only one changing `task_id`'s tree until it commits.
+
+        A check that reads the tree and then writes it (no dependency cycle) is one decision only
+        if nobody else decides meanwhile: two opposite `tasks.update` calls must not both see
+        "no cycle". PostgreSQL: an advisory lock on the tree id, after which each statement sees
+        what others committed. SQLite: a write first, which takes the one write lock before this
+        transaction reads anything (so its reads are current). Called before any other statement
+        of the transaction."""
+        statement = _SERIALISE_TREE[conn.dialect.name if conn.dialect.name in _SERIALISE_TREE else "sqlite"]
+        await conn.execute(statement, {"id": task_id})
 
     async def run(self, fn: Callable[..., Any], *args: Any, small: bool = False) -> Any:
         """Run `fn(sync_connection, *args)` in a transaction of its own (storage/executions.py).

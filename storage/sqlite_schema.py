@@ -148,8 +148,8 @@ STATEMENTS: tuple[str, ...] = (
      ')'),
     ('CREATE INDEX ix_schedules_due ON schedules (enabled, next_run_at)'),
     ('CREATE INDEX ix_schedules_user_id ON schedules (user_id)'),
-    ('CREATE INDEX ix_tasks_concurrency_key ON tasks (concurrency_key, status)'),
-    ('CREATE INDEX ix_tasks_user_status ON tasks (user_id, status)'),
+    ('CREATE INDEX ix_tasks_concurrency_key ON tasks (concurrency_key, '
+     'status) WHERE concurrency_key IS NOT NULL'),
     ('CREATE TABLE rate_limits (\n'
      '\t"key" VARCHAR(255) NOT NULL, \n'
      '\tnext_at VARCHAR(40) NOT NULL, \n'

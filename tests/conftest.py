@@ -129,13 +129,14 @@ class Client:
                    headers: dict[str, str] | None = None) -> dict[str, Any]:
         """The whole JSON-RPC response object."""
         self._ids += 1
-        body: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "id": self._ids}
+        call_id = self._ids  # its own: calls may run concurrently (tests/test_races.py)
+        body: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "id": call_id}
         if params is not None:
             body["params"] = params
         response = await self.http.post(path, json=body, headers=headers or {})
         assert response.status_code == 200, response.text
         answer = response.json()
-        assert answer["id"] == self._ids
+        assert answer["id"] == call_id
         return answer
 
     async def result(self, method: str, params: Any = None, **kw: Any) -> Any:

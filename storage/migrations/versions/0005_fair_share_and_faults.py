@@ -9,7 +9,6 @@ past its grace; they do not use up the task's retries, up to SERVICE_MAX_INTERRU
 `concurrency_key` (the key alone, so the tasks of a key in progress are counted through an index).
 `rate_limits` keeps, per key, the earliest moment the next attempt of that key may start: a claim
 moves it forward by one interval in the same transaction, so the rate holds across instances.
-The (user_id, status) index counts a user's unfinished tasks for SERVICE_MAX_PENDING_PER_USER.
 """
 import sqlalchemy as sa
 from alembic import op
@@ -26,8 +25,10 @@ def upgrade() -> None:
         batch.add_column(sa.Column("concurrency", sa.JSON, nullable=True))
         batch.add_column(sa.Column("rate_limit", sa.JSON, nullable=True))
         batch.add_column(sa.Column("concurrency_key", sa.String(255), nullable=True))
-    op.create_index("ix_tasks_concurrency_key", "tasks", ["concurrency_key", "status"])
-    op.create_index("ix_tasks_user_status", "tasks", ["user_id", "status"])
+    # Partial: only limited tasks are in it, so every other task's writes do not maintain it.
+    op.create_index("ix_tasks_concurrency_key", "tasks", ["concurrency_key", "status"],
+                    sqlite_where=sa.text("concurrency_key IS NOT NULL"),
+                    postgresql_where=sa.text("concurrency_key IS NOT NULL"))
     op.create_table(
         "rate_limits",
         sa.Column("key", sa.String(255), primary_key=True),
@@ -38,7 +39,6 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("rate_limits")
-    op.drop_index("ix_tasks_user_status", "tasks")
     op.drop_index("ix_tasks_concurrency_key", "tasks")
     with op.batch_alter_table("tasks") as batch:
         for column in ("concurrency_key", "rate_limit", "concurrency", "interruptions"):
