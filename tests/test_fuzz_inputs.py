@@ -376,8 +376,16 @@ def graphql_documents(draw: Any) -> str:
         "query($id: String) { task(taskId: $id) { id } }",
         "{ " + " ".join(f"a{i}: tasks {{ id }}" for i in range(draw(st.integers(0, 60)))) + " }",
         "{ tasks { " + "children { " * draw(st.integers(0, 20)) + "id" + " }" * 0 + " }",
+        # Fragments, defined or not, and empty selections: the depth limit must not trip on them.
+        f"{{ ...{draw(st.sampled_from(['F', 'Nope']))} }} fragment F on Query {{ tasks {{ {fields} }} }}",
+        f"query {{ tasks {{ ...{draw(st.sampled_from(['F', 'G']))} }} }} fragment F on TaskType {{ {fields} }}",
+        draw(st.sampled_from(["mutation { }", "{ }", "query { tasks { } }", "fragment F on Query { tasks { id } }"])),
     ]))
-    return draw(st.one_of(st.just(operation), text))
+    # A valid-looking document cut anywhere (a client that sent half of it).
+    cut = draw(st.integers(0, len(operation)))
+    tokens = st.lists(st.sampled_from(["{", "}", "(", ")", "...", "on", "query", "mutation", "fragment", "F",
+                                       "tasks", "id", ":", "$x", "@skip", "[", "]", '"s"', "1"]), max_size=12)
+    return draw(st.one_of(st.just(operation), st.just(operation[:cut]), tokens.map(" ".join), text))
 
 
 @st.composite

@@ -228,6 +228,13 @@ async def test_errors_carry_json_rpc_codes(live_sqlite: Callable[..., Any]) -> N
         assert syntax["extensions"]["code"] == -32600
         field = await error(server, "{ task(taskId: \"x\") { nope } }")
         assert field["extensions"]["code"] == -32600 and "nope" in field["message"]
+        # An unknown fragment is the client's mistake, with its place (was "Internal error").
+        fragment = await error(server, "query { tasks { ...F } }")
+        assert fragment["extensions"]["code"] == -32600 and fragment["message"] == "Unknown fragment 'F'."
+        assert fragment["locations"] == [{"line": 1, "column": 20}]  # at the name F
+        empty = await error(server, "mutation { }")
+        assert empty["extensions"]["code"] == -32600 and "Syntax Error" in empty["message"], empty
+        assert empty["locations"] == [{"line": 1, "column": 10}]  # the opening brace
         # the X-LLM-API-KEY header is read as on /tasks; a malformed one is refused up front
         response = await server.http.post("/graphql", json={"query": "{ tasks { id } }"},
                                           headers={"X-LLM-API-KEY": "openai:"})

@@ -7,7 +7,8 @@ from typing import Any, Optional
 
 import strawberry
 from graphql import GraphQLError
-from strawberry.extensions import MaxAliasesLimiter, MaxTokensLimiter, QueryDepthLimiter
+from graphql import SelectionSetNode, ValidationContext, ValidationRule
+from strawberry.extensions import AddValidationRules, MaxAliasesLimiter, MaxTokensLimiter, QueryDepthLimiter
 
 from taskgrove.agent.graphql import resolvers
 from taskgrove.agent.graphql.errors import classify_errors
@@ -70,14 +71,44 @@ class TaskSchema(strawberry.Schema):
         classify_errors(errors)
 
 
+class _DepthLimiter(QueryDepthLimiter):
+    """strawberry's depth rule assumes a valid document: it raises on an unknown fragment or an
+    empty selection (`mutation { }`), which came out as "Internal error". Here it steps aside on
+    such a document, so graphql-core's own rules report it with its locations (-32600)."""
+
+    def __init__(self, max_depth: int) -> None:
+        super().__init__(max_depth=max_depth)
+        self.validation_rules = [_tolerant(rule) for rule in self.validation_rules]
+
+
+def _tolerant(rule: type[ValidationRule]) -> type[ValidationRule]:
+    class Tolerant(rule):  # type: ignore[misc, valid-type]
+        def __init__(self, context: ValidationContext) -> None:
+            try:
+                super().__init__(context)
+            except (KeyError, ValueError):  # an invalid document: the standard rules say why
+                ValidationRule.__init__(self, context)
+
+    return Tolerant
+
+
+class _NoEmptySelections(ValidationRule):
+    """The GraphQL grammar wants at least one field between braces; graphql-core 3.3 parses
+    `mutation { }` anyway and would answer `{"data": {}}` as if something had been asked."""
+
+    def enter_selection_set(self, node: SelectionSetNode, *_: Any) -> None:
+        if not node.selections:
+            self.report_error(GraphQLError("Syntax Error: Expected a field, found '}'.", node))
+
+
 def build_schema(settings: Any = None) -> TaskSchema:
     """The schema, with the cost limits of `settings` (SERVICE_GRAPHQL_MAX_DEPTH, _ALIASES, _TOKENS;
     introspection fields do not count towards the depth)."""
-    extensions: list[Any] = []
+    extensions: list[Any] = [lambda: AddValidationRules([_NoEmptySelections])]
     if settings is not None:
-        extensions = [
+        extensions += [
             lambda: MaxTokensLimiter(max_token_count=settings.graphql_max_tokens),
-            lambda: QueryDepthLimiter(max_depth=settings.graphql_max_depth),
+            lambda: _DepthLimiter(max_depth=settings.graphql_max_depth),
             lambda: MaxAliasesLimiter(max_alias_count=settings.graphql_max_aliases),
         ]
     return TaskSchema(query=Query, mutation=Mutation, subscription=Subscription, extensions=extensions)
