@@ -159,6 +159,27 @@ def test_tree_page_shows_statuses_change_without_reload(services: dict[str, Serv
     expect(page.get_by_test_id("summary")).to_contain_text("2 completed", timeout=WAIT_MS)
 
 
+def test_the_detail_says_why_a_pending_task_waits(services: dict[str, Service], page: Page) -> None:
+    """Two tasks on one concurrency key of limit 1: the second one's detail names the key (issue 26)."""
+    service = services["plain"]
+    key = {"key": "ui-key", "limit": 1}
+    rpc(service, "tasks.create", {"tasks": [
+        {"id": "key-root", "name": "key root", "schemas": {"method": "aggregate_results_executor"},
+         "dependencies": [{"id": "key-a"}, {"id": "key-b"}]},
+        {"id": "key-a", "name": "key a", "parent_id": "key-root", "schemas": {"method": "sleep_executor"},
+         "inputs": {"seconds": 600}, "concurrency": key},
+        {"id": "key-b", "name": "key b", "parent_id": "key-root", "schemas": {"method": "sleep_executor"},
+         "inputs": {"seconds": 600}, "concurrency": key, "priority": 3},
+    ]})
+    wait_status(service, "key-a", ("in_progress",), 20)
+    page.goto(f"{service.url}/ui#/tree/key-root")
+    expect(node(page, "key-a")).to_have_attribute("data-status", "in_progress", timeout=WAIT_MS)
+    node(page, "key-b").click()
+    expect(page.locator('[data-field="waiting_for"]')).to_have_text("concurrency key ui-key (1/1)", timeout=WAIT_MS)
+    expect(page.locator('[data-field="concurrency"]')).to_contain_text('"ui-key"')
+    rpc(service, "tasks.cancel", {"task_id": "key-root"})
+
+
 def test_cancel_from_the_page_cancels_the_running_task(services: dict[str, Service], page: Page) -> None:
     service = services["plain"]
     start_sleeping_tree(service, "stop")

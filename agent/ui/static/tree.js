@@ -8,9 +8,11 @@ import {layout} from "./layout.js";
 import {counts} from "./list.js";
 
 // Detail fields in reading order; objects are shown as JSON.
-const FIELDS = ["id", "name", "status", "progress", "priority", "user_id", "parent_id", "task_tree_id",
-  "original_task_id", "dependencies", "inputs", "params", "schemas", "result", "error", "retry", "attempt",
-  "next_attempt_at", "timeout_seconds", "created_at", "started_at", "completed_at", "updated_at"];
+// `waiting_for` (README, "Why a task waits") sits next to the status it explains.
+const FIELDS = ["id", "name", "status", "waiting_for", "progress", "priority", "user_id", "parent_id",
+  "task_tree_id", "original_task_id", "dependencies", "inputs", "params", "schemas", "result", "error", "retry",
+  "attempt", "interruptions", "next_attempt_at", "timeout_seconds", "concurrency", "rate_limit", "created_at",
+  "started_at", "completed_at", "updated_at"];
 
 export async function showTree(main, rootId, notify, go, current) {
   const started = performance.now();
