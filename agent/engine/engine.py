@@ -518,7 +518,9 @@ class Engine:
         taken: list[tuple[str, TreeRun]] = []
         seen: set[str] = set()  # a rebuilt run may have queued a task twice
         deferred: list[tuple[tuple[int, str, str, str], Any]] = []
-        running = Counter(r.row.get("user_id") for r in self.running.values()) if self._ready else Counter()
+        # Tasks running per user, for the order across users; moot with one user queued (no push
+        # happens during the pass, so it stays one).
+        running = Counter(r.row.get("user_id") for r in self.running.values()) if self._ready.users > 1 else Counter()
         while self._ready and len(taken) < free:
             item, user_id = self._ready.pop(running)
             _, _, tid, tree_id = item

@@ -30,13 +30,13 @@ from typing import Any
 Item = tuple[int, str, str, str]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Tree:
     tasks: list[Item] = field(default_factory=list)  # heap by (priority, created_at, id)
     served: int = 0  # turns this tree had in the user's round-robin
 
 
-@dataclass
+@dataclass(slots=True)
 class _User:
     trees: dict[str, _Tree] = field(default_factory=dict)
     # Heap of (head priority, served, arrival, tree id); an entry is valid only while it matches
@@ -55,9 +55,15 @@ class FairQueue:
         self._users: dict[Any, _User] = {}
         self._arrivals = itertools.count()
         self._picks = itertools.count(1)
+        self._size = 0
 
     def __len__(self) -> int:
-        return sum(user.size for user in self._users.values())
+        return self._size
+
+    @property
+    def users(self) -> int:
+        """How many users have runnable tasks queued (one: the order across users is moot)."""
+        return len(self._users)
 
     def __bool__(self) -> bool:
         return bool(self._users)
@@ -84,6 +90,7 @@ class FairQueue:
             if item < head:  # a more urgent head: the tree's place in the order changes
                 self._enter(user, item[3], tree)
         user.size += 1
+        self._size += 1
 
     def pop(self, running: Mapping[Any, int]) -> tuple[Item, Any] | None:
         """The next task in fair order and its user; `running` counts each user's running tasks
@@ -95,12 +102,15 @@ class FairQueue:
         item = self._pop_from(user)
         user.last_served = next(self._picks)
         user.size -= 1
+        self._size -= 1
         if user.size == 0:
             del self._users[user_id]
         return item, user_id
 
     def _next_user(self, running: Mapping[Any, int]) -> Any:
         """The user to serve next (there is at least one); None is a user too (no user_id)."""
+        if len(self._users) == 1:
+            return next(iter(self._users))
         best, best_key = None, None
         for user_id, user in self._users.items():
             key = (running.get(user_id, 0) / self.weights.get(user_id, 1.0), user.last_served)
