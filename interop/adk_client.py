@@ -3,7 +3,8 @@
 Runs in the `adk` venv (interop/pins/adk.txt). The RemoteA2aAgent is the root agent itself, so ADK
 needs no model of its own. The user's message is a task tree written as JSON text, the way an
 LLM-driven agent sends it. Passes when the ADK session holds the tree's outcome (the `task_results`
-artifact: its data part, not a partial event) and the root's result.
+artifact: its data part, not a partial event). The block between the README markers is the
+README's snippet, word for word (tests/test_interop_docs.py checks it).
 
     python interop/adk_client.py http://127.0.0.1:8000 [--no-streaming]
 """
@@ -11,10 +12,12 @@ artifact: its data part, not a partial event) and the root's result.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
 import sys
 import uuid
+
+# README: adk-client
+import asyncio
+import json
 
 import httpx
 from a2a.client import ClientConfig, ClientFactory
@@ -23,6 +26,23 @@ from google.adk.runners import Runner
 from google.adk.sessions import InMemorySessionService
 from google.genai import types
 
+
+async def ask_taskgrove(url: str, tree: dict, streaming: bool = True) -> list:
+    """Send a task tree to taskgrove through ADK (as JSON text, as an LLM would); the session's events."""
+    async with httpx.AsyncClient(timeout=60) as http:
+        factory = ClientFactory(ClientConfig(streaming=streaming, httpx_client=http))
+        # The RemoteA2aAgent is the root agent: ADK needs no model of its own.
+        taskgrove = RemoteA2aAgent(name="taskgrove", agent_card=f"{url}/.well-known/agent-card.json",
+                                   a2a_client_factory=factory)
+        sessions = InMemorySessionService()
+        runner = Runner(app_name="interop", agent=taskgrove, session_service=sessions)
+        session = await sessions.create_session(app_name="interop", user_id="u1")
+        message = types.Content(role="user", parts=[types.Part(text=json.dumps(tree))])
+        async for event in runner.run_async(user_id="u1", session_id=session.id, new_message=message):
+            print(event.author, "partial" if event.partial else "", event.content)
+        kept = await sessions.get_session(app_name="interop", user_id="u1", session_id=session.id)
+        return kept.events
+# README: end
 
 
 def tree(run: str) -> dict:
@@ -33,23 +53,6 @@ def tree(run: str) -> dict:
         {"id": f"hello-{run}", "name": "hello", "parent_id": f"root-{run}", "schemas": {"method": "noop_executor"},
          "inputs": {"greeting": "hi from ADK", "count": 3}},
     ]}
-
-
-async def run(url: str, streaming: bool) -> list:
-    """Send the tree through ADK and return the session's events (what an ADK app keeps)."""
-    async with httpx.AsyncClient(timeout=60) as http:
-        factory = ClientFactory(ClientConfig(streaming=streaming, httpx_client=http))
-        taskgrove = RemoteA2aAgent(name="taskgrove", agent_card=f"{url}/.well-known/agent-card.json",
-                                   a2a_client_factory=factory)
-        sessions = InMemorySessionService()
-        runner = Runner(app_name="interop", agent=taskgrove, session_service=sessions)
-        session = await sessions.create_session(app_name="interop", user_id="u1")
-        message = types.Content(role="user", parts=[types.Part(text=json.dumps(tree(uuid.uuid4().hex[:8])))])
-        async for event in runner.run_async(user_id="u1", session_id=session.id, new_message=message):
-            print(f"  event from {event.author}: partial={event.partial} "
-                  f"{str(event.content)[:160] if event.content else ''}")
-        kept = await sessions.get_session(app_name="interop", user_id="u1", session_id=session.id)
-        return kept.events
 
 
 def outcome_in(events: list) -> dict | None:
@@ -81,17 +84,18 @@ def main() -> None:
     parser.add_argument("--no-streaming", action="store_true")
     args = parser.parse_args()
     mode = "non-streaming" if args.no_streaming else "streaming"
-    events = asyncio.run(run(args.url.rstrip("/"), not args.no_streaming))
+    events = asyncio.run(ask_taskgrove(args.url.rstrip("/"), tree(uuid.uuid4().hex[:8]), not args.no_streaming))
     outcome = outcome_in(events)
     if outcome is None:
         sys.exit(f"ADK {mode}: no task_results artifact among the session's {len(events)} events")
+    # Struct numbers reach ADK as doubles (its converter's doing): 2.0 == 2.
     if outcome.get("status") != "completed" or outcome.get("task_count") != 2:
         sys.exit(f"ADK {mode}: unexpected outcome {outcome}")
     hello = next(t for t in outcome["tasks"] if t["name"] == "hello")
     if hello["status"] != "completed":
         sys.exit(f"ADK {mode}: task hello {hello}")
     print(f"ADK {mode}: OK, the session holds task_results ({outcome['status']}, "
-          f"{outcome['task_count']} tasks) among {len(events)} events")
+          f"{len(outcome['tasks'])} tasks) among {len(events)} events")
 
 
 if __name__ == "__main__":
