@@ -9,7 +9,10 @@ How a run goes:
 1. `agent_url` (a base URL, or the agent card's own URL) passes the SSRF guard, then the card is
    fetched. Every request (card, JSON-RPC calls, redirects, and the interface URL the card names)
    goes through one httpx client whose request hook repeats the guard, so a public card cannot
-   point the client at a private address.
+   point the client at a private address. Every answer passes executors/a2a_lenient.py before
+   the SDK parses it (a timestamp without an offset read as UTC, unknown states tolerated); what
+   still cannot be parsed fails the task naming the field, never with the parser's text. A task
+   answered `submitted`, or a stream that ends early, is polled until it ends.
 2. The message (a text part from `message`, a data part from `data`) is sent:
    - streaming (default when the card says the agent streams): the remote task arrives first,
      then status and artifact updates until the final state;
