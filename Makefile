@@ -2,7 +2,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: serve test bench venv tck chromium screenshots
+.PHONY: serve test bench venv tck chromium screenshots interop
 
 # Create or refresh the virtual environment whenever pyproject.toml changes.
 $(STAMP): pyproject.toml
@@ -40,3 +40,17 @@ bench: $(STAMP)
 # fails on any failure or error not listed in .ci/tck-expected.txt (README, "A2A TCK").
 tck: $(STAMP)
 	$(PY) .ci/tck.py $(TCK_ARGS)
+
+# Third-party A2A clients and servers (Google ADK, pydantic-ai, the official a2a-sdk client,
+# a2a-lint) against a real `taskgrove serve` (interop/README.md). Each package gets its own venv
+# under .interop/, pinned in interop/pins/NAME.txt and rebuilt when that file changes.
+INTEROP_ENVS := adk pydantic sdk lint
+.interop/%/.installed: interop/pins/%.txt
+	rm -rf .interop/$*
+	python3 -m venv .interop/$*
+	.interop/$*/bin/python -m pip install -q --upgrade pip
+	.interop/$*/bin/python -m pip install -q -r $<
+	touch $@
+
+interop: $(STAMP) $(foreach env,$(INTEROP_ENVS),.interop/$(env)/.installed)
+	$(PY) interop/run.py

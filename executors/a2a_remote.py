@@ -9,7 +9,10 @@ How a run goes:
 1. `agent_url` (a base URL, or the agent card's own URL) passes the SSRF guard, then the card is
    fetched. Every request (card, JSON-RPC calls, redirects, and the interface URL the card names)
    goes through one httpx client whose request hook repeats the guard, so a public card cannot
-   point the client at a private address.
+   point the client at a private address. Every answer passes executors/a2a_lenient.py before
+   the SDK parses it (a timestamp without an offset read as UTC, unknown states tolerated); what
+   still cannot be parsed fails the task naming the field, never with the parser's text. A task
+   answered `submitted`, or a stream that ends early, is polled until it ends.
 2. The message (a text part from `message`, a data part from `data`) is sent:
    - streaming (default when the card says the agent streams): the remote task arrives first,
      then status and artifact updates until the final state;
@@ -57,8 +60,10 @@ from a2a.types.a2a_pb2 import (
     TaskStatus,
 )
 from a2a.utils.errors import A2AError
-from google.protobuf.json_format import MessageToDict
+from google.protobuf.json_format import MessageToDict, ParseError
+from pydantic import ValidationError
 
+from taskgrove.executors.a2a_lenient import LenientTransport
 from taskgrove.executors.base import ExecutionContext, Executor, ExecutorError
 from taskgrove.executors.netguard import UnsafeURLError, ensure_public_url, redact_url, request_guard
 from taskgrove.executors.struct_values import restore_ints
@@ -160,6 +165,20 @@ def _error_text(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def _parser_text(exc: ParseError | ValidationError) -> str:
+    """What a parser refused, in one line: the field and the reason, without library wording
+    (`Failed to parse status field: ... at StreamResponse.task.status.timestamp.` becomes
+    `task.status.timestamp: ...`), so the task's error says what the agent got wrong."""
+    if isinstance(exc, ValidationError):
+        problems = [f"{'.'.join(str(p) for p in e['loc']) or 'answer'}: {e['msg']}" for e in exc.errors()[:3]]
+        return "; ".join(problems)
+    text = _error_text(exc)
+    reason, _, where = text.rpartition(" at ")
+    innermost = (reason or text).rsplit(": ", 1)[-1]  # past the parser's "Failed to parse X field: " prefixes
+    field = where.rstrip(".").split(".", 1)[-1] if reason else ""
+    return f"{field}: {innermost}" if field else innermost
+
+
 class RemoteAgentCall(Executor):
     """One run of a2a_agent_executor (executors/a2a.py holds the registered class, which delegates
     here): the message sent, the remote task followed, its outcome returned."""
@@ -226,6 +245,7 @@ class RemoteAgentCall(Executor):
             follow_redirects=True,
             event_hooks={"request": [request_guard(allow_private)]},
             trust_env=False,
+            transport=LenientTransport(),  # tolerated deviations put right before the SDK parses
         )
         try:
             async with asyncio.timeout(timeout):
@@ -264,6 +284,8 @@ class RemoteAgentCall(Executor):
                 raise ExecutorError("cancelled") from None
             stage = "sending the message to" if self._card is not None else "fetching the agent card of"
             raise ExecutorError(f"A2A error {stage} {self._url}: {_error_text(exc)}") from None
+        except (ParseError, ValidationError) as exc:  # what the SDK's parsers refused, even after a2a_lenient
+            raise ExecutorError(f"the A2A agent at {self._url} broke the protocol: {_parser_text(exc)}") from None
         except ValueError as exc:  # e.g. a card with no JSON-RPC interface: "no compatible transports found"
             raise ExecutorError(f"cannot talk to the A2A agent at {self._url}: {_error_text(exc)}") from None
         except httpx.HTTPError as exc:  # anything the SDK did not wrap

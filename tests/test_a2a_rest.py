@@ -92,7 +92,10 @@ async def test_a_push_config_sent_over_http_json_gets_10_bodies(make_settings: A
             r["json"].get("statusUpdate", {}).get("status", {}).get("state") == "TASK_STATE_COMPLETED" for r in reqs))
     assert all(r["headers"]["x-a2a-notification-token"] == "t-1" for r in rec.requests)
     assert {next(iter(r["json"])) for r in rec.requests} <= {"task", "statusUpdate", "artifactUpdate"}
-    assert any("artifactUpdate" in r["json"] for r in rec.requests)
+    (artifact,) = [r["json"]["artifactUpdate"] for r in rec.requests if "artifactUpdate" in r["json"]]
+    assert artifact["lastChunk"] is True
+    count = artifact["artifact"]["parts"][0]["data"]["task_count"]
+    assert count == 3 and isinstance(count, int)  # whole numbers stay integers in 1.0 bodies too
 
 
 async def test_http_json_list_with_an_unknown_status_is_refused(make_settings: Any) -> None:

@@ -70,7 +70,7 @@ class TaskTreeAgentExecutor(AgentExecutor):
         if plan.draft is not None:  # plan only: show the plan and wait for the caller's decision
             await event_queue.enqueue_event(_initial_task(context, plan))
             await updater.requires_input(message=_status_message(
-                plan.root_task_id, plan.task_count, "pending", 0.0, **plan.draft.data()))
+                task_id, plan.root_task_id, plan.task_count, "pending", 0.0, **plan.draft.data()))
             return
         subscription = self._services.bus.subscribe(
             lambda e: e["root_task_id"] == plan.root_task_id, maxsize=10_000)
@@ -78,13 +78,13 @@ class TaskTreeAgentExecutor(AgentExecutor):
         try:
             await event_queue.enqueue_event(_initial_task(context, plan))
             if plan.planned is not None:  # the plan a text request became, visible to the caller
-                await updater.add_artifact([new_data_part({"tasks": plan.planned})], name="plan")
+                await updater.add_artifact([new_data_part({"tasks": plan.planned})], name="plan", last_chunk=True)
             try:
                 await self._services.engine.execute(plan.task_id, plan.call)
             except (AlreadyRunning, NotExecutable, KeyError) as exc:
                 reason = f"Task '{plan.task_id}' is already running" if isinstance(exc, AlreadyRunning) \
                     else f"Task '{plan.task_id}' cannot be executed: {exc}"
-                await updater.failed(message=_status_message(plan.root_task_id, plan.task_count, "failed", 0.0,
+                await updater.failed(message=_status_message(task_id, plan.root_task_id, plan.task_count, "failed", 0.0,
                                                              message=reason))
                 return
             final = await self._follow(subscription, updater, plan, task_id)
@@ -129,7 +129,7 @@ class TaskTreeAgentExecutor(AgentExecutor):
                 if streaming:
                     last = batch[-1]
                     await updater.update_status(TaskState.TASK_STATE_WORKING, message=_status_message(
-                        plan.root_task_id, plan.task_count, "in_progress", last.get("tree_progress", 0.0),
+                        task_id, plan.root_task_id, plan.task_count, "in_progress", last.get("tree_progress", 0.0),
                         task_id=last["task_id"],
                         task_status=last.get("status"), task_progress=last.get("progress"),
                         event=last["type"], message=last.get("message")))
@@ -140,9 +140,10 @@ class TaskTreeAgentExecutor(AgentExecutor):
     async def _finish(self, updater: TaskUpdater, plan: TreePlan, final: Event) -> None:
         rows = await self._services.repo.tree(plan.root_task_id)
         status = final["status"]
+        # Sent whole, so it is the last chunk: clients that assemble chunks (ADK) drop an open one.
         await updater.add_artifact([new_data_part(_outcome(plan.root_task_id, rows, status))], name=OUTCOME,
-                                   metadata={"description": OUTCOME_DESCRIPTION})
-        message = _status_message(plan.root_task_id, len(rows), status, final.get("progress", 0.0))
+                                   metadata={"description": OUTCOME_DESCRIPTION}, last_chunk=True)
+        message = _status_message(updater.task_id, plan.root_task_id, len(rows), status, final.get("progress", 0.0))
         if status == "completed":
             await updater.complete(message=message)
         else:
@@ -172,8 +173,8 @@ class TaskTreeAgentExecutor(AgentExecutor):
             task.history.append(task.status.message)
         progress = 1.0 if status == "completed" else 0.0
         state = TaskState.TASK_STATE_COMPLETED if status == "completed" else TaskState.TASK_STATE_FAILED
-        task.status.CopyFrom(TaskStatus(state=state, message=_status_message(task.context_id, len(rows), status,
-                                                                            progress)))
+        message = _status_message(task.id, task.context_id, len(rows), status, progress)
+        task.status.CopyFrom(TaskStatus(state=state, message=message))
         task.status.timestamp.FromDatetime(datetime.now(timezone.utc))
         await self._task_store.save(task, call_context)
         return task
@@ -191,7 +192,7 @@ class TaskTreeAgentExecutor(AgentExecutor):
             cancelled, rows = await self._cancel_tree(root)
             progress = sum(1 for r in rows if r["status"] in ("completed", "failed", "cancelled")) / max(len(rows), 1)
             await TaskUpdater(event_queue, task_id, root).cancel(message=_status_message(
-                root, len(rows), "cancelled", progress, message=f"Cancelled {cancelled} task(s) of tree {root}"))
+                task_id, root, len(rows), "cancelled", progress, message=f"Cancelled {cancelled} task(s) of tree {root}"))
         finally:
             reported.set()
 
@@ -224,9 +225,14 @@ def _outcome(root_id: str, rows: list[dict[str, Any]], status: str) -> dict[str,
     }
 
 
-def _status_message(root_task_id: str, task_count: int, status: str, progress: float, **extra: Any) -> Message:
-    """A status message whose data part is the run summary (SPEC.md, Agent-surface task object)."""
-    return data_message(run_data(status, progress, root_task_id, task_count, **extra), context_id=root_task_id)
+def _status_message(agent_task_id: str | None, root_task_id: str, task_count: int, status: str, progress: float,
+                    **extra: Any) -> Message:
+    """A status message whose data part is the run summary (SPEC.md, Agent-surface task object).
+
+    It names its agent task (`taskId`) as well as the context: a message a client keeps on its own
+    (the final status of a stream, a history entry) still says which task it belongs to."""
+    return data_message(run_data(status, progress, root_task_id, task_count, **extra),
+                        task_id=agent_task_id or None, context_id=root_task_id)
 
 
 def _initial_task(context: RequestContext, plan: TreePlan) -> Task:
@@ -235,8 +241,8 @@ def _initial_task(context: RequestContext, plan: TreePlan) -> Task:
     A follow-up on a task that waited for a plan's approval keeps that task's history.
     """
     status = TaskStatus(state=TaskState.TASK_STATE_WORKING,
-                        message=_status_message(plan.root_task_id, plan.task_count, "in_progress", 0.0))
-    status.message.task_id = context.task_id or ""
+                        message=_status_message(context.task_id, plan.root_task_id, plan.task_count,
+                                                "in_progress", 0.0))
     status.timestamp.FromDatetime(datetime.now(timezone.utc))
     if context.current_task is not None:
         task = Task()

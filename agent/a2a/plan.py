@@ -5,8 +5,9 @@ id before the executor runs. So the tree is created (or found, or copied) here, 
 request-context builder step: its root id becomes the context id, and a bad tree is answered as a
 JSON-RPC error instead of a failed agent task.
 
-The same step reads what a message means: a tree as data, a stored tree by `metadata.task_id`, or
-(with an LLM) a plain-language requirement planned by agent.a2a.planner; and, for a task waiting
+The same step reads what a message means: a tree as data (without an LLM, also a text part whose
+whole text is that JSON object), a stored tree by `metadata.task_id`, or (with an LLM) a
+plain-language requirement planned by agent.a2a.planner; and, for a task waiting
 in `input-required` with a plan, the follow-up that approves, replaces or refines it. Every part
 must be one of those (ContentTypeNotSupportedError otherwise); a task in any other state takes no
 further message (UnsupportedOperationError).
@@ -48,6 +49,7 @@ from taskgrove.agent.a2a.wire import restore_ints
 from taskgrove.agent.errors import PERMISSION_DENIED, RpcError
 from taskgrove.agent.rpc import params as p
 from taskgrove.agent.rpc.jsonrpc import CallContext
+from taskgrove.storage import jsonvalues
 
 if TYPE_CHECKING:  # pragma: no cover
     from taskgrove.agent.container import Services
@@ -122,24 +124,51 @@ def tasks_in(message: Message) -> Any:
 
 
 ACCEPTED = 'a data part {"tasks": [task objects]} (application/json)'
+ACCEPTED_AS_TEXT = "or a text part whose whole text is that JSON object"
 
 
-def check_parts(message: Message, *, text_allowed: bool, planner: bool = False) -> None:
+def tasks_in_text(message: Message) -> tuple[int, Any] | None:
+    """(index, tasks) of the first text part whose whole text is a JSON object with `tasks`.
+
+    LLM-driven agents (and frameworks such as ADK, whose messages are text) often send the tree
+    as JSON text. Without an LLM there is nothing else such a text could mean, so it is read as
+    the data part it stands for; with an LLM the text is a requirement like any other. The text
+    passes the same JSON gate as a request body (depth, NaN, overflowing numbers)."""
+    for index, part in enumerate(message.parts):
+        text = part.text.strip() if part.WhichOneof("content") == "text" else ""
+        if not text.startswith("{"):
+            continue
+        where = f"message.parts[{index}].text"
+        try:
+            value = jsonvalues.loads(text, what=where).value
+        except jsonvalues.JsonTextError:
+            continue  # not JSON: plain text, refused below with what is accepted
+        if isinstance(value, dict) and "tasks" in value:
+            found = jsonvalues.problem(value, where)
+            if found is not None:
+                raise InvalidParamsError(message=found)
+            return index, value["tasks"]
+    return None
+
+
+def check_parts(message: Message, *, text_allowed: bool, planner: bool = False,
+                data_text: int | None = None) -> None:
     """Every part must be one this agent reads; anything else is ContentTypeNotSupportedError (-32005).
 
     A part is never skipped silently: a file beside a tasks part would be work the caller thinks
     was sent and the agent never saw. The one exception is a text part beside `metadata.task_id`
     (a message needs a part, and the tree to run is named in the metadata): it stays in history.
+    `data_text` is the index of a text part read as the data part (tasks_in_text).
     """
     for index, part in enumerate(message.parts):
         kind = part.WhichOneof("content")
-        if kind == "data" or (kind == "text" and text_allowed):
+        if kind == "data" or (kind == "text" and text_allowed) or index == data_text:
             continue
         shown = {"text": "a text part", "raw": "a raw (bytes) part", "url": "a file (url) part"}.get(
             kind or "", "an empty part")
         media = f" of media type {part.media_type}" if part.media_type else ""
         accepted = f"{ACCEPTED} or text parts (a plain-language requirement, planned into a tree)" if planner \
-            else f"{ACCEPTED} only (text requests need an LLM configured on the service)"
+            else f"{ACCEPTED} {ACCEPTED_AS_TEXT} (other text needs an LLM configured on the service)"
         beside = " beside a tree given as data: send one or the other" if kind == "text" and planner else ""
         raise ContentTypeNotSupportedError(
             message=f"message.parts[{index}] is {shown}{media}{beside}; this agent accepts {accepted}")
@@ -250,7 +279,11 @@ class TreeRequestContextBuilder(RequestContextBuilder):
         if tasks is None and task_id is None and planner and texts_of(message):
             check_parts(message, text_allowed=True)
             return await self._from_text(requirement_of(message), wants_plan_only(metadata), call)
-        check_parts(message, text_allowed=task_id is not None and tasks is None, planner=planner)
+        data_text = None
+        if tasks is None and not planner and (found := tasks_in_text(message)) is not None:
+            data_text, tasks = found
+        check_parts(message, text_allowed=task_id is not None and tasks is None, planner=planner,
+                    data_text=data_text)
         copy_execution = p.boolean(metadata, "copy_execution", False)
         copy_children = p.boolean(metadata, "copy_children", False)
         if tasks is not None and task_id is not None:

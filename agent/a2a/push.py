@@ -31,7 +31,7 @@ from a2a.utils.proto_utils import to_stream_response
 from google.protobuf.json_format import MessageToDict
 
 from taskgrove.agent.a2a.envelope import WIRE_0_3, WIRE_1_0
-from taskgrove.agent.a2a.wire import TERMINAL_STATES, event_json, message_data, state_name
+from taskgrove.agent.a2a.wire import TERMINAL_STATES, event_json, message_data, restore_ints, state_name
 from taskgrove.agent.engine.webhooks import post_with_retries
 from taskgrove.executors.netguard import UnsafeURLError, ensure_public_url
 
@@ -116,7 +116,7 @@ def is_final(event: PushNotificationEvent) -> bool:
 def push_payload(event: PushNotificationEvent, wire: str) -> dict[str, Any] | None:
     """The body posted for one task event, in the receiver's wire (see the module docstring)."""
     if wire == WIRE_1_0:
-        return MessageToDict(to_stream_response(event), preserving_proto_field_name=False)
+        return restore_ints(MessageToDict(to_stream_response(event), preserving_proto_field_name=False))
     if isinstance(event, TaskArtifactUpdateEvent):  # never the last one: the final status follows
         return {**event_json(event), "final": False}
     return spec_payload(event)

@@ -7,8 +7,9 @@ both), travels as a placeholder and is put back afterwards.
 
 Every answer, plain JSON or each Server-Sent Event, passes `finish`: the original id, error objects
 without library text (see envelope.clean_error), `"result": null` where the 0.3 adapter leaves the
-member out (pushNotificationConfig/delete: JSON-RPC requires one of result or error), and SPEC.md's
-snake_case keys beside 0.3 task objects.
+member out (pushNotificationConfig/delete: JSON-RPC requires one of result or error), SPEC.md's
+snake_case keys beside 0.3 task objects, and whole numbers as integers in every result (protobuf's
+Struct made them doubles; JSON and ProtoJSON readers both take `3` for a number).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from taskgrove.agent.a2a.envelope import INTERNAL_MESSAGE, clean_error, error_body, wire_of
-from taskgrove.agent.a2a.wire import spec_json
+from taskgrove.agent.a2a.wire import restore_ints, spec_json
 from taskgrove.agent.errors import INTERNAL_ERROR
 
 log = logging.getLogger(__name__)
@@ -139,4 +140,6 @@ def _finish(answer: Any, method: str, original_id: Any, wire: str) -> Any:
     result = answer.get("result")
     if method in TASK_RESULT_METHODS and isinstance(result, dict) and result.get("kind") == "task":
         answer["result"] = spec_json(result)
+    elif isinstance(result, dict):  # streamed events, 1.0 results: JSON numbers may be integers there too
+        answer["result"] = restore_ints(result)
     return answer

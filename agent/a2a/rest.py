@@ -18,7 +18,7 @@ are changed on the way:
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from a2a.server.routes import create_rest_routes
@@ -43,6 +43,7 @@ from taskgrove.agent.a2a.envelope import (
 from taskgrove.agent.a2a.extras import explicitly_blocking, push_extras
 from taskgrove.agent.a2a.handler import TaskgroveRequestHandler
 from taskgrove.agent.a2a.push import PushConfigError
+from taskgrove.agent.a2a.wire import restore_ints
 from taskgrove.agent.auth import AuthError
 from taskgrove.agent.edge import call_context
 from taskgrove.agent.errors import RpcError
@@ -121,12 +122,20 @@ LIBRARY_MARKERS = ("Failed to parse", "validation error", "errors.pydantic.dev",
 
 def _clean(response: Response) -> Response:
     """JSON answers as `application/json` (the HTTP+JSON binding, section 11.1, where the SDK writes
-    `application/a2a+json`); an SDK error whose message is parser text gets a message of ours."""
+    `application/a2a+json`), whole numbers as integers (wire.restore_ints) in answers and streamed
+    events; an SDK error whose message is parser text gets a message of ours."""
     if not isinstance(response, JSONResponse):
+        iterator = getattr(response, "body_iterator", None)
+        if iterator is not None:
+            response.body_iterator = _int_events(iterator)
         return response
     response.headers["content-type"] = "application/json"
     if response.status_code < 400:
-        return response
+        try:
+            return JSONResponse(restore_ints(json.loads(bytes(response.body))), status_code=response.status_code,
+                                media_type="application/json")
+        except ValueError:
+            return response
     try:
         answer = json.loads(bytes(response.body))
     except ValueError:
@@ -138,3 +147,20 @@ def _clean(response: Response) -> Response:
                             "for this operation: check field names and types against the specification")
         return JSONResponse(answer, status_code=response.status_code)
     return response
+
+
+async def _int_events(iterator: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    """Each Server-Sent Event's JSON data with whole numbers as integers."""
+    try:
+        async for item in iterator:
+            data = getattr(item, "data", None)
+            if isinstance(data, str):
+                try:
+                    item.data = json.dumps(restore_ints(json.loads(data)))
+                except ValueError:
+                    pass
+            yield item
+    finally:
+        aclose = getattr(iterator, "aclose", None)
+        if aclose is not None:
+            await aclose()

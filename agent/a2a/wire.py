@@ -22,7 +22,7 @@ from taskgrove.executors import struct_values
 
 PROTOCOL = "a2a"
 # Keys whose values are fractions by nature: a whole 1.0 must stay a float there.
-FLOAT_KEYS = frozenset({"progress", "tree_progress"})
+FLOAT_KEYS = frozenset({"progress", "tree_progress", "task_progress"})
 TERMINAL_STATES = frozenset({
     TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_FAILED,
     TaskState.TASK_STATE_CANCELED, TaskState.TASK_STATE_REJECTED,
