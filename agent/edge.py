@@ -149,6 +149,8 @@ class _RpcEndpoint:
             if not _only_public(body):
                 return unauthorized(ctx)
             ctx = CallContext(surface=surface, request=request, limits=limits(services))
+        elif (refusal := services.admission.admit_request(ctx, body)) is not None:
+            return error_reply(body, refusal)  # every call refused: HTTP 429 (JsonReply)
         return await dispatch(body, self.methods, ctx)
 
 

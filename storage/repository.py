@@ -34,7 +34,7 @@ _SERIALISE_TREE = {
 }
 from taskgrove.storage.jsonvalues import read_stored
 from taskgrove.storage.models import tasks_table as T
-from taskgrove.storage.models import with_defaults
+from taskgrove.storage.models import UNFINISHED, with_defaults
 
 log = logging.getLogger(__name__)
 Row = dict[str, Any]
@@ -261,7 +261,7 @@ class TaskRepository:
             return found
         return None
 
-    async def _read(self, sql: str, args: Sequence[Any]) -> list[Row] | None:
+    async def _read(self, sql: str, args: Sequence[Any], fetch: Callable[[str, Sequence[Any]], Any] | None = None) -> Any:
         """Rows of a read statement through the SQLite reader; None: take the SQLAlchemy path.
 
         Read on the event loop's thread when the database thread has nothing of ours in
@@ -272,10 +272,11 @@ class TaskRepository:
         read's caller does, as with every read before this path existed.
         """
         assert self._reader is not None
+        fetch = fetch or self._reader.rows
         if self._queued:
-            found = await asyncio.get_running_loop().run_in_executor(self._batch_thread, self._reader.rows, sql, args)
+            found = await asyncio.get_running_loop().run_in_executor(self._batch_thread, fetch, sql, args)
         else:
-            found = self._reader.rows(sql, args)
+            found = fetch(sql, args)
         if found is not None:
             self.answered_at = time.monotonic()
         return found
@@ -360,6 +361,30 @@ class TaskRepository:
         query = _filtered(select(func.count()).select_from(T), user_id=user_id, status=status,
                           product_id=product_id)
         return await self._read_run(lambda c: int(c.execute(query).scalar_one()))
+
+    async def unfinished_count(self, user_id: str | None, at_most: int) -> int:
+        """Tasks of `user_id` (None: the tasks without one) that are pending or in progress,
+        counted up to `at_most` only: a range of ix_tasks_user_unfinished, so the cost is bounded
+        by the quota however many tasks the user ever had (SERVICE_MAX_PENDING_PER_USER)."""
+        sql, args = _unfinished(user_id, at_most)
+        if self._reader is not None:
+            found = await self._read(sql, args, self._reader.scalar)
+        elif self._pg is not None:
+            rows = await self._pg.rows(sql, args)
+            found = rows[0]["n"] if rows else None
+        else:
+            found = None
+        if found is not None:
+            return int(found)
+
+        def op(c: Connection) -> int:
+            if c.dialect.name == "postgresql":
+                from taskgrove.storage.pg import from_qmark
+
+                return int(c.exec_driver_sql(from_qmark(sql), tuple(args)).scalar_one())
+            return int(c.exec_driver_sql(sql, tuple(args)).scalar_one())
+
+        return await self._read_run(op)
 
     async def count_by_status(self) -> dict[str, int]:
         """Tasks per status (metrics): one grouped count over the status index."""
@@ -520,6 +545,17 @@ _TREE = f"{_SELECT} WHERE task_tree_id = ? ORDER BY created_at, id"
 _CHILDREN = f"{_SELECT} WHERE parent_id = ? ORDER BY created_at, id"
 
 
+_UNFINISHED_SQL = f"SELECT count(*) AS n FROM (SELECT 1 FROM tasks WHERE user_id {{}} AND {UNFINISHED} LIMIT ?) AS unfinished"
+
+
+def _unfinished(user_id: str | None, at_most: int) -> tuple[str, tuple[Any, ...]]:
+    """repository.unfinished_count; its WHERE holds the partial index's own condition
+    (models.UNFINISHED), which is how SQLite and PostgreSQL know the index has every row asked for."""
+    if user_id is None:
+        return _UNFINISHED_SQL.format("IS NULL"), (at_most,)
+    return _UNFINISHED_SQL.format("= ?"), (user_id, at_most)
+
+
 @functools.lru_cache(maxsize=64)
 def _by_ids(count: int) -> str:
     return f"{_SELECT} WHERE id IN ({', '.join('?' * count)})"
@@ -640,6 +676,19 @@ class _SqliteReader:
             return list(map(self._row, raw))
         except Exception:  # a value no processor expected: the usual path decides what happens
             return None
+
+    def scalar(self, sql: str, args: Sequence[Any]) -> Any:
+        """The first value of the first row of a read; None when it should take the usual path."""
+        try:
+            cursor = self._connection().execute(sql, args)
+            try:
+                row = cursor.fetchone()
+                cursor.fetchall()  # to the end: no read transaction stays open
+            finally:
+                cursor.close()
+        except Exception:  # busy, or anything else: the usual path, which raises what it always did
+            return None
+        return row[0] if row else None
 
     def close(self) -> None:
         with self._lock:
