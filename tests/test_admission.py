@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import uuid
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
@@ -18,6 +20,8 @@ from taskgrove.agent.auth import mint_token
 from taskgrove.agent.errors import QUOTA_EXCEEDED, quota_retry_after
 from taskgrove.agent.settings import Settings, SettingsError
 from tests.conftest import Client
+from tests.processes import Service
+from tests.test_mcp import session as mcp_session
 from tests.test_operations import sample
 
 SECRET = "admission-test-secret-with-enough-bytes"
@@ -391,3 +395,49 @@ def test_claimed_user_is_the_first_user_id_member() -> None:
 def test_quota_retry_after_reads_any_answer(answer: Any) -> None:
     found = quota_retry_after(answer)
     assert found is None or (isinstance(found, int) and found >= 1)
+
+
+# --- end to end: a real `taskgrove serve`, JWT on, two users --------------------------------------
+
+async def test_two_users_on_a_real_service(tmp_path: Path) -> None:
+    """`flood` fills its quota and outruns its rate; `quiet` is served all along. The MCP tool
+    call over quota is an isError result (official MCP client)."""
+    service = Service(tmp_path, {"SERVICE_DATABASE_URL": f"sqlite:///{tmp_path / 'tg.db'}",
+                                 "SERVICE_JWT_SECRET": SECRET, "SERVICE_CREATE_WAIT_TIMEOUT": "0",
+                                 "SERVICE_MAX_PENDING_PER_USER": "4", "SERVICE_RATE_LIMIT_PER_USER": "1",
+                                 "SERVICE_RATE_LIMIT_BURST": "30"}).start()
+    settings = Settings.from_env({"SERVICE_JWT_SECRET": SECRET})
+    flood = {"Authorization": f"Bearer {mint_token(settings, 'flood')}"}
+    quiet = {"Authorization": f"Bearer {mint_token(settings, 'quiet')}"}
+    admin = {"Authorization": f"Bearer {mint_token(settings, 'root', ['admin'])}"}
+    nap = {"name": "nap", "inputs": {"seconds": 30}, "schemas": {"method": "sleep_executor"}}
+    sleepy = [{"id": "f", **nap}] + [{"id": f"f{i}", "parent_id": "f", **nap} for i in range(3)]  # 4 unfinished
+    try:
+        async with httpx.AsyncClient(base_url=service.url, timeout=30) as http:
+            assert (await http.post("/tasks", json=rpc("tasks.create", sleepy), headers=flood)).status_code == 200
+            over = await http.post("/tasks", json=rpc("tasks.create", [{"id": "f-more", "name": "x", "schemas": NOOP}]),
+                                   headers=flood)
+            assert_rpc_refusal(assert_refused(over, "pending")["error"], "pending", "SERVICE_MAX_PENDING_PER_USER")
+            served = await http.post("/tasks", json=rpc("tasks.create", [{"id": "q", "name": "q", "schemas": NOOP}]),
+                                     headers=quiet)
+            assert served.status_code == 200 and "error" not in served.json()
+
+            async with mcp_session(service.url, flood["Authorization"].split()[1]) as mcp:
+                result = await mcp.call_tool("tasks_create", {"tasks": [{"id": "f-mcp", "name": "x"}]})
+                assert result.is_error, result.content[0].text
+                assert json.loads(result.content[0].text)["error"]["code"] == QUOTA_EXCEEDED
+
+            for _ in range(60):  # the rest of flood's burst, then its rate
+                answer = await http.post("/tasks", json=rpc("tasks.list", {}), headers=flood)
+                if answer.status_code == 429:
+                    break
+            assert_rpc_refusal(assert_refused(answer, "rate")["error"], "rate", "SERVICE_RATE_LIMIT_PER_USER")
+            assert (await http.post("/tasks", json=rpc("tasks.get", {"task_id": "q"}), headers=quiet)).status_code == 200
+            for task_id in ("f-more", "f-mcp"):
+                got = await http.post("/tasks", json=rpc("tasks.get", {"task_id": task_id}), headers=admin)
+                assert got.json()["result"] is None, task_id
+            metrics = (await http.get("/metrics", headers=admin)).text
+            assert sample(metrics, "taskgrove_admission_refusals_total", reason="pending") == 2
+            assert sample(metrics, "taskgrove_admission_refusals_total", reason="rate") >= 1
+    finally:
+        service.stop()
