@@ -151,6 +151,33 @@ async def test_pending_quota_refuses_on_every_surface_with_nothing_stored(app_fa
         assert "alice" not in "".join(line for line in metrics.splitlines() if "refusals" in line)
 
 
+async def test_a2a_streams_resends_and_batches_are_refused_before_any_event(app_factory: Any) -> None:
+    """Streaming sends (the 0.3 adapter builds the tree only when its stream is read), a send with
+    an Idempotency-Key, and a batch: the same 429, never a 200 stream carrying the refusal."""
+    async with app_factory(env=PENDING_ENV) as client:
+        await fill(client, "alice")
+        alice, http = bearer(client, "alice"), client.http
+        v10 = {**alice, "A2A-Version": "1.0"}
+        sends = (
+            ("/", {**v03_send([{"id": "s-1", "name": "x"}]), "method": "message/stream"}, alice),
+            ("/", rpc("SendStreamingMessage", v10_message([{"id": "s-2", "name": "x"}])), v10),
+            ("/a2a/message:stream", v10_message([{"id": "s-3", "name": "x"}]), v10),
+            ("/", v03_send([{"id": "s-4", "name": "x"}]), {**alice, "Idempotency-Key": "once"}),
+            ("/", [v03_send([{"id": "s-5", "name": "x"}])], alice),
+        )
+        for path, body, headers in sends:
+            response = await http.post(path, json=body, headers=headers)
+            assert response.headers["content-type"].startswith("application/json"), path
+            answer = assert_refused(response, "pending")
+            error = (answer[0] if isinstance(answer, list) else answer)["error"]
+            assert error["code"] in (QUOTA_EXCEEDED, 429) and "SERVICE_MAX_PENDING_PER_USER" in error["message"]
+        mixed = await http.post("/", json=[v03_send([{"id": "s-6", "name": "x"}]), rpc("tasks.list", {}, 2)],
+                                headers=alice)
+        assert mixed.status_code == 200 and mixed.json()[0]["error"]["code"] == QUOTA_EXCEEDED
+        for n in range(1, 7):
+            assert await stored(client, f"s-{n}") is None
+
+
 async def test_another_user_and_admins_are_not_held_back(app_factory: Any) -> None:
     async with app_factory(env=PENDING_ENV) as client:
         await fill(client, "alice")

@@ -69,12 +69,41 @@ def _taken(ctx: CallContext) -> QuotaExceeded | None:
     return refusal
 
 
-def instead_of_sdk(ctx: CallContext, response: Response, wire: str, id_: Any) -> Response:
+async def instead_of_sdk(ctx: CallContext, response: Response, wire: str, id_: Any, method: str) -> Response:
     """The SDK's JSON-RPC answer, or the quota's 429 when the call was refused inside the SDK."""
+    if method in LAZY_STREAMS:
+        await _first_event(response)
     refusal = _taken(ctx)
     if refusal is None:
         return response
+    close = getattr(getattr(response, "body_iterator", None), "aclose", None)
+    if close is not None:  # the SDK's stream, already holding the refusal as an event
+        await close()
     return JSONResponse(error_answer(wire, id_, refusal), status_code=429, headers=refusal.headers)
+
+
+# Streaming sends whose SDK stream builds the task only when its first event is asked for (the 0.3
+# adapter; the 1.0 dispatcher fetches the first event itself before answering).
+LAZY_STREAMS = frozenset({"message/stream"})
+
+
+async def _first_event(response: Response) -> None:
+    """Produce a stream's first event now, before the answer starts: a refusal is an answer of its
+    own (429), not an event of a stream already sent with 200. The event is sent first, as before."""
+    iterator = getattr(response, "body_iterator", None)
+    if iterator is None:
+        return
+    try:
+        first = await iterator.__anext__()
+    except StopAsyncIteration:
+        return
+
+    async def replay() -> Any:
+        yield first
+        async for item in iterator:
+            yield item
+
+    response.body_iterator = replay()
 
 
 def instead_of_rest(ctx: CallContext, response: Response) -> Response:

@@ -172,7 +172,7 @@ async def _sdk_call(request: Request, payload: dict[str, Any], ctx: CallContext,
     setattr(request.state, CALL_KEY, ctx)
     setattr(request.state, PUSH_KEY, extras)
     setattr(request.state, BLOCKING_KEY, explicitly_blocking(payload))
-    return quota.instead_of_sdk(ctx, await relay.call(request, payload), wire, payload.get("id"))
+    return await quota.instead_of_sdk(ctx, await relay.call(request, payload), wire, payload.get("id"), method)
 
 
 async def _batch(request: Request, payload: list[Any], ctx: CallContext, methods: dict[str, Handler],

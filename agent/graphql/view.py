@@ -7,6 +7,10 @@ without a usable token gets HTTP 401 with a GraphQL-shaped error body, and a Web
 is refused (HTTP 401). The GraphiQL page itself is static and served without a token; the queries
 it sends carry one (its headers editor).
 
+Over the request rate (agent/admission.py) an HTTP request gets HTTP 429 with `Retry-After` and
+a GraphQL-shaped error (code -32029); an operation that did nothing because of the pending-task
+quota is answered 429 as well (create_response).
+
 Input rules (issue 18): the request is parsed and checked by agent/graphql/request.py before
 strawberry sees it (JSON errors with our codes, never a plain-text 400 or a 500); WebSocket
 messages by agent/graphql/wsprotocol.py; replies are encoded off the event loop by

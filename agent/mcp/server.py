@@ -5,7 +5,9 @@ Who is calling is decided exactly as on /tasks: agent.edge.call_context (agent.a
 on the request's headers and cookies, the X-LLM-API-KEY header). With JWT on, a request without
 a usable token is refused with 401 before the MCP session sees it; a tool call then runs with a
 CallContext carrying that caller, so the service functions apply their permission rules. An
-RpcError comes back as a tool result with isError and the JSON-RPC error (code, message, data).
+RpcError comes back as a tool result with isError and the JSON-RPC error (code, message, data):
+so does a tool call over the pending-task quota (-32029, agent/admission.py), which the model reads;
+a request over the request rate is refused with HTTP 429 before the MCP session sees it.
 """
 
 from __future__ import annotations
@@ -22,12 +24,12 @@ from starlette.types import Receive, Scope, Send
 
 from taskgrove.agent import __version__
 from taskgrove.agent.auth import AuthError
+from taskgrove.agent.bodylimit import replaying
 from taskgrove.agent.container import Services
 from taskgrove.agent.edge import call_context, limits, unauthorized
 from taskgrove.agent.engine import bus as ev
 from taskgrove.agent.errors import INTERNAL_ERROR, RpcError, invalid_params
 from taskgrove.agent.mcp.tools import ToolSpec, tool_specs
-from taskgrove.agent.bodylimit import replaying
 from taskgrove.agent.rpc.jsonrpc import CallContext, JsonReply, StreamReply
 from taskgrove.storage import jsonvalues
 
