@@ -104,7 +104,7 @@ class Admission:
         """The rate check of one HTTP request: None to go on, else the refusal to answer (429)."""
         if self.rate is None or self.exempt(ctx.caller):
             return None
-        key = requester(ctx, body)
+        key = requester(ctx, body, self.settings.jwt_enabled)
         wait = self.rate.take(key, time.monotonic())
         if not wait:
             return None
@@ -142,12 +142,13 @@ class Admission:
         return refusal
 
 
-def requester(ctx: CallContext, body: bytes | None) -> tuple[str, str]:
-    """Whose rate a request counts against: ("user", name) or ("address", client address)."""
+def requester(ctx: CallContext, body: bytes | None, jwt_enabled: bool) -> tuple[str, str]:
+    """Whose rate a request counts against: ("user", name) or ("address", client address). A name
+    in the body counts only with JWT off: with JWT on it would let anyone spend another's rate."""
     caller = ctx.caller
     if caller.authenticated and caller.user_id is not None:
         return "user", caller.user_id
-    if not caller.authenticated:
+    if not jwt_enabled:
         claimed = claimed_user(body)
         if claimed is not None:
             return "user", claimed

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import jwt
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
@@ -302,6 +303,22 @@ async def test_rate_with_jwt_off_counts_the_user_a_request_names_else_its_addres
         # no user named: the client's address is the bucket
         assert (await http.post("/tasks", json=rpc("tasks.list", {}))).status_code == 200
         anonymous = assert_refused(await http.post("/tasks", json=rpc("tasks.list", {})), "rate")
+        assert "client 127.0.0.1" in anonymous["error"]["message"]
+
+
+async def test_rate_with_jwt_on_counts_the_token_never_a_name_in_the_body(app_factory: Any) -> None:
+    env = {"SERVICE_JWT_SECRET": SECRET, "SERVICE_RATE_LIMIT_PER_USER": "0.01", "SERVICE_RATE_LIMIT_BURST": "1"}
+    async with app_factory(env=env) as client:
+        http, alice = client.http, bearer(client, "alice")
+        spend_bob = rpc("tasks.list", {"user_id": "bob"})
+        assert (await http.post("/tasks", json=spend_bob, headers=alice)).status_code == 200
+        assert "user 'alice'" in assert_refused(await http.post("/tasks", json=spend_bob, headers=alice),
+                                                "rate")["error"]["message"]
+        assert (await http.post("/tasks", json=rpc("tasks.list", {}), headers=bearer(client, "bob"))).status_code == 200
+        service_token = jwt.encode({"roles": []}, SECRET, algorithm="HS256")  # a service token: names no user
+        service = {"Authorization": f"Bearer {service_token}"}
+        assert (await http.post("/tasks", json=spend_bob, headers=service)).status_code == 200
+        anonymous = assert_refused(await http.post("/tasks", json=spend_bob, headers=service), "rate")
         assert "client 127.0.0.1" in anonymous["error"]["message"]
 
 
