@@ -261,7 +261,7 @@ class TaskRepository:
             return found
         return None
 
-    async def _read(self, sql: str, args: Sequence[Any], fetch: Callable[[str, Sequence[Any]], Any] | None = None) -> Any:
+    async def _read(self, sql: str, args: Sequence[Any]) -> list[Row] | None:
         """Rows of a read statement through the SQLite reader; None: take the SQLAlchemy path.
 
         Read on the event loop's thread when the database thread has nothing of ours in
@@ -272,11 +272,10 @@ class TaskRepository:
         read's caller does, as with every read before this path existed.
         """
         assert self._reader is not None
-        fetch = fetch or self._reader.rows
         if self._queued:
-            found = await asyncio.get_running_loop().run_in_executor(self._batch_thread, fetch, sql, args)
+            found = await asyncio.get_running_loop().run_in_executor(self._batch_thread, self._reader.rows, sql, args)
         else:
-            found = fetch(sql, args)
+            found = self._reader.rows(sql, args)
         if found is not None:
             self.answered_at = time.monotonic()
         return found
@@ -368,7 +367,10 @@ class TaskRepository:
         by the quota however many tasks the user ever had (SERVICE_MAX_PENDING_PER_USER)."""
         sql, args = _unfinished(user_id, at_most)
         if self._reader is not None:
-            found = await self._read(sql, args, self._reader.scalar)
+            # On the loop's thread even while the database thread is busy (unlike _read): a count
+            # a write or two behind is as good a quota check, and a create must not queue behind
+            # the engine's writes for it (measured: 6 % of 5-task-tree throughput when it did).
+            found = self._reader.scalar(sql, args)
         elif self._pg is not None:
             rows = await self._pg.rows(sql, args)
             found = rows[0]["n"] if rows else None
