@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from taskgrove.agent.admission import Admission
 from taskgrove.agent.auth import check_settings
 from taskgrove.agent.engine.bus import EventBus
 from taskgrove.agent.engine.engine import Engine
@@ -44,6 +45,8 @@ class Services:
     system: SystemService
     scheduler: Scheduler
     schedules: ScheduleService
+    # The per-user quotas every surface asks (agent/admission.py).
+    admission: Admission
     task_methods: dict[str, Handler] = field(default_factory=dict)
     system_methods: dict[str, Handler] = field(default_factory=dict)
     keys: KeyConfigService | None = None
@@ -64,7 +67,8 @@ class Services:
         registry = registry or ExecutorRegistry.discover(settings.extensions)
         metrics = Metrics()
         engine = Engine(repo, registry, settings, bus, metrics=metrics)
-        tasks = TaskService(repo, engine, registry, bus, settings)
+        admission = Admission(settings, repo, metrics)
+        tasks = TaskService(repo, engine, registry, bus, settings, admission)
         system = SystemService(repo, engine, registry, tasks)
         engine.services["tasks"] = tasks
         engine.services["registry"] = registry  # generate_executor offers the app's executors
@@ -72,8 +76,8 @@ class Services:
         engine.services["llm_key_lookup"] = keys.lookup  # stored per-user keys for the LLM client
         scheduler = Scheduler(engine)
         schedules = ScheduleService(repo, scheduler, settings)
-        services = cls(settings, repo, bus, registry, engine, tasks, system, scheduler, schedules, keys=keys,
-                       metrics=metrics)
+        services = cls(settings, repo, bus, registry, engine, tasks, system, scheduler, schedules, admission,
+                       keys=keys, metrics=metrics)
         services.task_methods = {**task_methods(tasks), **schedule_methods(schedules)}
         idempotent = services.idempotency = IdempotentMethods(repo, settings)
         for name in ("tasks.create", "tasks.execute", "execute_task_tree", "tasks.copy", "tasks.clone"):

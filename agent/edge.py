@@ -1,5 +1,5 @@
 """The shared HTTP edge of every surface: who is calling, and the JSON-RPC answers given before
-a method runs (a malformed request header, 401).
+a method runs (a malformed request header, 401, 429 over the request rate of agent/admission.py).
 
 `call_context` turns a request into a CallContext (authentication through agent.auth, the LLM key
 header); `rpc_endpoint` is the POST endpoint of a JSON-RPC method table (/tasks, /system).
@@ -149,6 +149,8 @@ class _RpcEndpoint:
             if not _only_public(body):
                 return unauthorized(ctx)
             ctx = CallContext(surface=surface, request=request, limits=limits(services))
+        elif (refusal := services.admission.admit_request(ctx, body)) is not None:
+            return error_reply(body, refusal)  # every call refused: HTTP 429 (JsonReply)
         return await dispatch(body, self.methods, ctx)
 
 

@@ -21,6 +21,7 @@ SURFACES = {"tasks": "tasks", "system": "system", "graphql": "graphql", "ws": "w
             "readyz": "operations"}
 HTTP_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
 TASK_STATUSES = ("pending", "in_progress", "completed", "failed", "cancelled")
+REFUSAL_REASONS = ("pending", "rate")
 TOP_USERS = 20  # users named in taskgrove_user_tasks; the rest are summed as `other`
 
 
@@ -51,6 +52,11 @@ class Metrics:
                                  buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10))
         self.deferrals = Counter("taskgrove_deferrals", "Runnable tasks held back without a slot, by reason "
                                  "(key: a concurrency key at its limit, rate: a rate limit)", ["reason"], registry=r)
+        self.refusals = Counter("taskgrove_admission_refusals", "Requests refused by a per-user quota (HTTP 429), "
+                                "by reason (pending: SERVICE_MAX_PENDING_PER_USER, rate: "
+                                "SERVICE_RATE_LIMIT_PER_USER)", ["reason"], registry=r)
+        for reason in REFUSAL_REASONS:  # both series exist from the start, at 0
+            self.refusals.labels(reason)
         self.user_tasks = Gauge("taskgrove_user_tasks", "Tasks of this instance's executions per user: running, "
                                 "or runnable and waiting for a slot, its key or its rate (the "
                                 f"{TOP_USERS} busiest users by name, the rest as `other`; no user as `none`)",
@@ -88,6 +94,10 @@ class Metrics:
 
     def deferred(self, reason: str) -> None:
         self.child(self.deferrals, reason).inc()
+
+    def refused(self, reason: str) -> None:
+        """A quota refusal (agent/admission.py); `reason` is `pending` or `rate`, nothing else."""
+        self.child(self.refusals, reason).inc()
 
     def engine_pass(self, seconds: float) -> None:
         self.passes.observe(seconds)

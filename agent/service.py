@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 
+from taskgrove.agent.admission import Admission
 from taskgrove.agent.auth import Caller
 from taskgrove.agent.engine.bus import EventBus
 from taskgrove.agent.engine.engine import AlreadyRunning, Engine, NotExecutable
@@ -26,7 +27,7 @@ from taskgrove.agent.rpc.jsonrpc import CallContext, StreamReply
 from taskgrove.agent.settings import Settings
 from taskgrove.executors.registry import ExecutorRegistry
 from taskgrove.storage import jsonvalues, trees
-from taskgrove.storage.models import TASK_STATUSES
+from taskgrove.storage.models import TASK_STATUSES, UNFINISHED_STATUSES
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.trees import TreeError, now_iso, public
 
@@ -45,8 +46,11 @@ class TaskService:
         registry: ExecutorRegistry,
         bus: EventBus,
         settings: Settings,
+        admission: Admission,
     ) -> None:
         self.repo = repo
+        # Asked before every write that stores new tasks: SERVICE_MAX_PENDING_PER_USER.
+        self.admission = admission
         self.engine = engine
         self.registry = registry
         self.bus = bus
@@ -99,11 +103,19 @@ class TaskService:
     async def create_tree(self, params: Any, caller: Caller) -> list[dict[str, Any]]:
         """Store a new tree without executing it."""
         rows = self.prepare(params, caller)
+        await self._admit(rows, caller)
         try:
             await self.repo.insert(rows)
         except IntegrityError:  # rolled back whole
             await self._taken(rows)
         return rows
+
+    async def _admit(self, rows: list[dict[str, Any]], caller: Caller) -> None:
+        """The pending-task quota of the new rows' owner (one owner per tree), before any write:
+        rows stored finished (links, archives of finished tasks) do not count."""
+        unfinished = sum(1 for row in rows if row.get("status", "pending") in UNFINISHED_STATUSES)
+        if unfinished:
+            await self.admission.admit_tasks(caller, rows[0]["user_id"], unfinished)
 
     async def _taken(self, rows: list[dict[str, Any]]) -> None:
         """Raise the error naming which id of `rows` is already stored."""
@@ -128,6 +140,7 @@ class TaskService:
             raise invalid_params(f"Task '{parent_id}' is an archive (read-only): no task can be added under it")
         rows = self.prepare({"tasks": [dict(task)]}, caller)
         rows[0].update(parent_id=parent_id, task_tree_id=parent["task_tree_id"], user_id=parent["user_id"])
+        await self._admit(rows, caller)
         await self.repo.insert(rows)
         return rows
 
@@ -139,6 +152,7 @@ class TaskService:
         if rows[0]["origin_type"] == "archive":  # e.g. an archive made from a clone preview: stored, not run
             await self.create_tree(params, ctx.caller)
             return trees.nest(await self.repo.tree(root_id), root_id)
+        await self._admit(rows, ctx.caller)
         try:
             run = await self.engine.create_and_execute(rows, _call(ctx))
         except IntegrityError:
@@ -360,6 +374,7 @@ class TaskService:
             copies = trees.plan_copies(
                 rows, selected, root, origin_for=dict.fromkeys(selected, "clone"), reset=trees.RESETTABLE
             )
+            await self._admit(copies, caller)
             await self.repo.insert(copies, conn)
             await self.repo.update_many(sorted(selected), {"has_copy": True}, conn=conn)
         return copies
@@ -405,6 +420,7 @@ class TaskService:
                     copy.update({k: v for k, v in params["reset_fields"].items() if k not in trees.RESETTABLE})
             if not save:
                 return {"tasks": [_preview(c) for c in copies], "saved": False}
+            await self._admit(copies, ctx.caller)
             await self.repo.insert(copies, conn)
             await self.repo.update_many(sorted(selected), {"has_references": True}, conn=conn)
         return trees.nest(copies, copies[0]["id"])

@@ -19,6 +19,10 @@ class Base(DeclarativeBase):
 
 TASK_STATUSES = ("pending", "in_progress", "completed", "failed", "cancelled")
 ORIGIN_TYPES = ("own", "clone", "reference", "link", "archive")
+# A task that is not finished yet (SERVICE_MAX_PENDING_PER_USER counts these), and the same as SQL:
+# the partial index below and storage.repository.unfinished_count share the text word for word.
+UNFINISHED_STATUSES = ("pending", "in_progress")
+UNFINISHED = f"status IN ({', '.join(repr(s) for s in UNFINISHED_STATUSES)})"
 
 
 class Task(Base):
@@ -89,6 +93,9 @@ class Task(Base):
         Index("ix_tasks_execution_id", "execution_id"),
         Index("ix_tasks_concurrency_key", "concurrency_key", "status", sqlite_where=text("concurrency_key IS NOT NULL"),
               postgresql_where=text("concurrency_key IS NOT NULL")),
+        # The unfinished tasks' users: SERVICE_MAX_PENDING_PER_USER counts through it (agent/admission.py).
+        Index("ix_tasks_user_unfinished", "user_id", "status", sqlite_where=text(UNFINISHED),
+              postgresql_where=text(UNFINISHED)),
     )
 
 

@@ -11,7 +11,7 @@ tests/test_migrations_head.py compares this with a migrated database and prints 
 when a migration is added (`python -m tests.test_migrations_head` writes it).
 """
 
-REVISION = '0005'
+REVISION = '0006'
 
 STATEMENTS: tuple[str, ...] = (
     ('CREATE TABLE alembic_version (\n'
@@ -156,4 +156,6 @@ STATEMENTS: tuple[str, ...] = (
      '\tupdated_at VARCHAR(40) NOT NULL, \n'
      '\tPRIMARY KEY ("key")\n'
      ')'),
+    ('CREATE INDEX ix_tasks_user_unfinished ON tasks (user_id, '
+     "status) WHERE status IN ('pending', 'in_progress')"),
 )

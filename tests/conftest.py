@@ -110,7 +110,10 @@ async def postgres_database() -> AsyncIterator[str]:
 @pytest.fixture
 def make_settings(db_url: str) -> Callable[..., Settings]:
     def make(env: dict[str, str] | None = None, **overrides: Any) -> Settings:
-        base = {"SERVICE_DATABASE_URL": db_url, "SERVICE_ALLOW_PRIVATE_URLS": "true"}
+        # The per-user request rate is off: tests send requests as fast as a loop can, and the
+        # rate (a policy, default 200/s) is tested on its own in tests/test_admission.py.
+        base = {"SERVICE_DATABASE_URL": db_url, "SERVICE_ALLOW_PRIVATE_URLS": "true",
+                "SERVICE_RATE_LIMIT_PER_USER": "0"}
         return Settings.from_env({**base, **(env or {})}, **overrides)
 
     return make

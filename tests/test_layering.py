@@ -28,7 +28,7 @@ AGENT_ROOMS: list[tuple[str, tuple[str, ...]]] = [
     ("services", ("taskgrove.agent.service", "taskgrove.agent.system", "taskgrove.agent.generate",
                   "taskgrove.agent.keys", "taskgrove.agent.examples", "taskgrove.agent.rpc.tasks",
                   "taskgrove.agent.schedules", "taskgrove.agent.rpc.schedules",
-                  "taskgrove.agent.idempotency")),
+                  "taskgrove.agent.idempotency", "taskgrove.agent.admission")),
     ("engine", ("taskgrove.agent.engine",)),
     ("foundations", ("taskgrove.agent.rpc.jsonrpc", "taskgrove.agent.rpc.params", "taskgrove.agent.rpc",
                      "taskgrove.agent.auth", "taskgrove.agent.errors", "taskgrove.agent.settings",

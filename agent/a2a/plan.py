@@ -46,7 +46,7 @@ from taskgrove.agent.a2a.planner import (
 )
 from taskgrove.agent.a2a.push import PushConfigError, PushTarget, PushTargets, check_url, parse_target
 from taskgrove.agent.a2a.wire import restore_ints
-from taskgrove.agent.errors import PERMISSION_DENIED, RpcError
+from taskgrove.agent.errors import PERMISSION_DENIED, QuotaExceeded, RpcError
 from taskgrove.agent.rpc import params as p
 from taskgrove.agent.rpc.jsonrpc import CallContext
 from taskgrove.storage import jsonvalues
@@ -238,6 +238,8 @@ class TreeRequestContextBuilder(RequestContextBuilder):
             else:
                 plan = await self._plan(params.message, metadata, call)
         except RpcError as exc:
+            if isinstance(exc, QuotaExceeded):  # the SDK cannot answer it: agent/a2a/quota.py does
+                call.refusal = exc
             raise a2a_error(exc) from None
         plan.stream = (
             context.state.get("method") in STREAMING_METHODS

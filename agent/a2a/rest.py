@@ -29,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
+from taskgrove.agent.a2a import quota
 from taskgrove.agent.a2a.calls import BLOCKING_KEY, CALL_KEY, PUSH_KEY, WIRE_KEY, CallerContextBuilder
 from taskgrove.agent.a2a.card import REST_PREFIX
 from taskgrove.agent.a2a.envelope import (
@@ -85,6 +86,8 @@ def _guarded(services: "Services", endpoint: Endpoint) -> Endpoint:
             allowed = ", ".join(n for n in TaskState.keys() if not n.endswith("UNSPECIFIED"))
             return rest_error(400, "INVALID_ARGUMENT", f"status must be one of {allowed}, got {status!r}")
         body = await request.body()
+        if (refusal := services.admission.admit_request(ctx, body)) is not None:
+            return quota.rest_refusal(refusal)
         if body.strip() and not json_media_type(request.headers.get("content-type")):
             payload = build_rest_error_payload(ContentTypeNotSupportedError(
                 message="send the request body as application/json"))
@@ -112,7 +115,7 @@ def _guarded(services: "Services", endpoint: Endpoint) -> Endpoint:
         setattr(request.state, BLOCKING_KEY, explicitly_blocking(wrapped))
         setattr(request.state, WIRE_KEY, WIRE_1_0)
         response = await endpoint(request)
-        return _clean(response)
+        return quota.instead_of_rest(ctx, _clean(response))
 
     return guarded
 

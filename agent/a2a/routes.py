@@ -20,6 +20,7 @@ from google.protobuf.json_format import ParseDict
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from taskgrove.agent.a2a import quota
 from taskgrove.agent.a2a.calls import BLOCKING_KEY, CALL_KEY, PUSH_KEY, CallerContextBuilder
 from taskgrove.agent.a2a.envelope import (
     EnvelopeError,
@@ -41,7 +42,7 @@ from taskgrove.agent.a2a.rest import Endpoint, rest_routes
 from taskgrove.agent.auth import AuthError
 from taskgrove.agent.edge import call_context, unauthorized
 from taskgrove.agent.errors import INVALID_PARAMS, INVALID_REQUEST, RpcError
-from taskgrove.agent.rpc.jsonrpc import CallContext, Handler, batch_too_long, call_one, dispatch
+from taskgrove.agent.rpc.jsonrpc import CallContext, Handler, JsonReply, batch_too_long, call_one, dispatch
 
 CONTENT_TYPE_NOT_SUPPORTED = -32005
 
@@ -84,6 +85,8 @@ def agent_endpoint(services: "Services", methods: dict[str, Handler],
             return _refuse_all(body, exc, request)
         if isinstance(ctx, AuthError):
             return unauthorized(ctx)
+        if (refusal := services.admission.admit_request(ctx, body)) is not None:
+            return quota.refuse_all(body, refusal, request)
         try:
             payload = parse(body)
         except EnvelopeError as exc:
@@ -132,7 +135,7 @@ async def _send_once(services: "Services", request: Request, payload: dict[str, 
     try:
         result = await services.idempotency.once(method, send, payload.get("params"), ctx, key)
     except _Refused as refused:
-        return JSONResponse(refused.answer)
+        return JsonReply(refused.answer)  # a quota refusal keeps its 429
     except RpcError as exc:
         return JSONResponse(error_body(wire, payload["id"], exc.code, exc.message, exc.data))
     return JSONResponse({"jsonrpc": "2.0", "id": payload["id"], "result": result})
@@ -169,7 +172,7 @@ async def _sdk_call(request: Request, payload: dict[str, Any], ctx: CallContext,
     setattr(request.state, CALL_KEY, ctx)
     setattr(request.state, PUSH_KEY, extras)
     setattr(request.state, BLOCKING_KEY, explicitly_blocking(payload))
-    return await relay.call(request, payload)
+    return await quota.instead_of_sdk(ctx, await relay.call(request, payload), wire, payload.get("id"), method)
 
 
 async def _batch(request: Request, payload: list[Any], ctx: CallContext, methods: dict[str, Handler],
@@ -208,7 +211,7 @@ async def _batch(request: Request, payload: list[Any], ctx: CallContext, methods
             answers.append(answer)
     if not answers:
         return Response(status_code=204)
-    return JSONResponse(answers)
+    return JsonReply(answers)  # 429 when every call was refused by a quota
 
 
 def _content_type_refusal(request: Request) -> Response | None:

@@ -25,7 +25,9 @@ from taskgrove.agent.errors import (
     METHOD_NOT_FOUND,
     PARSE_ERROR,
     PERMISSION_DENIED,
+    QUOTA_EXCEEDED,
     SERVER_ERROR,
+    QuotaExceeded,
     RpcError,
 )
 
@@ -39,6 +41,7 @@ CODE_NAMES = {
     INTERNAL_ERROR: "INTERNAL_ERROR",
     SERVER_ERROR: "SERVER_ERROR",
     PERMISSION_DENIED: "PERMISSION_DENIED",
+    QUOTA_EXCEEDED: "QUOTA_EXCEEDED",
 }
 INTERNAL_MESSAGE = "Internal error: the operation failed on the server; see the service log"
 
@@ -51,7 +54,20 @@ def extensions(code: int) -> dict[str, Any]:
 
 def from_rpc(exc: RpcError) -> GraphQLError:
     detail = exc.data if isinstance(exc.data, str) and exc.data else exc.message
-    return GraphQLError(detail, extensions=extensions(exc.code))
+    found = extensions(exc.code)
+    if isinstance(exc, QuotaExceeded):  # what to wait for, and how long (also the HTTP Retry-After)
+        found.update(setting=exc.setting, retryAfter=exc.retry_after)
+    return GraphQLError(detail, extensions=found)
+
+
+def quota_retry_after(result: Any) -> int | None:
+    """The Retry-After of an execution result that did nothing because a quota refused it (every
+    top-level field null, a quota error among the errors): its HTTP answer is then a 429."""
+    if isinstance(result.data, dict) and any(value is not None for value in result.data.values()):
+        return None
+    waits = [error.extensions["retryAfter"] for error in result.errors or ()
+             if isinstance(error.extensions, dict) and error.extensions.get("code") == QUOTA_EXCEEDED]
+    return max(waits) if waits else None
 
 
 def internal() -> GraphQLError:
@@ -122,6 +138,13 @@ def error_response(exc: RpcError, status_code: int) -> JSONResponse:
     error = from_rpc(exc)
     body = {"data": None, "errors": [{"message": error.message, "extensions": error.extensions}]}
     return JSONResponse(body, status_code=status_code)  # our own messages: always encodable
+
+
+def quota_response(exc: QuotaExceeded) -> JSONResponse:
+    """HTTP 429 with Retry-After and a GraphQL-shaped body: over the request rate."""
+    response = error_response(exc, 429)
+    response.headers.update(exc.headers)
+    return response
 
 
 def unauthorized_response(message: str) -> JSONResponse:

@@ -7,6 +7,10 @@ without a usable token gets HTTP 401 with a GraphQL-shaped error body, and a Web
 is refused (HTTP 401). The GraphiQL page itself is static and served without a token; the queries
 it sends carry one (its headers editor).
 
+Over the request rate (agent/admission.py) an HTTP request gets HTTP 429 with `Retry-After` and
+a GraphQL-shaped error (code -32029); an operation that did nothing because of the pending-task
+quota is answered 429 as well (create_response).
+
 Input rules (issue 18): the request is parsed and checked by agent/graphql/request.py before
 strawberry sees it (JSON errors with our codes, never a plain-text 400 or a 500); WebSocket
 messages by agent/graphql/wsprotocol.py; replies are encoded off the event loop by
@@ -33,7 +37,13 @@ from taskgrove.agent.auth import AuthError
 from taskgrove.agent.bodylimit import replaying
 from taskgrove.agent.errors import INTERNAL_ERROR, RpcError
 from taskgrove.agent.graphql import request as checks
-from taskgrove.agent.graphql.errors import INTERNAL_MESSAGE, error_response, unauthorized_response
+from taskgrove.agent.graphql.errors import (
+    INTERNAL_MESSAGE,
+    error_response,
+    quota_response,
+    quota_retry_after,
+    unauthorized_response,
+)
 from taskgrove.agent.graphql.resolvers import GraphQLContext
 from taskgrove.agent.graphql.schema import build_schema
 from taskgrove.agent.graphql.wsprotocol import StrictLegacyWS, StrictTransportWS
@@ -54,9 +64,10 @@ CLOSE_BAD_REQUEST = 4400
 class _Encoded(dict):  # type: ignore[type-arg]
     """A result already encoded (off the event loop); `encode_json` hands back its text."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, retry_after: int | None = None) -> None:
         super().__init__()
         self.text = text
+        self.retry_after = retry_after  # set: refused by a quota, answered 429 (create_response)
 
 
 class TaskGraphQL(GraphQL):
@@ -88,7 +99,15 @@ class TaskGraphQL(GraphQL):
     async def process_result(self, request: Any, result: Any) -> Any:
         """Encoded in a worker thread: serialising a large answer must not stall other requests."""
         data = await super().process_result(request, result)
-        return _Encoded(await asyncio.to_thread(jsonvalues.dumps, data))
+        return _Encoded(await asyncio.to_thread(jsonvalues.dumps, data), quota_retry_after(result))
+
+    def create_response(self, response_data: Any, sub_response: Any) -> Response:
+        response = super().create_response(response_data, sub_response)
+        retry_after = getattr(response_data, "retry_after", None)
+        if retry_after is not None:
+            response.status_code = 429
+            response.headers["Retry-After"] = str(retry_after)
+        return response
 
     async def get_context(self, request: Request | WebSocket, response: Any) -> GraphQLContext:
         # GraphQLEndpoint authenticated the request and left its CallContext in the scope's state.
@@ -132,6 +151,10 @@ class GraphQLEndpoint:
                 receive = await self._checked(request)
             except RpcError as exc:
                 await error_response(exc, status_code=400)(scope, receive, send)
+                return
+            body = await request.body() if request.method == "POST" else None  # read by _checked already
+            if (refusal := self.services.admission.admit_request(call, body)) is not None:
+                await quota_response(refusal)(scope, receive, send)
                 return
         scope.setdefault("state", {})["call_context"] = call
         await self._guarded(scope, receive, send)

@@ -5,7 +5,9 @@ Who is calling is decided exactly as on /tasks: agent.edge.call_context (agent.a
 on the request's headers and cookies, the X-LLM-API-KEY header). With JWT on, a request without
 a usable token is refused with 401 before the MCP session sees it; a tool call then runs with a
 CallContext carrying that caller, so the service functions apply their permission rules. An
-RpcError comes back as a tool result with isError and the JSON-RPC error (code, message, data).
+RpcError comes back as a tool result with isError and the JSON-RPC error (code, message, data):
+so does a tool call over the pending-task quota (-32029, agent/admission.py), which the model reads;
+a request over the request rate is refused with HTTP 429 before the MCP session sees it.
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ from starlette.types import Receive, Scope, Send
 
 from taskgrove.agent import __version__
 from taskgrove.agent.auth import AuthError
+from taskgrove.agent.bodylimit import replaying
 from taskgrove.agent.container import Services
 from taskgrove.agent.edge import call_context, limits, unauthorized
 from taskgrove.agent.engine import bus as ev
 from taskgrove.agent.errors import INTERNAL_ERROR, RpcError, invalid_params
 from taskgrove.agent.mcp.tools import ToolSpec, tool_specs
-from taskgrove.agent.rpc.jsonrpc import CallContext, StreamReply
+from taskgrove.agent.rpc.jsonrpc import CallContext, JsonReply, StreamReply
 from taskgrove.storage import jsonvalues
 
 log = logging.getLogger(__name__)
@@ -87,13 +90,16 @@ class McpSurface:
         try:
             ctx = call_context(request, self.services, SURFACE)
         except RpcError as exc:  # a malformed X-LLM-API-KEY header
-            from taskgrove.agent.rpc.jsonrpc import JsonReply
             await JsonReply({"jsonrpc": "2.0", "id": None, "error": exc.to_dict()}, status_code=400)(scope, receive, send)
             return
         if isinstance(ctx, AuthError):
             await unauthorized(ctx)(scope, receive, send)
             return
-        await self._asgi(scope, receive, send)
+        body = await request.body() if request.method == "POST" else None  # the user it names (JWT off)
+        if (refusal := self.services.admission.admit_request(ctx, body)) is not None:
+            await JsonReply({"jsonrpc": "2.0", "id": None, "error": refusal.to_dict()})(scope, receive, send)  # 429
+            return
+        await self._asgi(scope, replaying(body, receive) if body is not None else receive, send)
 
     async def start(self) -> None:
         """Start the session manager's task group. It runs in a task of its own: an anyio task

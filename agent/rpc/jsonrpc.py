@@ -30,7 +30,9 @@ from taskgrove.agent.errors import (
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
     PARSE_ERROR,
+    QuotaExceeded,
     RpcError,
+    quota_retry_after,
 )
 from taskgrove.storage import jsonvalues
 
@@ -63,6 +65,9 @@ class CallContext:
     # The params come from a request text jsonvalues.loads found nothing suspect in, parsed within
     # a depth limit no deeper than what may be stored: the value gate would find nothing in them.
     values_checked: bool = False
+    # A quota refusal a surface turned into its own error on the way (the A2A SDK's request
+    # context builder): the HTTP answer is then the quota's 429 (agent/a2a/quota.py).
+    refusal: QuotaExceeded | None = None
 
 
 Handler = Callable[[Any, CallContext], Awaitable[Any]]
@@ -87,6 +92,14 @@ class JsonReply(Response):
     read of a long chain), never sends NaN or invalid Unicode (it would not be JSON)."""
 
     media_type = "application/json"
+
+    def __init__(self, content: Any, status_code: int = 200, headers: Mapping[str, str] | None = None) -> None:
+        # An answer that is nothing but quota refusals is the HTTP 429 of the quota (README,
+        # "Quotas and 429"): one check here for every JSON-RPC surface.
+        retry_after = quota_retry_after(content) if status_code == 200 else None
+        if retry_after is not None:
+            status_code, headers = 429, {**(headers or {}), "Retry-After": str(retry_after)}
+        super().__init__(content, status_code, headers)
 
     def render(self, content: Any) -> bytes:
         return jsonvalues.dumps_bytes(content)
