@@ -400,6 +400,7 @@ class Settings:
         if self.public_url:
             return self.public_url.rstrip("/")
         host = "localhost" if self.api_host in ("0.0.0.0", "::", "") else self.api_host
+        host = f"[{host}]" if ":" in host else host  # an IPv6 address in a URL
         return f"http://{host}:{self.api_port}"
 
     @property

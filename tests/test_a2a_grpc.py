@@ -45,6 +45,8 @@ from google.rpc import error_details_pb2, status_pb2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from taskgrove.agent.a2a.grpc_server import serving
+from taskgrove.agent.app import build_app
 from taskgrove.agent.auth import mint_token
 from taskgrove.agent.settings import Settings
 from tests.processes import Service
@@ -230,6 +232,10 @@ async def test_bad_messages_get_invalid_argument_naming_the_problem(plain: Servi
                     await answer
             assert caught.value.code() == code, caught.value
             assert words in caught.value.details()
+            details = status_details(caught.value)
+            assert details[0].reason in ("INVALID_PARAMS", "CONTENT_TYPE_NOT_SUPPORTED")
+            if not parts:  # the SDK's validation: the field also as a BadRequest violation
+                assert [v.field for v in details[1].field_violations] == ["message.parts"]
 
 
 async def test_an_unsupported_version_is_unimplemented_as_the_spec_says(plain: Service) -> None:
@@ -251,6 +257,30 @@ async def test_a_finished_task_takes_no_follow_up_unimplemented(plain: Service) 
             await raw.SendMessage(follow_up)
     assert caught.value.code() == Code.UNIMPLEMENTED  # UnsupportedOperationError (spec table)
     assert "takes no further message" in caught.value.details()
+
+
+async def test_an_exception_that_is_no_a2a_error_is_internal_without_its_text(make_settings: Any) -> None:
+    """The last net (CallGuard), on a server whose request handler fails as no A2A code would."""
+
+    class Failing:
+        async def on_get_task(self, *_: Any) -> Any:
+            raise RuntimeError("secret detail from deep inside")
+
+        async def on_message_send_stream(self, *_: Any) -> AsyncIterator[Any]:
+            raise KeyError("another secret")
+            yield  # an async generator, as the SDK's handler is
+
+    port = free_port()
+    services = build_app(make_settings({"SERVICE_API_HOST": "127.0.0.1", "SERVICE_GRPC_PORT": str(port)})).state.services
+    async with serving(services, Failing()), grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        raw = a2a_pb2_grpc.A2AServiceStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as unary:
+            await raw.GetTask(GetTaskRequest(id="t"))
+        with pytest.raises(grpc.aio.AioRpcError) as streamed:
+            [event async for event in raw.SendStreamingMessage(data_request(tree()))]
+    for caught in (unary, streamed):
+        assert caught.value.code() == Code.INTERNAL
+        assert caught.value.details() == "The request failed on the server; see the service log"
 
 
 # --- authentication and users -----------------------------------------------------------------

@@ -16,7 +16,9 @@ who it is and how a refusal is said:
   never its text, and its traceback goes to the log.
 
 Push configs' extra `headers`/`method` (a JSON-only extension) have no field in the protobuf
-messages; the Idempotency-Key header of message/send is an HTTP header, not read here.
+messages, and a send with a push config is always answered at once (BLOCKING_KEY stays False: a
+protobuf bool cannot tell `returnImmediately: false` from unset); the Idempotency-Key header of
+message/send is an HTTP header, not read here.
 """
 
 from __future__ import annotations
@@ -132,7 +134,7 @@ async def abort(error: sdk_errors.A2AError, context: grpc.aio.ServicerContext) -
     """The 1.0 error status: the specification's code, the message, ErrorInfo (and field
     violations for invalid params) in `grpc-status-details-bin`, as the SDK's clients read it."""
     if isinstance(error, Refused):
-        await context.abort(error.code, error.message)
+        await context.abort(error.code, error.message)  # raises: the call ends here
     code = SPEC_CODES.get(type(error), Code.INTERNAL)
     data = getattr(error, "data", None)
     fields = data.get("errors") if isinstance(error, sdk_errors.InvalidParamsError) and isinstance(data, dict) else None
@@ -161,7 +163,7 @@ class Handler10(GrpcHandler):
 class Handler03(CompatGrpcHandler):
     async def abort_context(self, error: sdk_errors.A2AError, context: grpc.aio.ServicerContext) -> None:
         if isinstance(error, Refused):
-            await context.abort(error.code, error.message)
+            await context.abort(error.code, error.message)  # raises: the call ends here
         await super().abort_context(error, context)
 
 
