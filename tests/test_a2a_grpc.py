@@ -28,19 +28,22 @@ from a2a.compat.v0_3 import a2a_v0_3_pb2, a2a_v0_3_pb2_grpc
 from a2a.helpers.proto_helpers import new_data_part
 from a2a.types import a2a_pb2_grpc
 from a2a.types.a2a_pb2 import (
+    AuthenticationInfo,
     CancelTaskRequest,
     GetTaskRequest,
+    ListTaskPushNotificationConfigsRequest,
     Message,
     Part,
     Role,
     SendMessageConfiguration,
     SendMessageRequest,
     StreamResponse,
+    TaskPushNotificationConfig,
     TaskState,
 )
 from a2a.utils.constants import TransportProtocol
 from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
-from google.protobuf.json_format import MessageToDict
+from google.protobuf.json_format import MessageToDict, ParseDict
 from google.rpc import error_details_pb2, status_pb2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -50,7 +53,7 @@ from taskgrove.agent.app import build_app
 from taskgrove.agent.auth import mint_token
 from taskgrove.agent.settings import Settings
 from tests.processes import Service
-from tests.servers import free_port
+from tests.servers import free_port, receiver
 from tests.test_a2a_wire import tree
 
 SECRET = "grpc-test-secret-" + "x" * 16
@@ -198,6 +201,29 @@ async def test_cancel_stops_a_running_tree(plain: Service) -> None:
             {root_id: "cancelled", tasks[1]["id"]: "completed", sleeper: "cancelled"}
         with pytest.raises(TaskNotCancelableError):  # FAILED_PRECONDITION, read back as the A2A error
             await client.cancel_task(CancelTaskRequest(id=running.id))
+
+
+async def test_push_notifications_of_a_grpc_send_are_1_0_stream_responses(plain: Service) -> None:
+    tasks = tree(seconds=0.2)
+    request = data_request(tasks)
+    request.message.metadata.update({"push_notification_config": {"headers": {"X-Custom": "yes"}, "method": "PUT"}})
+    async with receiver() as rec, sdk_client(plain, streaming=False) as client:
+        request.configuration.task_push_notification_config.CopyFrom(TaskPushNotificationConfig(
+            url=f"{rec.url}/hook", token="tok-42", authentication=AuthenticationInfo(scheme="Bearer", credentials="c-7")))
+        (response,) = await collect(client, request)
+        assert response.task.status.state == TaskState.TASK_STATE_WORKING  # a push config: answered at once
+        await rec.wait_for(lambda reqs: any(
+            r["json"].get("statusUpdate", {}).get("status", {}).get("state") == "TASK_STATE_COMPLETED" for r in reqs))
+        configs = await client.list_task_push_notification_configs(
+            ListTaskPushNotificationConfigsRequest(task_id=response.task.id))
+    assert [c.url for c in configs.configs] == [f"{rec.url}/hook"]
+    for sent in rec.requests:
+        assert (sent["method"], sent["path"]) == ("PUT", "/hook")
+        assert sent["headers"]["x-custom"] == "yes" and sent["headers"]["authorization"] == "Bearer c-7"
+        assert sent["headers"]["x-a2a-notification-token"] == "tok-42"
+        ParseDict(sent["json"], StreamResponse())  # a 1.0 body, as a 1.0 receiver reads it
+    (artifact,) = [r["json"]["artifactUpdate"] for r in rec.requests if "artifactUpdate" in r["json"]]
+    assert artifact["artifact"]["parts"][0]["data"]["root_task_id"] == tasks[0]["id"]
 
 
 # --- refusals ---------------------------------------------------------------------------------

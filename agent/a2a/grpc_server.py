@@ -15,8 +15,9 @@ who it is and how a refusal is said:
   detail the SDK adds; an exception that is not an A2A error is INTERNAL with a message of ours,
   never its text, and its traceback goes to the log.
 
-Push configs' extra `headers`/`method` (a JSON-only extension) have no field in the protobuf
-messages, and a send with a push config is always answered at once (BLOCKING_KEY stays False: a
+A push config's `headers`/`method` come through `metadata.push_notification_config` (as from the
+official 1.0 client on JSON; the JSON-only fields beside the standard config have no protobuf
+field), and a send with a push config is always answered at once (BLOCKING_KEY stays False: a
 protobuf bool cannot tell `returnImmediately: false` from unset); the Idempotency-Key header of
 message/send is an HTTP header, not read here.
 """
