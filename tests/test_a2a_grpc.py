@@ -274,6 +274,14 @@ async def test_an_unsupported_version_is_unimplemented_as_the_spec_says(plain: S
     assert answer.task.status.state == TaskState.TASK_STATE_COMPLETED
 
 
+async def test_an_unusable_llm_key_metadata_is_invalid_argument(plain: Service) -> None:
+    async with stub(plain) as raw:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await raw.GetTask(GetTaskRequest(id="any"), metadata=[("x-llm-api-key", "openai:")])
+    assert caught.value.code() == Code.INVALID_ARGUMENT
+    assert caught.value.details().startswith("X-LLM-API-KEY header is empty")
+
+
 async def test_a_finished_task_takes_no_follow_up_unimplemented(plain: Service) -> None:
     async with stub(plain) as raw:
         done = (await raw.SendMessage(data_request(tree()))).task

@@ -127,7 +127,8 @@ class CallerGrpcContextBuilder(GrpcServerCallContextBuilder):
             "method": METHOD.get(),
             CALL_KEY: call, PUSH_KEY: [], BLOCKING_KEY: False, WIRE_KEY: self._wire,
         }
-        extensions = get_requested_extensions([v for k, v in headers.items() if k == HTTP_EXTENSION_HEADER.lower()])
+        requested = headers.get(HTTP_EXTENSION_HEADER.lower())
+        extensions = get_requested_extensions([requested] if requested else [])
         return ServerCallContext(user=CallerUser(call.caller), state=state, requested_extensions=extensions)
 
 
