@@ -7,9 +7,11 @@ What it does (`make tck`, and a step of `.ci/run`):
 2. starts the fake LLM server (`tests/fakellm.py --default "[[tree:valid]]"`: every plain-language
    request plans into a valid three-task tree, nothing leaves the machine) and `taskgrove serve` on
    free loopback ports with a fresh SQLite file, `SERVICE_ALLOW_PRIVATE_URLS=true` (the TCKs' webhook
-   receivers listen on loopback) and `SERVICE_LLM_BASE_URL` pointing at the fake;
-3. runs the 1.0-dev kit (`--transport jsonrpc`) and the 0.3.x kit (`--category all --transports
-   jsonrpc`), reads their machine reports (JUnit XML; pytest-json-report per category);
+   receivers listen on loopback), `SERVICE_GRPC_PORT` (the gRPC transport on) and
+   `SERVICE_LLM_BASE_URL` pointing at the fake;
+3. runs the 1.0-dev kit on its three transports (`--transport jsonrpc,http_json,grpc`) and the 0.3.x
+   kit (`--category all --transports jsonrpc`), reads their machine reports (JUnit XML;
+   pytest-json-report per category);
 4. compares every test that failed or errored with `.ci/tck-expected.txt`, the committed list of
    known differences (each explained in README, "A2A TCK"). A failure or error that is not listed
    fails the step; a listed test that now passes is reported so that the list can shrink
@@ -126,7 +128,7 @@ def run_kit(command: list[str], kit: Path) -> None:
 
 
 def run_10(python: Path, kit: Path, url: str) -> dict[str, str]:
-    run_kit([str(python), "run_tck.py", "--sut-host", url, "--transport", "jsonrpc,http_json"], kit)
+    run_kit([str(python), "run_tck.py", "--sut-host", url, "--transport", "jsonrpc,http_json,grpc"], kit)
     outcomes = {f"1.0-dev::{k}": v for k, v in junit_outcomes(kit / "reports/junitreport.xml").items()}
     levels = json.loads((kit / "reports/compatibility.json").read_text())
     counts = collections.Counter((r["level"], r["status"]) for r in levels["per_requirement"].values())
@@ -212,6 +214,7 @@ def main() -> int:
         database.unlink(missing_ok=True)
         env = dict(os.environ, SERVICE_API_HOST="127.0.0.1", SERVICE_API_PORT=str(port), SERVICE_PUBLIC_URL=url,
                    SERVICE_DATABASE_URL=f"sqlite:///{database}", SERVICE_ALLOW_PRIVATE_URLS="true",
+                   SERVICE_GRPC_PORT=str(free_port()),
                    SERVICE_LLM_BASE_URL=llm_url, SERVICE_LLM_MAX_RETRIES="0")
         log = open(args.work / "serve.log", "w")  # noqa: SIM115 (closed with the process)
         server = subprocess.Popen([str(Path(sys.executable).parent / "taskgrove"), "serve"], env=env,

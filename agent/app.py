@@ -17,7 +17,7 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from taskgrove.agent.a2a.front import a2a_routes
+from taskgrove.agent.a2a.front import LazySurface, a2a_routes
 from taskgrove.agent.bodylimit import BodyLimit
 from taskgrove.agent.container import Services
 from taskgrove.agent.edge import internal_error, rpc_endpoint
@@ -36,11 +36,13 @@ def build_app(settings: Settings, *, registry: ExecutorRegistry | None = None) -
 
         mcp = McpRoute(services)
 
+    agent = LazySurface(services)
+
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         await services.start()
         try:
-            async with mcp.run() if mcp else contextlib.nullcontext():
+            async with mcp.run() if mcp else contextlib.nullcontext(), agent.grpc_transport():
                 yield
         finally:
             await services.stop()
@@ -62,7 +64,7 @@ def build_app(settings: Settings, *, registry: ExecutorRegistry | None = None) -
 
         routes.extend(ui_routes())
     routes.extend(operations_routes(services))
-    routes.extend(a2a_routes(services))
+    routes.extend(a2a_routes(agent))
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={Exception: internal_error})
     # In front of every route, ours and the A2A SDK's: body size and JSON depth.
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes, max_depth=settings.max_json_depth)

@@ -29,9 +29,14 @@ PUBLIC_METHODS = frozenset({"system.health", "system.executors"})
 def call_context(request: Request, services: Services, surface: str) -> CallContext | AuthError:
     """Who is calling and with which LLM key; an AuthError is returned, not raised, so public
     methods can still be answered. A malformed X-LLM-API-KEY header raises RpcError (-32602)."""
-    headers = request.headers
+    return header_context(request.headers, _Cookies(request), services, surface, request)
+
+
+def header_context(headers: Mapping[str, str], cookies: Mapping[str, str], services: Services, surface: str,
+                   request: Request | None = None) -> CallContext | AuthError:
+    """call_context from headers alone (lower-case names): what gRPC metadata carries, too."""
     try:
-        caller = authenticate(headers, _Cookies(request), services.settings)
+        caller = authenticate(headers, cookies, services.settings)
     except AuthError as exc:
         return exc
     provider, key = _llm_key(headers)

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 
 class SettingsError(ValueError):
@@ -202,6 +203,8 @@ class Settings:
     enable_ui: bool = True
     api_host: str = "0.0.0.0"
     api_port: int = 8000
+    # The A2A gRPC transport (agent/a2a/grpc_server.py) listens on api_host:grpc_port; None: not served.
+    grpc_port: int | None = None
     jwt_secret: str | None = None
     jwt_algorithms: tuple[str, ...] = ("HS256",)
     extensions: tuple[str, ...] | None = None
@@ -314,6 +317,7 @@ class Settings:
             enable_ui=_bool(env, "SERVICE_ENABLE_UI", True),
             api_host=env.get("SERVICE_API_HOST", "0.0.0.0").strip() or "0.0.0.0",
             api_port=_int(env, "SERVICE_API_PORT", 8000, 1, 65535),
+            grpc_port=_int(env, "SERVICE_GRPC_PORT", 0, 1, 65535) or None,
             jwt_secret=_optional(env, "SERVICE_JWT_SECRET"),
             jwt_algorithms=_list(env, "SERVICE_JWT_ALGORITHMS") or ("HS256",),
             extensions=_list(env, "SERVICE_EXTENSIONS"),
@@ -396,4 +400,14 @@ class Settings:
         if self.public_url:
             return self.public_url.rstrip("/")
         host = "localhost" if self.api_host in ("0.0.0.0", "::", "") else self.api_host
+        host = f"[{host}]" if ":" in host else host  # an IPv6 address in a URL
         return f"http://{host}:{self.api_port}"
+
+    @property
+    def grpc_address(self) -> str | None:
+        """`host:port` of the gRPC transport as the agent card names it: the host of base_url (the
+        public address when SERVICE_PUBLIC_URL is set), the port SERVICE_GRPC_PORT; None when off."""
+        if self.grpc_port is None:
+            return None
+        host = urlsplit(self.base_url).hostname or "localhost"
+        return f"[{host}]:{self.grpc_port}" if ":" in host else f"{host}:{self.grpc_port}"

@@ -11,7 +11,9 @@ installed by the make target); this script runs in the project's venv and starts
 then runs, in order, each as its own process:
 
 1. ADK `RemoteA2aAgent` streaming and non-streaming (interop/adk_client.py);
-2. the official a2a-sdk client on JSON-RPC and HTTP+JSON, streaming and not (interop/sdk_client.py);
+2. the official a2a-sdk client on JSON-RPC, HTTP+JSON and gRPC, streaming and not (interop/sdk_client.py),
+   against a second `taskgrove serve` with SERVICE_GRPC_PORT set (ADK's RemoteA2aAgent refuses a
+   card that declares an interface on another port, so the first service keeps gRPC off);
 3. a tree whose two `a2a_agent_executor` tasks call the ADK and the pydantic-ai agent: it must
    complete with both remote answers;
 4. `a2a-lint --live --strict`: without an LLM, its plain-text probe is refused with -32005 as
@@ -195,8 +197,11 @@ def main() -> int:
             mode = "streaming" if streaming else "non-streaming"
             argv = [venv_python("adk"), str(here / "adk_client.py"), url] + ([] if streaming else ["--no-streaming"])
             results[f"ADK RemoteA2aAgent {mode}"] = step(f"ADK RemoteA2aAgent, {mode}", argv)
+        # gRPC on in a service of its own: ADK refuses a card with an interface on another port (README)
+        grpc_url, grpc_server = taskgrove(work, "taskgrove-grpc", {"SERVICE_GRPC_PORT": str(free_port())})
+        stack.enter_context(grpc_server)
         results["a2a-sdk client"] = step("official a2a-sdk client",
-                                         [venv_python("sdk"), str(here / "sdk_client.py"), url])
+                                         [venv_python("sdk"), str(here / "sdk_client.py"), grpc_url])
         results["a2a_agent_executor -> ADK, pydantic-ai"] = delegate(url, adk_url, pydantic_url)
         results["a2a-lint, no LLM"] = lint(url, TEXT_REFUSED)
         fake = stack.enter_context(fake_llm(work))

@@ -1,9 +1,10 @@
-"""The official A2A client (a2a-sdk) against taskgrove: JSON-RPC and HTTP+JSON, streaming and not.
+"""The official A2A client (a2a-sdk) against taskgrove: JSON-RPC, HTTP+JSON and gRPC, streaming and not.
 
 Runs in the `sdk` venv (interop/pins/sdk.txt). Each run sends one task tree as a data part and
 checks what a client keeps: the task ends `completed`, it holds the `task_results` artifact, a
 streamed artifact update says `last_chunk` (so chunk-assembling clients close the artifact), and
-the final status message carries the run summary.
+the final status message carries the run summary. gRPC is the interface the card declares when the
+service runs with SERVICE_GRPC_PORT (interop/run.py sets it).
 
     python interop/sdk_client.py http://127.0.0.1:8000
 """
@@ -14,6 +15,7 @@ import asyncio
 import sys
 import uuid
 
+import grpc.aio
 import httpx
 from a2a.client import ClientConfig, ClientFactory
 from a2a.helpers.proto_helpers import new_data_part
@@ -34,7 +36,8 @@ async def one_run(url: str, binding: str, streaming: bool) -> list[str]:
     """Problems seen in one send (empty: all good)."""
     problems: list[str] = []
     async with httpx.AsyncClient(timeout=60) as http:
-        config = ClientConfig(streaming=streaming, httpx_client=http, supported_protocol_bindings=[binding])
+        config = ClientConfig(streaming=streaming, httpx_client=http, supported_protocol_bindings=[binding],
+                              grpc_channel_factory=grpc.aio.insecure_channel)
         client = await ClientFactory(config).create_from_url(url)
         request = SendMessageRequest(message=Message(
             role=Role.ROLE_USER, message_id=uuid.uuid4().hex, parts=[new_data_part({"tasks": tree(uuid.uuid4().hex[:8])})]))
@@ -65,7 +68,7 @@ async def one_run(url: str, binding: str, streaming: bool) -> list[str]:
 
 async def main(url: str) -> int:
     failures = 0
-    for binding in ("JSONRPC", "HTTP+JSON"):
+    for binding in ("JSONRPC", "HTTP+JSON", "GRPC"):
         for streaming in (True, False):
             label = f"a2a-sdk client, {binding}, {'streaming' if streaming else 'non-streaming'}"
             try:

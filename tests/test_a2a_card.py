@@ -62,6 +62,10 @@ def sdk_card(settings: Settings, template: dict[str, Any]) -> AgentCard:
         AgentInterface(url=url.rstrip("/") + REST_PREFIX, protocol_binding=TransportProtocol.HTTP_JSON,
                        protocol_version=PROTOCOL_VERSION_1_0),
     ])
+    if settings.grpc_address:
+        card.supported_interfaces.extend([
+            AgentInterface(url=settings.grpc_address, protocol_binding=TransportProtocol.GRPC, protocol_version=v)
+            for v in (PROTOCOL_VERSION_1_0, PROTOCOL_VERSION_0_3)])
     card.capabilities.streaming = True
     card.capabilities.push_notifications = True
     if settings.jwt_secret:
@@ -86,7 +90,9 @@ JWT = {"SERVICE_JWT_SECRET": "s" * 32}
 LLMS = [{}, {"SERVICE_LLM_PROVIDER": "openai"}, {"OPENAI_API_KEY": "sk-test"},
         {"SERVICE_LLM_BASE_URL": "http://127.0.0.1:9/v1"}]
 ADDRESSES = [{}, {"SERVICE_API_HOST": "127.0.0.1", "SERVICE_API_PORT": "8123"},
-             {"SERVICE_PUBLIC_URL": "https://agents.example.com/taskgrove/"}]
+             {"SERVICE_PUBLIC_URL": "https://agents.example.com/taskgrove/"},
+             {"SERVICE_API_HOST": "127.0.0.1", "SERVICE_API_PORT": "8123", "SERVICE_GRPC_PORT": "8124"},
+             {"SERVICE_PUBLIC_URL": "https://agents.example.com/taskgrove/", "SERVICE_GRPC_PORT": "443"}]
 VARIANTS = [{**jwt, **llm, **address} for jwt in ({}, JWT) for llm in LLMS for address in ADDRESSES]
 
 
@@ -123,6 +129,9 @@ def test_variants_cover_each_branch() -> None:
     assert any("securitySchemes" in c for c in cards) and any("securitySchemes" not in c for c in cards)
     assert any(TEXT_MODE in c["defaultInputModes"] for c in cards)
     assert any(TEXT_MODE not in c["defaultInputModes"] for c in cards)
+    grpc = [c for c in cards if any(i["protocolBinding"] == "GRPC" for i in c["supportedInterfaces"])]
+    assert grpc and len(grpc) < len(cards)
+    assert all(card_json(c)["additionalInterfaces"][0]["transport"] == "GRPC" for c in grpc)
     assert {c["supportedInterfaces"][0]["url"] for c in cards} == {
         "http://localhost:8000", "http://127.0.0.1:8123", "https://agents.example.com/taskgrove"}
 

@@ -22,6 +22,18 @@ def test_defaults(tmp_path, monkeypatch):
     assert s.extensions is None and s.llm_provider is None
     assert s.database_url == "sqlite+aiosqlite:///" + str(Path(tmp_path) / "taskgrove.db")
     assert s.base_url == "http://localhost:8000"
+    assert s.grpc_port is None and s.grpc_address is None  # gRPC is off unless SERVICE_GRPC_PORT is set
+
+
+@pytest.mark.parametrize("env,address", [
+    ({"SERVICE_GRPC_PORT": "50051"}, "localhost:50051"),
+    ({"SERVICE_GRPC_PORT": "50051", "SERVICE_API_HOST": "10.0.0.7"}, "10.0.0.7:50051"),
+    ({"SERVICE_GRPC_PORT": "50051", "SERVICE_API_HOST": "::1"}, "[::1]:50051"),
+    ({"SERVICE_GRPC_PORT": "443", "SERVICE_PUBLIC_URL": "https://agents.example.com/taskgrove/"},
+     "agents.example.com:443"),
+])
+def test_grpc_address_is_the_card_host_with_the_grpc_port(env, address):
+    assert Settings.from_env(env).grpc_address == address
 
 
 def test_every_service_variable_is_read():
@@ -104,6 +116,8 @@ def test_settings_are_frozen():
     ({"SERVICE_API_PORT": "eighty"}, r"SERVICE_API_PORT must be an integer, got 'eighty'"),
     ({"SERVICE_API_PORT": "0"}, r"SERVICE_API_PORT must be between 1 and 65535, got 0"),
     ({"SERVICE_API_PORT": "70000"}, r"SERVICE_API_PORT must be between 1 and 65535, got 70000"),
+    ({"SERVICE_GRPC_PORT": "grpc"}, r"SERVICE_GRPC_PORT must be an integer, got 'grpc'"),
+    ({"SERVICE_GRPC_PORT": "0"}, r"SERVICE_GRPC_PORT must be between 1 and 65535, got 0"),
     ({"SERVICE_API_PORT": "80.5"}, r"SERVICE_API_PORT must be an integer, got '80.5'"),
     ({"SERVICE_ENABLE_DOCS": "maybe"}, r"SERVICE_ENABLE_DOCS must be true or false, got 'maybe'"),
     ({"SERVICE_ENABLE_SYSTEM_ROUTES": "2"}, r"SERVICE_ENABLE_SYSTEM_ROUTES must be true or false, got '2'"),

@@ -78,7 +78,7 @@ def load_template(path: Traversable | None = None) -> dict[str, Any]:
 CARD_FIELDS = ("name", "description", "supportedInterfaces", "provider", "version", "documentationUrl",
                "capabilities", "securitySchemes", "securityRequirements", "defaultInputModes",
                "defaultOutputModes", "skills", "signatures", "iconUrl")
-JSONRPC, HTTP_JSON = "JSONRPC", "HTTP+JSON"  # the SDK's TransportProtocol values
+JSONRPC, HTTP_JSON, GRPC = "JSONRPC", "HTTP+JSON", "GRPC"  # the SDK's TransportProtocol values
 V1_0, V0_3 = "1.0", "0.3"  # protocol versions the card advertises
 REST_PREFIX = "/a2a"  # the HTTP+JSON transport's routes (agent/a2a/rest.py)
 BEARER_DESCRIPTION = "Authorization: Bearer <JWT signed with the service's secret> (or an Authorization cookie)"
@@ -110,6 +110,9 @@ def build_card(settings: Settings, template: dict[str, Any] | None = None) -> di
         {"url": url, "protocolBinding": JSONRPC, "protocolVersion": V0_3},
         {"url": url.rstrip("/") + REST_PREFIX, "protocolBinding": HTTP_JSON, "protocolVersion": V1_0},
     ]
+    if settings.grpc_address:  # SERVICE_GRPC_PORT: both wires' gRPC services on one port (agent/a2a/grpc_server.py)
+        card["supportedInterfaces"] += [{"url": settings.grpc_address, "protocolBinding": GRPC, "protocolVersion": v}
+                                        for v in (V1_0, V0_3)]
     card["capabilities"] = {**card.get("capabilities", {}), "streaming": True, "pushNotifications": True}
     if settings.jwt_secret:  # tell a reading client what POST / and /a2a need (the card stays public)
         card["securitySchemes"] = {**card.get("securitySchemes", {}), "bearer": {"httpAuthSecurityScheme": {
@@ -128,15 +131,18 @@ def build_card(settings: Settings, template: dict[str, Any] | None = None) -> di
 
 def card_json(card: dict[str, Any]) -> dict[str, Any]:
     """The 0.3-compatible card: the 1.0 fields plus the 0.3 ones, as the SDK's `agent_card_to_dict`
-    adds them: `url`, `preferredTransport` and `protocolVersion` of the (one) 0.3 interface, and the
+    adds them: `url`, `preferredTransport` and `protocolVersion` of the first 0.3 interface (JSON-RPC),
+    `additionalInterfaces` for the others (gRPC, when SERVICE_GRPC_PORT is set), and the
     bearer scheme and requirement also in their 0.3 shape (`type: http`, `security`).
 
     Capabilities stay camelCase only (`pushNotifications`): ProtoJSON parsers accept the proto
     field name `push_notifications` as well, and the official client refuses a card that has both.
     """
-    legacy = next(i for i in card["supportedInterfaces"] if i["protocolVersion"] == V0_3)
+    legacy, *others = [i for i in card["supportedInterfaces"] if i["protocolVersion"] == V0_3]
     body = copy.deepcopy(card)
     body.update(url=legacy["url"], preferredTransport=legacy["protocolBinding"], protocolVersion=V0_3)
+    if others:  # gRPC when on: the 0.3 card lists every further 0.3 interface here
+        body["additionalInterfaces"] = [{"transport": i["protocolBinding"], "url": i["url"]} for i in others]
     for scheme in body.get("securitySchemes", {}).values():
         if "httpAuthSecurityScheme" in scheme:
             scheme.update({"type": "http", **scheme["httpAuthSecurityScheme"]})

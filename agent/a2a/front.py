@@ -14,7 +14,9 @@ tests/test_a2a_card.py checks it against the SDK's own route factory.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
@@ -52,29 +54,43 @@ def route_key(path: str, methods: Any) -> RouteKey:
 
 
 class LazySurface:
-    """The SDK-backed endpoints, built by the first request that needs one of them."""
+    """The SDK-backed endpoints, built by the first request that needs one of them (or, with gRPC
+    on, at start: the gRPC transport serves the same request handler)."""
 
-    def __init__(self, services: "Services", card: dict[str, Any]) -> None:
+    def __init__(self, services: "Services") -> None:
         self._services = services
-        self._card = card
+        self.card = build_card(services.settings)
+        self.handler: Any = None  # the SDK's request handler (agent.a2a.handler), once built
         self._endpoints: dict[RouteKey, Endpoint] | None = None
+
+    def build(self) -> dict[RouteKey, Endpoint]:
+        """Builds the handler and the endpoints once: no await before the assignment, so
+        concurrent first requests build once."""
+        if self._endpoints is None:
+            from taskgrove.agent.a2a.routes import sdk_endpoints  # the a2a-sdk loads here (module docstring)
+
+            self.handler, built = sdk_endpoints(self._services, self.card)
+            self._endpoints = {route_key(path, methods): real for path, methods, real in built}
+        return self._endpoints
 
     def endpoint(self, key: RouteKey) -> Endpoint:
         async def endpoint(request: Request) -> Response:
-            if self._endpoints is None:  # no await before the assignment: concurrent first requests build once
-                from taskgrove.agent.a2a.routes import sdk_endpoints  # the a2a-sdk loads here (module docstring)
-
-                built = sdk_endpoints(self._services, self._card)
-                self._endpoints = {route_key(path, methods): real for path, methods, real in built}
-            return await self._endpoints[key](request)
+            return await self.build()[key](request)
 
         return endpoint
 
+    def grpc_transport(self) -> AbstractAsyncContextManager[None]:
+        """The gRPC transport while the app runs: SERVICE_GRPC_PORT set, else nothing."""
+        if self._services.settings.grpc_port is None:
+            return contextlib.nullcontext()
+        from taskgrove.agent.a2a.grpc_server import serving  # grpcio loads only when gRPC is on
 
-def a2a_routes(services: "Services") -> list[Route]:
-    card = build_card(services.settings)
-    surface = LazySurface(services, card)
+        self.build()
+        return serving(self._services, self.handler)
+
+
+def a2a_routes(surface: LazySurface) -> list[Route]:
     agent = Route(AGENT_PATH, surface.endpoint(route_key(AGENT_PATH, ("POST",))), methods=["POST"])
     rest = [Route(path, surface.endpoint(route_key(path, methods)), methods=list(methods))
             for path, methods in REST_ROUTES]
-    return [agent, *card_routes(card), *rest]
+    return [agent, *card_routes(surface.card), *rest]

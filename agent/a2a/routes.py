@@ -32,7 +32,7 @@ from taskgrove.agent.a2a.envelope import (
     valid_id,
     wire_of,
 )
-from taskgrove.agent.a2a.handler import build_surface
+from taskgrove.agent.a2a.handler import TaskgroveRequestHandler, build_surface
 from taskgrove.agent.a2a.methods import AgentMethods
 from taskgrove.agent.a2a.params import check_params, check_version
 from taskgrove.agent.a2a.push import PushConfigError
@@ -55,10 +55,11 @@ SEND_METHODS = frozenset({"message/send", "SendMessage"})
 IDEMPOTENCY_HEADER = "idempotency-key"
 
 
-def sdk_endpoints(services: "Services", card: dict[str, Any]) -> list[tuple[str, set[str], Endpoint]]:
+def sdk_endpoints(services: "Services", card: dict[str, Any]) -> tuple[TaskgroveRequestHandler,
+                                                                       list[tuple[str, set[str], Endpoint]]]:
     """The SDK's request handler, and the endpoints of POST `/` and the `/a2a` routes as (path,
     methods, endpoint): agent.a2a.front registers the routes and calls this on the first request
-    to one of them."""
+    to one of them (or at start when gRPC, which serves the same handler, is on)."""
     surface = build_surface(services, ParseDict(card, AgentCard()))
     context_builder = CallerContextBuilder()
     sdk_endpoint = create_jsonrpc_routes(
@@ -67,7 +68,7 @@ def sdk_endpoints(services: "Services", card: dict[str, Any]) -> list[tuple[str,
     methods = AgentMethods(services, surface.handler, context_builder).table()
     services.shutdown_hooks.append(surface.shutdown)
     rest = [(r.path, r.methods or set(), r.endpoint) for r in rest_routes(services, surface.handler, context_builder)]
-    return [("/", {"POST"}, agent_endpoint(services, methods, sdk_endpoint)), *rest]
+    return surface.handler, [("/", {"POST"}, agent_endpoint(services, methods, sdk_endpoint)), *rest]
 
 
 def agent_endpoint(services: "Services", methods: dict[str, Handler],
