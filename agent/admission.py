@@ -100,11 +100,13 @@ class Admission:
     def exempt(self, caller: Caller) -> bool:
         return caller.is_admin and self.settings.quota_exempt_admins
 
-    def admit_request(self, ctx: CallContext, body: bytes | None = None) -> QuotaExceeded | None:
-        """The rate check of one HTTP request: None to go on, else the refusal to answer (429)."""
+    def admit_request(self, ctx: CallContext, body: bytes | None = None,
+                      address: str | None = None) -> QuotaExceeded | None:
+        """The rate check of one request: None to go on, else the refusal to answer (429).
+        `address`: the client's, where the call has no HTTP request (gRPC)."""
         if self.rate is None or self.exempt(ctx.caller):
             return None
-        key = requester(ctx, body, self.settings.jwt_enabled)
+        key = requester(ctx, body, self.settings.jwt_enabled, address)
         wait = self.rate.take(key, time.monotonic())
         if not wait:
             return None
@@ -142,7 +144,8 @@ class Admission:
         return refusal
 
 
-def requester(ctx: CallContext, body: bytes | None, jwt_enabled: bool) -> tuple[str, str]:
+def requester(ctx: CallContext, body: bytes | None, jwt_enabled: bool,
+              address: str | None = None) -> tuple[str, str]:
     """Whose rate a request counts against: ("user", name) or ("address", client address). A name
     in the body counts only with JWT off: with JWT on it would let anyone spend another's rate."""
     caller = ctx.caller
@@ -153,4 +156,4 @@ def requester(ctx: CallContext, body: bytes | None, jwt_enabled: bool) -> tuple[
         if claimed is not None:
             return "user", claimed
     client = ctx.request.client if ctx.request is not None else None
-    return "address", client.host if client is not None else "unknown"
+    return "address", client.host if client is not None else address or "unknown"

@@ -405,3 +405,68 @@ async def test_sigterm_with_an_open_stream_exits_0_promptly(tmp_path: Path) -> N
         stream.cancel()
     assert code == 0, service.log()
     assert took < 15, took
+
+
+# --- quotas (agent/admission.py): RESOURCE_EXHAUSTED, the gRPC form of HTTP 429 -------------------
+
+def quota_details(error: grpc.aio.AioRpcError) -> tuple[error_details_pb2.ErrorInfo, error_details_pb2.RetryInfo]:
+    raw = dict(error.trailing_metadata() or ()).get("grpc-status-details-bin")
+    info, retry = error_details_pb2.ErrorInfo(), error_details_pb2.RetryInfo()
+    for detail in status_pb2.Status.FromString(raw).details:
+        detail.Unpack(info) if detail.Is(info.DESCRIPTOR) else detail.Unpack(retry)
+    return info, retry
+
+
+async def test_over_the_request_rate_a_call_is_resource_exhausted_with_retry_info(tmp_path: Path) -> None:
+    service = grpc_service(tmp_path, "rate", SERVICE_JWT_SECRET=SECRET, SERVICE_RATE_LIMIT_PER_USER="0.2",
+                           SERVICE_RATE_LIMIT_BURST="2").start()
+    try:
+        async with stub(service) as raw:
+            alice = (("authorization", bearer("alice").service_parameters["authorization"]),)
+            for _ in range(2):  # the burst
+                with pytest.raises(grpc.aio.AioRpcError) as caught:
+                    await raw.GetTask(GetTaskRequest(id="none"), metadata=alice)
+                assert caught.value.code() == Code.NOT_FOUND
+            for call in (raw.GetTask(GetTaskRequest(id="none"), metadata=alice),
+                         raw.SendMessage(data_request(tree()), metadata=alice)):
+                with pytest.raises(grpc.aio.AioRpcError) as caught:
+                    await call
+                assert caught.value.code() == Code.RESOURCE_EXHAUSTED, caught.value
+                assert "SERVICE_RATE_LIMIT_PER_USER" in caught.value.details()
+                info, retry = quota_details(caught.value)
+                assert info.reason == "QUOTA_EXCEEDED" and info.metadata["setting"] == "SERVICE_RATE_LIMIT_PER_USER"
+                assert retry.retry_delay.seconds >= 1
+            bob = (("authorization", bearer("bob").service_parameters["authorization"]),)
+            with pytest.raises(grpc.aio.AioRpcError) as caught:  # another user: still within his own rate
+                await raw.GetTask(GetTaskRequest(id="none"), metadata=bob)
+            assert caught.value.code() == Code.NOT_FOUND
+    finally:
+        service.stop()
+
+
+async def test_over_the_pending_quota_a_tree_is_resource_exhausted_and_nothing_is_stored(tmp_path: Path) -> None:
+    service = grpc_service(tmp_path, "pending", SERVICE_JWT_SECRET=SECRET, SERVICE_MAX_PENDING_PER_USER="4").start()
+    try:
+        async with stub(service) as raw:
+            alice = (("authorization", bearer("alice").service_parameters["authorization"]),)
+            await raw.SendMessage(data_request(tree(seconds=600), immediately=True), metadata=alice)  # 3 unfinished
+            refused = tree()
+
+            async def streamed() -> list[Any]:
+                return [e async for e in raw.SendStreamingMessage(data_request(refused), metadata=alice)]
+
+            async def sent() -> Any:
+                return await raw.SendMessage(data_request(refused), metadata=alice)
+
+            for call in (sent, streamed):
+                with pytest.raises(grpc.aio.AioRpcError) as caught:
+                    await call()
+                assert caught.value.code() == Code.RESOURCE_EXHAUSTED, caught.value
+                info, retry = quota_details(caught.value)
+                assert info.metadata["setting"] == "SERVICE_MAX_PENDING_PER_USER" and retry.retry_delay.seconds >= 1
+        token = bearer("alice").service_parameters["authorization"]
+        answer = httpx.post(f"{service.url}/tasks", headers={"Authorization": token}, timeout=30, json={
+            "jsonrpc": "2.0", "id": 1, "method": "tasks.get", "params": {"task_id": refused[0]["id"]}}).json()
+        assert answer["result"] is None, answer  # nothing of the refused tree was stored
+    finally:
+        service.stop()

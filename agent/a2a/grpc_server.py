@@ -41,7 +41,7 @@ from a2a.types import a2a_pb2, a2a_pb2_grpc
 from a2a.utils import errors as sdk_errors
 from a2a.utils.grpc_status import status_to_grpc
 from a2a.utils.proto_utils import validation_errors_to_bad_request
-from google.protobuf import any_pb2
+from google.protobuf import any_pb2, duration_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_reflection.v1alpha import reflection
 
@@ -49,7 +49,8 @@ from taskgrove.agent.a2a.calls import BLOCKING_KEY, CALL_KEY, PUSH_KEY, SECRET_H
 from taskgrove.agent.a2a.envelope import WIRE_0_3, WIRE_1_0
 from taskgrove.agent.auth import AuthError
 from taskgrove.agent.edge import header_context
-from taskgrove.agent.errors import RpcError
+from taskgrove.agent.errors import QuotaExceeded, RpcError
+from taskgrove.agent.rpc.jsonrpc import CallContext
 
 if TYPE_CHECKING:  # pragma: no cover
     from taskgrove.agent.container import Services
@@ -63,6 +64,9 @@ INTERNAL_DETAIL = "The request failed on the server; see the service log"
 # The called method's name (`SendStreamingMessage`), set by CallGuard: the servicer context
 # does not carry it, and the handler plans a streamed tree differently (agent.a2a.plan).
 METHOD: ContextVar[str] = ContextVar("taskgrove_grpc_method", default="")
+# The call's own context (set by the context builder): a quota refusal met inside the SDK is
+# noted on it (agent.a2a.plan), and abort() answers that refusal instead of the SDK's error.
+CALL: ContextVar["CallContext | None"] = ContextVar("taskgrove_grpc_call", default=None)
 
 Code = grpc.StatusCode
 # The A2A 1.0 specification's gRPC status for each A2A error (JSON-RPC errors without an A2A
@@ -85,11 +89,13 @@ SPEC_CODES: dict[type[sdk_errors.A2AError], Code] = {
 
 
 class Refused(sdk_errors.A2AError):
-    """A refusal before the request handler runs that is no A2A error (UNAUTHENTICATED)."""
+    """A refusal before the request handler runs that is no A2A error (UNAUTHENTICATED, or
+    RESOURCE_EXHAUSTED with the quota's details when `quota` is given)."""
 
-    def __init__(self, code: Code, message: str) -> None:
+    def __init__(self, code: Code, message: str, quota: QuotaExceeded | None = None) -> None:
         super().__init__(message=message)
         self.code = code
+        self.quota = quota
 
 
 def metadata_of(context: grpc.aio.ServicerContext) -> dict[str, str]:
@@ -122,6 +128,10 @@ class CallerGrpcContextBuilder(GrpcServerCallContextBuilder):
             raise sdk_errors.InvalidParamsError(message=exc.message) from None
         if isinstance(call, AuthError):
             raise Refused(Code.UNAUTHENTICATED, str(call))
+        refusal = self._services.admission.admit_request(call, address=peer_host(context))
+        if refusal is not None:
+            raise Refused(Code.RESOURCE_EXHAUSTED, refusal.message, quota=refusal)
+        CALL.set(call)
         state: dict[str, Any] = {
             "headers": {k: v for k, v in headers.items() if k not in SECRET_HEADERS},
             "method": METHOD.get(),
@@ -132,9 +142,49 @@ class CallerGrpcContextBuilder(GrpcServerCallContextBuilder):
         return ServerCallContext(user=CallerUser(call.caller), state=state, requested_extensions=extensions)
 
 
+def peer_host(context: grpc.aio.ServicerContext) -> str | None:
+    """The client's address (`ipv4:127.0.0.1:5000` -> `127.0.0.1`): whose request rate a call
+    without a user counts against, as the client address over HTTP."""
+    peer = context.peer() or ""
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv6":
+        return rest.rpartition(":")[0].strip("[]") or None
+    return rest.rpartition(":")[0] or None
+
+
+def quota_refusal(error: sdk_errors.A2AError) -> QuotaExceeded | None:
+    """The quota refusal behind `error`: the request rate (Refused) or the pending-task quota met
+    inside the SDK (noted on the call's context); taken once."""
+    if isinstance(error, Refused):
+        return error.quota
+    call = CALL.get()
+    if call is None or call.refusal is None:
+        return None
+    refusal, call.refusal = call.refusal, None
+    return refusal
+
+
+async def abort_quota(refusal: QuotaExceeded, context: grpc.aio.ServicerContext) -> None:
+    """RESOURCE_EXHAUSTED with what refused (ErrorInfo naming the setting) and when to try again
+    (RetryInfo), the gRPC form of HTTP 429 + Retry-After."""
+    status = status_pb2.Status(code=Code.RESOURCE_EXHAUSTED.value[0], message=refusal.message)
+    info, retry = any_pb2.Any(), any_pb2.Any()
+    info.Pack(error_details_pb2.ErrorInfo(
+        reason="QUOTA_EXCEEDED", domain="a2a-protocol.org",
+        metadata={"reason": refusal.reason, "setting": refusal.setting, "retry_after": str(refusal.retry_after)}))
+    retry.Pack(error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(seconds=refusal.retry_after)))
+    status.details.extend([info, retry])
+    rich = status_to_grpc(status)
+    context.set_trailing_metadata(rich.trailing_metadata)
+    await context.abort(rich.code, rich.details)
+
+
 async def abort(error: sdk_errors.A2AError, context: grpc.aio.ServicerContext) -> None:
     """The 1.0 error status: the specification's code, the message, ErrorInfo (and field
     violations for invalid params) in `grpc-status-details-bin`, as the SDK's clients read it."""
+    refusal = quota_refusal(error)
+    if refusal is not None:
+        await abort_quota(refusal, context)  # raises: the call ends here
     if isinstance(error, Refused):
         await context.abort(error.code, error.message)  # raises: the call ends here
     code = SPEC_CODES.get(type(error), Code.INTERNAL)
@@ -164,6 +214,9 @@ class Handler10(GrpcHandler):
 
 class Handler03(CompatGrpcHandler):
     async def abort_context(self, error: sdk_errors.A2AError, context: grpc.aio.ServicerContext) -> None:
+        refusal = quota_refusal(error)
+        if refusal is not None:
+            await abort_quota(refusal, context)  # raises: the call ends here
         if isinstance(error, Refused):
             await context.abort(error.code, error.message)  # raises: the call ends here
         await super().abort_context(error, context)
