@@ -2,7 +2,7 @@
 
 Raw HTTP against the ASGI app: ids, batches, non-finite numbers, malformed params (-32602 in our
 words, never a pydantic or protobuf dump), result null on delete, push-config get without its id,
-content types (-32005), messages to a finished task (-32004), ListTasks with an unknown status.
+content types (415, -32600), messages to a finished task (-32004), ListTasks with an unknown status.
 """
 
 from __future__ import annotations
@@ -88,11 +88,14 @@ async def test_non_finite_numbers_and_surrogates_in_params_are_refused_clearly(c
     assert await client.result("tasks.get", {"task_id": tasks[0]["id"]}) is None
 
 
-async def test_a_body_that_is_not_json_content_is_content_type_not_supported(client: Client) -> None:
-    response = await client.http.post("/", content=b"{'jsonrpc': '2.0'}", headers={"Content-Type": "text/plain", **V1})
-    assert response.status_code == 200
-    error = response.json()["error"]
-    assert error["code"] == -32005 and "application/json" in error["message"]
+async def test_a_body_that_is_not_json_content_is_415_invalid_request_in_the_wire_form(client: Client) -> None:
+    for body, id_ in ((b"{'jsonrpc': '2.0'}", None), (json.dumps(v1_send(tree())).encode(), 7)):
+        response = await client.http.post("/", content=body, headers={"Content-Type": "text/plain", **V1})
+        assert response.status_code == 415
+        answer = response.json()
+        assert answer["id"] == id_ and answer["error"]["code"] == -32600
+        assert "application/json" in answer["error"]["message"]
+        assert answer["error"]["data"][0]["reason"] == "INVALID_REQUEST"  # the 1.0 form (ErrorInfo details)
 
 
 # --- batches -----------------------------------------------------------------------------------

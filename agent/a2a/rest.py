@@ -37,14 +37,13 @@ from taskgrove.agent.a2a.envelope import (
     EnvelopeError,
     bad_value,
     depth_of,
-    json_media_type,
     parse,
 )
 from taskgrove.agent.a2a.extras import explicitly_blocking, push_extras
 from taskgrove.agent.a2a.handler import TaskgroveRequestHandler
 from taskgrove.agent.a2a.push import PushConfigError
 from taskgrove.agent.auth import AuthError
-from taskgrove.agent.edge import call_context
+from taskgrove.agent.edge import call_context, json_media_type
 from taskgrove.agent.errors import RpcError
 
 if TYPE_CHECKING:  # pragma: no cover
