@@ -94,9 +94,10 @@ async def test_delete_racing_execute_leaves_each_tree_whole_or_gone(client: Clie
     await template(client)
     made = await clones(client, 60)
     calls = []
-    for index, tree in enumerate(made):  # the execute a little later or not: either may win
-        calls.append(client.call("tasks.delete", {"task_id": tree["root"]}))
-        calls.append(later(index % 6 * 0.01, client.call("tasks.execute", {"task_id": tree["root"]})))
+    for index, tree in enumerate(made):  # one of them a little later, or neither: either may win
+        delete_after, execute_after = (index % 3 * 0.04, 0.0) if index % 2 else (0.0, index % 3 * 0.005)
+        calls.append(later(delete_after, client.call("tasks.delete", {"task_id": tree["root"]})))
+        calls.append(later(execute_after, client.call("tasks.execute", {"task_id": tree["root"]})))
     answers = await asyncio.gather(*calls)
     assert_no_internal_errors(answers)
     assert await client.runs_ended(30), "an execution of a deleted tree never ended"
