@@ -118,11 +118,12 @@ async def test_delete_racing_execute_leaves_each_tree_whole_or_gone(client: Clie
 async def test_dependency_updates_racing_the_engine_never_let_a_task_run_before_its_dependency(
         client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
     """tasks.update (a depends on b) while tasks.execute makes the engine claim a: either the update
-    came first and a runs after b, or the claim came first and the update is refused.
+    came first and a runs after b, or the claim came first and the update is refused; every run ends.
 
-    On PostgreSQL the engine claims without the tree lock, so the update's checks are slowed down
-    there to let claims land between its reads and its write. (On SQLite the update holds the one
-    write lock, so no claim can land there; slowing it would only stall the engine's writes.)"""
+    The update's checks are slowed down so that the engine works meanwhile: on PostgreSQL it claims
+    without the tree lock (a claim lands between the update's reads and its write); on SQLite its
+    writes wait for the update's write lock (a claim of a found stale in the same pass, as b's is
+    granted, must still start b)."""
     await template(client)
     made = await clones(client, 12)  # few at a time: each slowed update holds a database connection
     service = client.services.tasks
@@ -133,8 +134,7 @@ async def test_dependency_updates_racing_the_engine_never_let_a_task_run_before_
         await asyncio.sleep(0.05)
         return answer
 
-    if client.services.settings.database_url.startswith("postgresql"):
-        monkeypatch.setattr(service, "_dependency_problems", slow_check)
+    monkeypatch.setattr(service, "_dependency_problems", slow_check)
     calls = []
     for index, tree in enumerate(made):  # the update a little later or not: either may win
         calls.append(client.call("tasks.execute", {"task_id": tree["root"]}))
