@@ -1,5 +1,6 @@
 """The shared HTTP edge of every surface: who is calling, and the JSON-RPC answers given before
-a method runs (a malformed request header, 401, 429 over the request rate of agent/admission.py).
+a method runs (a body declared as something other than JSON, a malformed request header, 401, 429
+over the request rate of agent/admission.py).
 
 `call_context` turns a request into a CallContext (authentication through agent.auth, the LLM key
 header); `rpc_endpoint` is the POST endpoint of a JSON-RPC method table (/tasks, /system).
@@ -17,13 +18,40 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from taskgrove.agent.auth import AuthError, authenticate
 from taskgrove.agent.container import Services
-from taskgrove.agent.errors import INTERNAL_ERROR, INVALID_PARAMS, PERMISSION_DENIED, RpcError
+from taskgrove.agent.errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, PERMISSION_DENIED, RpcError
 from taskgrove.agent.rpc.jsonrpc import CallContext, Handler, JsonReply, Limits, dispatch, reply_id
 from taskgrove.storage import jsonvalues
 from taskgrove.llm.client import parse_key_header
 
 # Methods anyone may call while JWT is on (SPEC.md, Authentication).
 PUBLIC_METHODS = frozenset({"system.health", "system.executors"})
+JSON_MEDIA_TYPES = ("application/json", "application/json-rpc", "application/jsonrequest")
+UNSUPPORTED_MEDIA_TYPE = 415
+
+
+def json_media_type(declared: str | None) -> bool:
+    """A Content-Type that says JSON; a missing one counts as JSON (clients that send raw bytes,
+    such as httpx's `content=`, omit it), an empty or any other one does not."""
+    if declared is None:
+        return True
+    media = declared.split(";", 1)[0].strip().lower()
+    return media in JSON_MEDIA_TYPES or media.endswith("+json")
+
+
+def content_type_problem(headers: Mapping[str, str]) -> RpcError | None:
+    """-32600 naming the accepted type when the body is declared as something other than JSON.
+
+    The JSON-RPC surfaces (`/`, `/tasks`, `/system`) answer it with HTTP 415, each in its own
+    form, echoing the ids of the calls when the body parses anyway (a client that only forgot the
+    header can see which request was refused).
+    """
+    declared = headers.get("content-type")
+    if json_media_type(declared):
+        return None
+    media = (declared or "").split(";", 1)[0].strip().lower() or "(empty)"
+    shown = media if len(media) <= 100 else media[:97] + "..."
+    detail = f"Content-Type {shown} is not supported; send the JSON-RPC request as application/json"
+    return RpcError(INVALID_REQUEST, detail, detail)
 
 
 def call_context(request: Request, services: Services, surface: str) -> CallContext | AuthError:
@@ -81,12 +109,13 @@ def _payload(body: bytes) -> Any:
         return None
 
 
-def error_reply(body: bytes, exc: RpcError) -> Response:
-    """`exc` as the JSON-RPC answer to every call in `body` (HTTP 200, ids echoed when valid)."""
+def error_reply(body: bytes, exc: RpcError, status_code: int = 200) -> Response:
+    """`exc` as the JSON-RPC answer to every call in `body` (ids echoed when valid)."""
     payload = _payload(body)
     if isinstance(payload, list) and payload:
-        return JsonReply([{"jsonrpc": "2.0", "id": reply_id(c), "error": exc.to_dict()} for c in payload])
-    return JsonReply({"jsonrpc": "2.0", "id": reply_id(payload), "error": exc.to_dict()})
+        return JsonReply([{"jsonrpc": "2.0", "id": reply_id(c), "error": exc.to_dict()} for c in payload],
+                         status_code=status_code)
+    return JsonReply({"jsonrpc": "2.0", "id": reply_id(payload), "error": exc.to_dict()}, status_code=status_code)
 
 
 def internal_error(request: Request, exc: Exception) -> Response:
@@ -146,6 +175,9 @@ class _RpcEndpoint:
     async def answer(self, request: Request) -> Response:
         services, surface = self.services, self.surface
         body = await request.body()
+        refused = content_type_problem(request.headers)
+        if refused is not None:
+            return error_reply(body, refused, UNSUPPORTED_MEDIA_TYPE)
         try:
             ctx = call_context(request, services, surface)
         except RpcError as exc:

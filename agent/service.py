@@ -254,7 +254,12 @@ class TaskService:
             values["updated_at"] = now_iso()
             if "status" in values:  # set by hand: no execution runs it or waits for its retry any more
                 values.update(execution_id=None, next_attempt_at=None, lease_owner=None, lease_expires_at=None)
-            await self.repo.update(task_id, values, conn=conn)
+            # New dependencies only while the task is still pending: an engine that claimed it
+            # since it was read (no tree lock is taken to claim) must not see them change under it.
+            if not await self.repo.update(task_id, values, conn=conn,
+                                          only_status=("pending",) if "dependencies" in values else None):
+                raise invalid_params(f"Cannot update 'dependencies': task '{task_id}' started while updating; "
+                                     "nothing was changed")
             updated = await self.repo.get(task_id, conn)
         assert updated is not None
         if "status" in values:
@@ -323,6 +328,9 @@ class TaskService:
     async def delete(self, params: Any, ctx: CallContext) -> dict[str, Any]:
         task_id = p.string(_obj(params), "task_id", aliases=("id",), required=True)
         async with self.repo.transaction() as conn:
+            # "nothing depends on it" and the delete: one decision, or a dependency added meanwhile
+            # would name a task that is gone.
+            await self.repo.serialise_tree(task_id, conn)
             row = await self.repo.get(task_id, conn)
             if row is None:
                 raise task_not_found(task_id)
@@ -363,6 +371,10 @@ class TaskService:
     async def copy_tree(self, task_id: str, with_children: bool, caller: Caller) -> list[dict[str, Any]]:
         """Copy `task_id` (see storage.trees.copy_selection); returns the new rows, root first."""
         async with self.repo.transaction() as conn:
+            # The copies are made from one state of the tree that no dependency change or other
+            # copy is writing (two copies both mark the originals: without the lock PostgreSQL
+            # may find them locking the same rows in opposite orders, a deadlock).
+            await self.repo.serialise_tree(task_id, conn)
             row = await self.repo.get(task_id, conn)
             if row is None:
                 raise task_not_found(task_id)
@@ -397,6 +409,7 @@ class TaskService:
             raise invalid_params(str(exc)) from None
 
         async with self.repo.transaction() as conn:
+            await self.repo.serialise_tree(task_id, conn)  # see copy_tree
             row = await self.repo.get(task_id, conn)
             if row is None:
                 raise task_not_found(task_id)

@@ -105,3 +105,22 @@ async def test_http_json_list_with_an_unknown_status_is_refused(make_settings: A
                               headers={"A2A-Version": "1.0"})
     assert bad.status_code == 400 and "TASK_STATE_COMPLETED" in bad.json()["error"]["message"]
     assert good.status_code == 200 and "tasks" in good.json()
+
+
+async def test_http_json_refuses_a_nul_character_in_an_id_naming_where(make_settings: Any) -> None:
+    """PostgreSQL's text has no NUL: an id holding one is the client's mistake (400), on either
+    backend, not an internal error."""
+    async with agent_server(make_settings()) as (url, _app), httpx.AsyncClient(timeout=30) as http:
+        v1 = {"A2A-Version": "1.0"}
+        answers = {
+            "path.id": [await http.get(f"{url}/a2a/tasks/a%00b", headers=v1),
+                        await http.post(f"{url}/a2a/tasks/%00:cancel", json={}, headers=v1),
+                        await http.get(f"{url}/a2a/tasks/%00/pushNotificationConfigs", headers=v1)],
+            "query.contextId": [await http.get(f"{url}/a2a/tasks", params={"contextId": "\x00"}, headers=v1)],
+            "body.message.taskId": [await http.post(f"{url}/a2a/message:send", headers=v1, json={"message": {
+                "role": "ROLE_USER", "messageId": "m", "taskId": "\x00", "parts": [{"data": {"tasks": tree()}}]}})],
+        }
+    for where, responses in answers.items():
+        for response in responses:
+            assert response.status_code == 400, response.text
+            assert response.json()["error"]["message"] == f"{where} must not contain NUL characters"

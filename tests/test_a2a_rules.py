@@ -2,7 +2,7 @@
 
 Raw HTTP against the ASGI app: ids, batches, non-finite numbers, malformed params (-32602 in our
 words, never a pydantic or protobuf dump), result null on delete, push-config get without its id,
-content types (-32005), messages to a finished task (-32004), ListTasks with an unknown status.
+content types (415, -32600), messages to a finished task (-32004), ListTasks with an unknown status.
 """
 
 from __future__ import annotations
@@ -88,11 +88,14 @@ async def test_non_finite_numbers_and_surrogates_in_params_are_refused_clearly(c
     assert await client.result("tasks.get", {"task_id": tasks[0]["id"]}) is None
 
 
-async def test_a_body_that_is_not_json_content_is_content_type_not_supported(client: Client) -> None:
-    response = await client.http.post("/", content=b"{'jsonrpc': '2.0'}", headers={"Content-Type": "text/plain", **V1})
-    assert response.status_code == 200
-    error = response.json()["error"]
-    assert error["code"] == -32005 and "application/json" in error["message"]
+async def test_a_body_that_is_not_json_content_is_415_invalid_request_in_the_wire_form(client: Client) -> None:
+    for body, id_ in ((b"{'jsonrpc': '2.0'}", None), (json.dumps(v1_send(tree())).encode(), 7)):
+        response = await client.http.post("/", content=body, headers={"Content-Type": "text/plain", **V1})
+        assert response.status_code == 415
+        answer = response.json()
+        assert answer["id"] == id_ and answer["error"]["code"] == -32600
+        assert "application/json" in answer["error"]["message"]
+        assert answer["error"]["data"][0]["reason"] == "INVALID_REQUEST"  # the 1.0 form (ErrorInfo details)
 
 
 # --- batches -----------------------------------------------------------------------------------
@@ -355,3 +358,35 @@ async def test_with_jwt_on_the_card_declares_the_bearer_scheme(app_factory: Any)
     async with app_factory() as client:
         plain = (await client.http.get("/.well-known/agent-card.json", headers=V1)).json()
     assert "securitySchemes" not in plain
+
+
+@pytest.mark.parametrize(("method", "params", "where"), [
+    ("tasks/get", {"id": "a\u0000b"}, "params.id"),
+    ("GetTask", {"id": "\u0000"}, "params.id"),
+    ("tasks/cancel", {"id": "\u0000"}, "params.id"),
+    ("CancelTask", {"id": "\u0000"}, "params.id"),
+    ("ListTasks", {"contextId": "\u0000"}, "params.contextId"),
+    ("tasks/pushNotificationConfig/list", {"id": "\u0000"}, "params.id"),
+    ("message/send", {"message": {"kind": "message", "role": "user", "messageId": "m", "taskId": "\u0000",
+                                  "parts": [{"kind": "text", "text": "hi"}]}}, "params.message.taskId"),
+    ("SendMessage", {"message": {"role": "ROLE_USER", "messageId": "m", "contextId": "\u0000",
+                                 "parts": [{"text": "hi"}]}}, "params.message.contextId"),
+    ("tasks/get", {"id": "x", "historyLength": 2**31}, "params.historyLength"),
+    ("message/send", {"message": {"kind": "message", "role": "user", "messageId": "m",
+                                  "parts": [{"kind": "text", "text": "hi"}]},
+                      "configuration": {"historyLength": 10**40}}, "params.configuration.historyLength"),
+])
+async def test_ids_with_nul_and_numbers_past_int32_are_invalid_params_naming_the_field(
+        client: Client, method: str, params: dict[str, Any], where: str) -> None:
+    """Both answered -32603 before (PostgreSQL refused the NUL; the 0.3 adapter the int32 overflow)."""
+    headers = V1 if method[:1].isupper() else {}
+    answer = await raw(client, {"jsonrpc": "2.0", "id": 5, "method": method, "params": params}, headers)
+    assert answer["id"] == 5 and answer["error"]["code"] == -32602, answer
+    assert answer["error"]["message"].startswith(f"{method}: {where} "), answer
+
+
+async def test_our_cancel_refuses_a_nul_task_id(client: Client) -> None:
+    for body in ({"params": {"task_id": "\u0000"}}, {"metadata": {"task_id": "x\u0000"}}):
+        answer = await raw(client, {"jsonrpc": "2.0", "id": 6, "method": "cancel", **body})
+        assert answer["error"] == {"code": -32602, "message": "task_id must not contain NUL characters",
+                                   "data": "task_id must not contain NUL characters"}, answer

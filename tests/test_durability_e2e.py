@@ -4,7 +4,11 @@
 - kill -9 mid-tree: the restarted service (SQLite) or the surviving instance (PostgreSQL) finishes
   the tree with no call, and no task that had completed runs again (side effects counted in a file);
 - SIGSTOP past the lease, then SIGCONT: the stale instance's late results are refused and no tree
-  contradicts itself.
+  contradicts itself;
+- streams joined on the survivor for trees the killed instance ran end with the stored `final`.
+
+Every scenario counts the commands' side effects from a file: nothing that completed before the
+fault runs again, and each task ran at most once more per interruption the service counted.
 
 All of it under the *default* retry policy (one attempt): a fault of the platform is not the task's
 failure, so an interrupted attempt runs again with the same attempt number (issue 25).
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import sqlite3
 import time
 from collections import Counter
@@ -22,6 +27,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.conftest import POSTGRES_URL, postgres_database
@@ -65,9 +71,19 @@ def attempts_seen(marker: Path) -> dict[str, int]:
     return best
 
 
-def sqlite_rows(db: Path) -> list[dict[str, Any]]:
-    import json
+def assert_every_side_effect_counted(marker: Path, rows: dict[str, dict[str, Any]], work: set[str],
+                                     completed_before: set[str]) -> None:
+    """From the marker file: no task of `work` that had completed before the fault ran again, and
+    every one ran at least once and at most once more per interruption the service counted."""
+    counts = side_effects(marker)
+    again = {tid: counts[tid] for tid in completed_before & work if counts[tid] != 1}
+    assert not again, f"completed before the fault, yet ran again: {again}"
+    wrong = {tid: (counts[tid], rows[tid]["interruptions"]) for tid in work
+             if not 1 <= counts[tid] <= 1 + rows[tid]["interruptions"]}
+    assert not wrong, f"runs recorded vs interruptions counted: {wrong}"
 
+
+def sqlite_rows(db: Path) -> list[dict[str, Any]]:
     with sqlite3.connect(db) as conn:
         conn.row_factory = sqlite3.Row
         rows = [dict(r) for r in conn.execute("SELECT id, status, dependencies, attempt, interruptions FROM tasks")]
@@ -173,10 +189,8 @@ async def test_kill_9_mid_tree_then_restart_finishes_the_tree_without_repeating_
         await service.wait_status("root", ("completed",), timeout=30)
         statuses = await service.tree_statuses("root")
         assert set(statuses.values()) == {"completed"}
-        counts = side_effects(marker)
-        assert all(counts[tid] == 1 for tid in completed_before if tid != "root"), counts
-        assert all(1 <= counts[f"t{i}"] <= 2 for i in range(18)), "an interrupted attempt may have run, once"
         rows = {r["id"]: r for r in sqlite_rows(db)}
+        assert_every_side_effect_counted(marker, rows, {f"t{i}" for i in range(18)}, completed_before)
         assert {r["attempt"] for tid, r in rows.items() if tid != "root"} == {1}, "no attempt used up"
         assert any(r["interruptions"] == 1 for r in rows.values()), "the cut-off attempts are counted"
         with sqlite3.connect(db) as conn:
@@ -205,8 +219,6 @@ def trees(marker: Path, count: int, size: int, seconds: float) -> list[list[dict
 
 
 async def pg_rows(url: str) -> list[dict[str, Any]]:
-    import json
-
     import asyncpg
 
     conn = await asyncpg.connect(url)
@@ -255,9 +267,8 @@ async def test_kill_9_of_one_instance_the_other_finishes_every_tree(tmp_path: Pa
 
         await wait_until(all_done, 60, "the survivor to finish every tree")
         took = time.monotonic() - killed_at
-        counts = side_effects(marker)
-        assert all(counts[tid] == 1 for tid in completed_before if "-" in tid), counts
         rows = {r["id"]: r for r in await pg_rows(url)}
+        assert_every_side_effect_counted(marker, rows, {tid for tid in rows if "-" in tid}, completed_before)
         assert interrupted, "the kill cut off attempts in progress"
         for tid in interrupted:
             assert rows[tid]["attempt"] == 1 and rows[tid]["interruptions"] == 1, rows[tid]
@@ -276,6 +287,7 @@ async def test_a_paused_instance_writes_nothing_stale_and_no_tree_contradicts_it
     marker = tmp_path / "ran.txt"
     async with postgres_database() as url, two_instances_at_work(tmp_path, url, marker, 0.4, 4) as (a, b):
         a.pause()  # past its lease: B takes over; A's children go on and finish meanwhile
+        completed_before = {r["id"] for r in await pg_rows(url) if r["status"] == "completed"}
         deadline = time.monotonic() + 6
         while time.monotonic() < deadline:
             assert not contradictions(await pg_rows(url))
@@ -300,6 +312,46 @@ async def test_a_paused_instance_writes_nothing_stale_and_no_tree_contradicts_it
                 assert row["result"]["stdout"].strip() == str(row["interruptions"]), row
         assert any(row["interruptions"] for row in rows.values()), "the pause cut off attempts"
         assert "dropping the run" in a.log(), "the stale instance found out and stopped"
+        assert_every_side_effect_counted(marker, rows, {tid for tid in rows if "-" in tid}, completed_before)
+
+
+async def joined_stream(service: Service, root: str, joined: asyncio.Event) -> list[dict[str, Any]]:
+    """The events of a streaming tasks.execute of `root` on `service`; `joined` is set once its
+    first event (the answer) arrived."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tasks.execute", "params": {"task_id": root, "use_streaming": True}}
+    events: list[dict[str, Any]] = []
+    async with httpx.AsyncClient(timeout=120) as http, http.stream("POST", f"{service.url}/tasks", json=body) as response:
+        async for line in response.aiter_lines():
+            if line.startswith("data: "):
+                events.append(json.loads(line[len("data: "):]))
+                joined.set()
+    return events
+
+
+@needs_postgres
+async def test_streams_joined_on_b_end_with_final_when_the_owner_is_killed(tmp_path: Path) -> None:
+    """Streams on B for the trees A runs (`already_running`, issue 25 item 4), then kill -9 of A: B
+    takes the trees over and every stream ends with one `final` carrying the stored outcome;
+    nothing that completed before the kill runs again."""
+    marker = tmp_path / "ran.txt"
+    async with postgres_database() as url, two_instances_at_work(tmp_path, url, marker, 0.3, 3) as (a, b):
+        joined = [asyncio.Event() for _ in range(3)]
+        streams = [asyncio.create_task(joined_stream(b, f"T{n}", joined[n])) for n in range(3)]
+        for event in joined:
+            await asyncio.wait_for(event.wait(), 30)
+        a.kill()
+        completed_before = {r["id"] for r in await pg_rows(url) if r["status"] == "completed"}
+        assert len(completed_before) < 24, "the kill came mid-work"
+        for events in await asyncio.wait_for(asyncio.gather(*streams), 90):
+            assert events[0]["result"]["status"] == "already_running", events[0]
+            kinds = [e.get("type") for e in events[1:]]
+            assert kinds[-2:] == ["final", "stream_end"] and kinds.count("final") == 1, kinds
+            assert events[-2]["status"] == "completed", events[-2]
+        rows = {r["id"]: r for r in await pg_rows(url)}
+        assert {r["status"] for r in rows.values()} == {"completed"}
+        assert {r["attempt"] for tid, r in rows.items() if "-" in tid} == {1}, "no retry was used up"
+        assert not contradictions(list(rows.values()))
+        assert_every_side_effect_counted(marker, rows, {tid for tid in rows if "-" in tid}, completed_before)
 
 
 async def test_the_final_webhook_still_arrives_after_a_crash(tmp_path: Path) -> None:
@@ -411,8 +463,6 @@ async def test_two_instances_started_at_once_on_an_empty_database_both_come_up(t
 
 
 async def test_json_logs_carry_the_task_and_never_a_secret(tmp_path: Path) -> None:
-    import json
-
     env = {"SERVICE_DATABASE_URL": f"sqlite:///{tmp_path / 'tg.db'}", "SERVICE_LOG_FORMAT": "json",
            "SERVICE_LOG_LEVEL": "warning", "SERVICE_COMMAND_ALLOWLIST": "sh"}
     service = Service(tmp_path, env).start()

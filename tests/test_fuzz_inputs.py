@@ -24,6 +24,7 @@ import contextlib
 import json
 import math
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +37,7 @@ from websockets.exceptions import ConnectionClosed
 
 from taskgrove.agent.auth import mint_token
 from taskgrove.agent.settings import Settings
+from tests.conftest import BACKENDS, create_postgres_database, drop_postgres_database
 from tests.test_ws import Live, live_server
 
 EXAMPLES = int(os.environ.get("TASKGROVE_FUZZ_EXAMPLES", "100"))
@@ -162,14 +164,28 @@ def started_world(env: dict[str, str]) -> Iterator[World]:
         runner.close()
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    with started_world({
-            "SERVICE_DATABASE_URL": f"sqlite:///{tmp_path_factory.mktemp('fuzz') / 'fuzz.db'}",
+@pytest.fixture(scope="module", params=BACKENDS)
+def world(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    """On every backend: some inputs only hurt PostgreSQL (a NUL character in an id)."""
+    with fuzz_database(request.param, tmp_path_factory) as url, started_world({
+            "SERVICE_DATABASE_URL": url,
             "SERVICE_API_PROTOCOL": "graphql", "SERVICE_JWT_SECRET": SECRET, "SERVICE_CREATE_WAIT_TIMEOUT": "0",
             "SERVICE_MAX_TREE_TASKS": "50", "SERVICE_SECRET_KEY": "fuzz-key-secret"}) as world:
         world.bob_rows = world.run(bob_snapshot(world))
         yield world
+
+
+@contextlib.contextmanager
+def fuzz_database(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A database of the module's own (a PostgreSQL one is dropped afterwards)."""
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp_path_factory.mktemp('fuzz') / 'fuzz.db'}"
+        return
+    url = asyncio.run(create_postgres_database())  # a sync fixture: no event loop runs here
+    try:
+        yield url
+    finally:
+        asyncio.run(drop_postgres_database(url))
 
 
 async def bob_snapshot(world: World) -> Any:
@@ -203,10 +219,48 @@ def check_envelope(answer: Any) -> None:
             assert leak not in json.dumps(answer["error"]), answer
 
 
-async def post_rpc(world: World, path: str, body: bytes) -> None:
+def sent_ids(body: bytes) -> list[Any] | None:
+    """The ids an answer to `body` must echo: each request's own when valid, else null; None when
+    the body is not JSON (nothing to echo): a lone surrogate escape anywhere makes it no JSON for
+    the service (storage.jsonvalues.loads)."""
+    try:
+        payload = json.loads(body)
+    except (ValueError, RecursionError):  # no JSON, or nested past what the service reads
+        return None
+    if re.search("[\ud800-\udfff]", json.dumps(payload, ensure_ascii=False)):
+        return None  # (json.loads joins the pairs: what is left of a surrogate is alone)
+    requests = payload if isinstance(payload, list) else [payload]
+    return [r.get("id") if isinstance(r, dict) and valid_id(r.get("id")) else None for r in requests]
+
+
+def valid_id(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return value is None or isinstance(value, int) or (
+        isinstance(value, str) and not any("\ud800" <= c <= "\udfff" for c in value))
+
+
+def check_ids(body: bytes, answer: Any) -> None:
+    """Each answer carries the id of its request (null only when that id was unusable, or the body
+    was no JSON at all)."""
+    expected = sent_ids(body)
+    answers = answer if isinstance(answer, list) else [answer]
+    for item in answers:
+        if item.get("error", {}).get("code") == -32700:
+            continue
+        if expected is None:
+            assert item["id"] is None, item
+            continue
+        if isinstance(answer, list) or len(expected) == 1:
+            assert item["id"] in expected, f"id {item['id']!r} is not one of the request's {expected!r}"
+
+
+async def post_rpc(world: World, path: str, body: bytes, headers: dict[str, str] | None = None) -> None:
     before = await task_count(world)
-    response = await world.server.http.post(path, content=body, headers={**world.alice,
-                                                                         "Content-Type": "application/json"})
+    response = await world.server.http.post(path, content=body, headers={
+        **world.alice, "Content-Type": "application/json", **(headers or {})})
     assert response.status_code < 500, response.text
     if response.status_code == 204:
         assert response.content == b""
@@ -220,6 +274,7 @@ async def post_rpc(world: World, path: str, body: bytes) -> None:
             check_envelope(answer)
             if "error" in answer:
                 assert await task_count(world) == before, f"stored on an error: {answer}"
+        check_ids(body, answer)
     await invariants_hold(world)
 
 
@@ -233,6 +288,45 @@ def test_fuzz_tasks_endpoint(world: World, body: bytes) -> None:
 @given(body=bodies(SYSTEM_METHODS))
 def test_fuzz_system_endpoint(world: World, body: bytes) -> None:
     world.run(post_rpc(world, "/system", body))
+
+
+# --- Content-Type --------------------------------------------------------------------------------
+
+JSON_TYPES = ("application/json", "application/json-rpc", "application/jsonrequest")
+content_types = st.one_of(
+    st.sampled_from(["application/json", "application/json; charset=utf-8", "APPLICATION/JSON", "text/plain",
+                     "text/json", "application/x-www-form-urlencoded", "multipart/form-data; boundary=b", "",
+                     "application/problem+json", "application/jsonx", "json", ";", "application/json-rpc"]),
+    st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=126), max_size=30))
+
+
+@FUZZ
+@given(path=st.sampled_from(["/", "/tasks", "/system"]), content_type=content_types, body=bodies(TASK_METHODS))
+def test_fuzz_content_types(world: World, path: str, content_type: str, body: bytes) -> None:
+    """A body declared as anything but JSON is HTTP 415 with -32600 naming application/json, the
+    request's ids echoed when the body parses; nothing runs. A JSON type is answered as usual.
+    (A body nested too deeply is -32700 before any of this, whatever its type.)"""
+    media = content_type.split(";", 1)[0].strip().lower()
+    if media in JSON_TYPES or media.endswith("+json"):
+        world.run(post_rpc(world, path, body, {"Content-Type": content_type}))
+        return
+
+    async def refused() -> None:
+        before = await task_count(world)
+        response = await world.server.http.post(path, content=body,
+                                                headers={**world.alice, "Content-Type": content_type})
+        answer = response.json()
+        if response.status_code == 200:  # the body limits of every route come first (agent/bodylimit.py)
+            assert answer["error"]["code"] == -32700 and "nested deeper" in answer["error"]["data"], answer
+            return
+        assert response.status_code == 415, response.text
+        for item in answer if isinstance(answer, list) else [answer]:
+            check_envelope(item)
+            assert item["error"]["code"] == -32600 and "application/json" in item["error"]["message"], item
+        check_ids(body, answer)
+        assert await task_count(world) == before
+
+    world.run(refused())
 
 
 @st.composite
@@ -478,3 +572,90 @@ def test_fuzz_graphql_transport_ws(world: World, frame: bytes) -> None:
         await invariants_hold(world)
 
     world.run(example())
+
+
+# --- POST / (A2A 0.3 and 1.0, our own methods) ------------------------------------------------------
+
+# Nulls, the wrong container, empty and huge values, numbers past int32/int64 (protobuf fields).
+ODD = st.one_of(st.sampled_from([None, [], {}, [{}], "", "x" * 10_000, -1, 1.5, True, 2**31, -(2**31) - 1, 2**63,
+                                 2**64, 10**40, "missing", "b1"]), TROUBLE, json_values)
+
+
+def a2a_templates(task_id: str) -> dict[str, dict[str, Any]]:
+    """Well-formed params of each A2A method (a noop tree to send, alice's a1 to read or cancel), from
+    which the fuzzer takes a few fields away or replaces them with odd values."""
+    tasks = [{"id": task_id, "name": "root", "schemas": {"method": "noop_executor"}, "inputs": {"n": 1}}]
+    message_03 = {"kind": "message", "role": "user", "messageId": task_id,
+                  "parts": [{"kind": "data", "data": {"tasks": tasks}}], "metadata": {}}
+    message_10 = {"role": "ROLE_USER", "messageId": task_id, "parts": [{"data": {"tasks": tasks}}], "metadata": {}}
+    return {
+        "message/send": {"message": message_03, "configuration": {"blocking": True}, "metadata": {}},
+        "SendMessage": {"message": message_10, "configuration": {"blocking": True}, "metadata": {}},
+        "tasks/cancel": {"id": "a1", "metadata": {}},
+        "CancelTask": {"id": "a1", "metadata": {}},
+        "tasks/get": {"id": "a1", "historyLength": 2},
+        "GetTask": {"id": "a1", "historyLength": 2},
+        "ListTasks": {"contextId": "a1", "pageSize": 5},
+        "tasks/pushNotificationConfig/get": {"id": "a1", "pushNotificationConfigId": "p1"},
+        "GetTaskPushNotificationConfig": {"taskId": "a1", "id": "p1"},
+        "cancel": {"task_id": "a1"},
+        "tasks.execute": {"task_id": "a1"},
+    }
+
+
+def paths_of(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every place in `value` a mutation may hit (object members and array items, at any depth)."""
+    found = [prefix]
+    if isinstance(value, dict):
+        for key, child in value.items():
+            found += paths_of(child, (*prefix, key))
+    elif isinstance(value, list):
+        for index, child in enumerate(value):
+            found += paths_of(child, (*prefix, index))
+    return found
+
+
+def mutated(value: Any, path: tuple[Any, ...], action: str, new: Any) -> Any:
+    """`value` with the member at `path` replaced, removed, or given an unknown sibling."""
+    if not path:
+        return new if action == "replace" else value
+    head, rest = path[0], path[1:]
+    copy: Any = dict(value) if isinstance(value, dict) else list(value)
+    if rest:
+        copy[head] = mutated(copy[head], rest, action, new)
+    elif action == "remove":
+        del copy[head]
+    elif action == "unknown" and isinstance(copy, dict):
+        copy["zz" + str(head)] = new
+    else:
+        copy[head] = new
+    return copy
+
+
+@st.composite
+def a2a_calls(draw: Any) -> tuple[str, bytes]:
+    """(A2A-Version header, body): a request to `/` whose params (and sometimes envelope) are odd."""
+    templates = a2a_templates(f"f-{draw(st.integers(0, 10**9))}")
+    method = draw(st.sampled_from(sorted(templates)))
+    params: Any = templates[method]
+    for _ in range(draw(st.integers(1, 3))):
+        path = draw(st.sampled_from(paths_of(params)))
+        params = mutated(params, path, draw(st.sampled_from(["replace", "replace", "remove", "unknown"])), draw(ODD))
+    message: dict[str, Any] = {"jsonrpc": "2.0", "id": draw(st.one_of(st.integers(0, 10**6), st.text(max_size=5))),
+                               "method": method, "params": params}
+    if method == "cancel" and draw(st.booleans()):  # SPEC.md's cancel also reads top-level members
+        message[draw(st.sampled_from(["metadata", "task_id", "context_id"]))] = draw(st.one_of(ODD, ids))
+    if not draw(st.integers(0, 5)):
+        message = mutated(message, (draw(st.sampled_from(["jsonrpc", "id", "method", "params"])),),
+                          draw(st.sampled_from(["replace", "remove"])), draw(ODD))
+    version = "1.0" if method[:1].isupper() else "0.3"
+    return version, encode(draw(st.one_of(st.just(message), st.just(message), st.just([message, message]))))
+
+
+@settings(FUZZ, max_examples=3 * EXAMPLES)
+@given(call=a2a_calls())
+def test_fuzz_a2a_methods_with_odd_params(world: World, call: tuple[str, bytes]) -> None:
+    """Odd params of A2A and our own methods on `/` get the protocol's codes (-32602, -32600,
+    TaskNotFound...), never -32603 or a 5xx; ids are echoed."""
+    version, body = call
+    world.run(post_rpc(world, "/", body, {"A2A-Version": version}))

@@ -116,6 +116,34 @@ async def test_oversized_body_is_refused_unread(client):
     assert await count(client) == 0
 
 
+@pytest.mark.parametrize("path", ["/tasks", "/system", "/"])
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", "",
+                                          "multipart/form-data; boundary=x", "application/xml"])
+async def test_a_body_declared_as_something_else_than_json_is_415_naming_application_json(
+        client, path, content_type):
+    create = rpc("tasks.create", {"id": "t", "name": "t"}, "call-7")
+    for body, ids in ((json.dumps(create), ["call-7"]), (json.dumps([create, rpc("tasks.list", {}, 8)]), ["call-7", 8]),
+                      ("name=t&id=t", [None])):
+        response = await client.http.post(path, content=body.encode(), headers={"Content-Type": content_type})
+        assert response.status_code == 415, response.text
+        answer = response.json()
+        answers = answer if isinstance(answer, list) else [answer]
+        assert [a["id"] for a in answers] == ids  # echoed whenever the body parses
+        for error in (a["error"] for a in answers):
+            assert error["code"] == -32600 and "application/json" in error["message"], error
+            assert (content_type.split(";")[0] or "(empty)") in error["message"]
+    assert await count(client) == 0
+
+
+@pytest.mark.parametrize("content_type", [None, "application/json", "application/json; charset=utf-8",
+                                          "application/json-rpc", "application/vnd.taskgrove+json"])
+async def test_json_content_types_and_a_missing_header_are_accepted(client, content_type):
+    headers = {"Content-Type": content_type} if content_type else {}
+    for path in ("/tasks", "/"):
+        response = await client.http.post(path, content=json.dumps(rpc("tasks.list", {}, 3)).encode(), headers=headers)
+        assert response.status_code == 200 and response.json()["result"] == [], response.text
+
+
 @pytest.mark.parametrize("value", [b"NaN", b"Infinity", b"-Infinity"])
 async def test_non_json_numbers_are_refused_and_nothing_is_stored(client, value):
     body = b'{"jsonrpc": "2.0", "method": "tasks.create", "id": 1, "params": {"name": "n", "inputs": {"x": ' \

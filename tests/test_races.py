@@ -1,57 +1,187 @@
-"""Concurrent requests that race for the same tree (issue 25): no dependency cycle can be stored,
-whatever runs at the same time, and no race answers -32603."""
+"""Concurrent requests that race for the same tree (issue 25): whatever runs at the same time, no
+dependency cycle is stored, the tree never contradicts itself, and no race answers -32603.
+
+Each test runs on SQLite and, when TASKGROVE_TEST_POSTGRES_URL is set, on PostgreSQL (conftest).
+The trees are clones of one stored template: a clone is stored pending and not run, so its
+dependencies can still be changed, and tasks.clone itself is part of what races.
+"""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Iterable
 from typing import Any
+
+import pytest
 
 from taskgrove.storage import trees
 from tests.conftest import Client
 
-PAIRS = 100  # x 2 opposite updates each, x 5 rounds: 1,000 concurrent updates
+PAIRS = 1_000  # opposite update pairs: 2,000 concurrent tasks.update calls
+WAVE = 250  # pairs sent at once (all of them in flight together, then the next wave)
 
 
-def pair_tree(n: int) -> list[dict[str, Any]]:
-    root = f"root{n}"
-    return [{"id": root, "name": root},
-            {"id": f"a{n}", "name": "a", "parent_id": root}, {"id": f"b{n}", "name": "b", "parent_id": root}]
+async def in_waves(calls: Iterable[Awaitable[Any]], size: int) -> list[Any]:
+    """Await `calls` `size` at a time, all of a wave concurrently."""
+    pending = list(calls)
+    answers: list[Any] = []
+    for start in range(0, len(pending), size):
+        answers += await asyncio.gather(*pending[start:start + size])
+    return answers
 
 
-async def test_opposite_dependency_updates_never_store_a_cycle(client: Client) -> None:
-    # Stored, not run (the tasks must stay pending for their dependencies to be updated).
-    for n in range(PAIRS):
-        await client.result("tasks.create", {"tasks": pair_tree(n)})
-        for tid in (f"root{n}", f"a{n}", f"b{n}"):
-            await client.result("tasks.update", {"task_id": tid, "status": "pending"})
-    answers: list[dict[str, Any]] = []
-    for _ in range(5):
-        calls = []
-        for n in range(PAIRS):
-            calls.append(client.call("tasks.update", {"task_id": f"a{n}", "dependencies": [{"id": f"b{n}"}]}))
-            calls.append(client.call("tasks.update", {"task_id": f"b{n}", "dependencies": [{"id": f"a{n}"}]}))
-        answers += await asyncio.gather(*calls)
-        for n in range(PAIRS):  # back to no dependencies for the next round
-            for tid in (f"a{n}", f"b{n}"):
-                await client.result("tasks.update", {"task_id": tid, "dependencies": []})
+async def template(client: Client) -> str:
+    """A stored, completed tree `tpl` (root with children a and b) to clone from."""
+    await client.result("tasks.create", {"tasks": [
+        {"id": "tpl", "name": "root", "schemas": {"method": "noop_executor"}},
+        {"id": "tpl-a", "name": "a", "parent_id": "tpl", "schemas": {"method": "noop_executor"}},
+        {"id": "tpl-b", "name": "b", "parent_id": "tpl", "schemas": {"method": "noop_executor"}}]})
+    await client.wait_status("tpl", ("completed",))
+    return "tpl"
+
+
+async def clones(client: Client, count: int, source: str = "tpl") -> list[dict[str, str]]:
+    """`count` pending clones of `source`: {"root", "a", "b"} ids of each."""
+    answers = await in_waves((client.result("tasks.clone", {"task_id": source}) for _ in range(count)), 100)
+    made = []
+    for tree in answers:
+        by_name = {child["name"]: child["id"] for child in tree["children"]}
+        made.append({"root": tree["id"], "a": by_name["a"], "b": by_name["b"]})
+    return made
+
+
+async def stored_rows(client: Client) -> dict[str, dict[str, Any]]:
+    """Every stored task, read through tasks.list page by page."""
+    rows: dict[str, dict[str, Any]] = {}
+    while True:
+        page = await client.result("tasks.list", {"limit": 1000, "offset": len(rows)})
+        rows.update((row["id"], row) for row in page)
+        if len(page) < 1000:
+            return rows
+
+
+async def later(seconds: float, call: Awaitable[Any]) -> Any:
+    await asyncio.sleep(seconds)
+    return await call
+
+
+def assert_no_internal_errors(answers: Iterable[dict[str, Any]]) -> None:
+    internal = [a for a in answers if a.get("error", {}).get("code") == -32603]
+    assert not internal, internal[:3]
+
+
+async def test_a_thousand_concurrent_opposite_updates_never_store_a_cycle(client: Client) -> None:
+    await template(client)
+    made = await clones(client, PAIRS)
+    calls = []
+    for tree in made:  # a->b and b->a of the same tree, one right after the other
+        calls.append(client.call("tasks.update", {"task_id": tree["a"], "dependencies": [{"id": tree["b"]}]}))
+        calls.append(client.call("tasks.update", {"task_id": tree["b"], "dependencies": [{"id": tree["a"]}]}))
+    answers = await in_waves(calls, 2 * WAVE)
+    assert_no_internal_errors(answers)
     errors = [a["error"] for a in answers if "error" in a]
     assert all(e["code"] == -32602 and "Circular dependency" in e["data"] for e in errors), errors[:3]
-    successes = len(answers) - len(errors)
-    print(f"{len(answers)} concurrent opposite updates: {successes} succeeded, {len(errors)} refused as cycles")
-    assert successes == len(errors) == 5 * PAIRS, "exactly one of each opposite pair wins"
+    print(f"{len(answers)} concurrent opposite updates: {len(answers) - len(errors)} succeeded, "
+          f"{len(errors)} refused as cycles")
+    assert len(errors) == PAIRS, "exactly one of each opposite pair wins"
+    rows = await stored_rows(client)
+    graph = {tid: [d["id"] for d in row["dependencies"]] for tid, row in rows.items()}
+    assert trees.find_cycle(graph) is None
+    assert sum(1 for deps in graph.values() if deps) == PAIRS
 
 
-async def test_after_a_race_the_stored_graph_has_no_cycle(client: Client) -> None:
-    for n in range(20):
-        await client.result("tasks.create", {"tasks": pair_tree(n)})
-        for tid in (f"a{n}", f"b{n}"):
-            await client.result("tasks.update", {"task_id": tid, "status": "pending"})
-    await asyncio.gather(*(client.call("tasks.update", {"task_id": f"{x}{n}", "dependencies": [{"id": f"{y}{n}"}]})
-                           for n in range(20) for x, y in (("a", "b"), ("b", "a"))))
-    for n in range(20):
-        stored = [await client.result("tasks.get", {"task_id": f"{x}{n}"}) for x in "ab"]
-        graph = {row["id"]: [d["id"] for d in row["dependencies"]] for row in stored}
-        assert trees.find_cycle(graph) is None, graph
+async def test_delete_racing_execute_leaves_each_tree_whole_or_gone(client: Client) -> None:
+    await template(client)
+    made = await clones(client, 60)
+    calls = []
+    for index, tree in enumerate(made):  # one of them a little later, or neither: either may win
+        delete_after, execute_after = (index % 3 * 0.04, 0.0) if index % 2 else (0.0, index % 3 * 0.005)
+        calls.append(later(delete_after, client.call("tasks.delete", {"task_id": tree["root"]})))
+        calls.append(later(execute_after, client.call("tasks.execute", {"task_id": tree["root"]})))
+    answers = await asyncio.gather(*calls)
+    assert_no_internal_errors(answers)
+    assert await client.runs_ended(30), "an execution of a deleted tree never ended"
+    rows = await stored_rows(client)
+    outcomes = {"deleted": 0, "ran": 0}
+    for tree, deleted, executed in zip(made, answers[::2], answers[1::2]):
+        present = [rows.get(tree[k]) for k in ("root", "a", "b")]
+        if "result" in deleted:  # the delete won: nothing of the tree is left, nothing ran
+            assert present == [None, None, None], (deleted, executed, present)
+            outcomes["deleted"] += 1
+        else:  # the execution won: the delete was refused, and the whole tree ran to its end
+            assert "result" in executed, (deleted, executed)
+            assert all(row is not None and row["status"] == "completed" for row in present), present
+            outcomes["ran"] += 1
+    print(f"delete vs execute: {outcomes}")
+
+
+async def test_dependency_updates_racing_the_engine_never_let_a_task_run_before_its_dependency(
+        client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """tasks.update (a depends on b) while tasks.execute makes the engine claim a: either the update
+    came first and a runs after b, or the claim came first and the update is refused; every run ends.
+
+    The update's checks are slowed down so that the engine works meanwhile: on PostgreSQL it claims
+    without the tree lock (a claim lands between the update's reads and its write); on SQLite its
+    writes wait for the update's write lock (a claim of a found stale in the same pass, as b's is
+    granted, must still start b)."""
+    await template(client)
+    made = await clones(client, 12)  # few at a time: each slowed update holds a database connection
+    service = client.services.tasks
+    checked = service._dependency_problems
+
+    async def slow_check(*args: Any) -> Any:
+        answer = await checked(*args)
+        await asyncio.sleep(0.05)
+        return answer
+
+    monkeypatch.setattr(service, "_dependency_problems", slow_check)
+    calls = []
+    for index, tree in enumerate(made):  # the update a little later or not: either may win
+        calls.append(client.call("tasks.execute", {"task_id": tree["root"]}))
+        calls.append(later(index % 4 * 0.005, client.call("tasks.update", {
+            "task_id": tree["a"], "dependencies": [{"id": tree["b"], "required": True}]})))
+    answers = await asyncio.gather(*calls)
+    assert_no_internal_errors(answers)
+    assert await client.runs_ended(30)
+    rows = await stored_rows(client)
+    updated = 0
+    for tree, update in zip(made, answers[1::2]):
+        a, b = rows[tree["a"]], rows[tree["b"]]
+        assert a["status"] == b["status"] == "completed", (a, b)
+        if [d["id"] for d in a["dependencies"]] == [tree["b"]]:  # the update was stored: b first
+            assert "result" in update, update
+            assert a["started_at"] >= b["completed_at"], f"a started before its dependency b ended: {a}, {b}"
+            updated += 1
+        else:
+            assert "error" in update and update["error"]["code"] == -32602, update
+    print(f"update vs claim: {updated} updates stored before the claim, {len(made) - updated} refused")
+
+
+async def test_after_any_race_no_completed_task_has_an_unfinished_required_dependency(client: Client) -> None:
+    """Opposite updates, deletes, executions and clones of the same trees all at once; afterwards
+    every stored dependency names a stored task, no cycle is stored, and no task that ran did so
+    before a required dependency completed."""
+    await template(client)
+    made = await clones(client, 40)
+    calls = []
+    for index, tree in enumerate(made):
+        calls += [client.call("tasks.update", {"task_id": tree["a"], "dependencies": [{"id": tree["b"]}]}),
+                  client.call("tasks.update", {"task_id": tree["b"], "dependencies": [{"id": tree["a"]}]}),
+                  client.call("tasks.delete", {"task_id": tree["b" if index % 2 else "a"]}),
+                  later(index % 3 * 0.005, client.call("tasks.execute", {"task_id": tree["root"]})),
+                  client.call("tasks.clone", {"task_id": tree["root"]})]
+    answers = await asyncio.gather(*calls)
+    assert_no_internal_errors(answers)
+    assert await client.runs_ended(30)
+    rows = await stored_rows(client)
+    graph = {tid: [d["id"] for d in row["dependencies"]] for tid, row in rows.items()}
+    assert trees.find_cycle(graph) is None
+    for row in rows.values():
+        for dep in row["dependencies"]:
+            stored = rows.get(dep["id"])
+            assert stored is not None, f"{row['id']} depends on {dep['id']}, which is gone"
+            if row["status"] in ("in_progress", "completed") and dep.get("required", True):
+                assert stored["status"] == "completed" and row["started_at"] >= stored["completed_at"], (row, stored)
 
 
 async def test_a_result_that_is_not_an_object_is_refused_naming_the_field(client: Client) -> None:

@@ -60,17 +60,6 @@ def wire_of(method: Any, headers: Any = None) -> str:
     return WIRE_1_0 if str(version).strip().startswith("1") else WIRE_0_3
 
 
-JSON_MEDIA_TYPES = ("application/json", "application/json-rpc", "application/jsonrequest")
-
-
-def json_media_type(declared: str | None) -> bool:
-    """A Content-Type that says JSON; a missing one counts as JSON (curl and older clients omit it)."""
-    if declared is None:
-        return True
-    media = declared.split(";", 1)[0].strip().lower()
-    return media in JSON_MEDIA_TYPES or media.endswith("+json")
-
-
 def valid_id(value: Any) -> bool:
     """JSON-RPC 2.0: a string, a number or null; JSON has no infinite numbers, so neither do we."""
     if value is None or isinstance(value, str):

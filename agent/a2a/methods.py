@@ -28,6 +28,7 @@ from taskgrove.agent.a2a.push import PushConfigError, parse_target
 from taskgrove.agent.a2a.wire import PROTOCOL, event_json, task_json
 from taskgrove.agent.errors import INTERNAL_ERROR, RpcError, invalid_params
 from taskgrove.agent.rpc.jsonrpc import CallContext, Handler, StreamReply
+from taskgrove.agent.rpc.params import checked_text
 from taskgrove.storage.trees import now_iso
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -142,9 +143,12 @@ class AgentMethods:
         task_id = next((c for c in candidates if isinstance(c, str) and c), None)
         force = metadata.get("force") is True
         error_message = metadata.get("error_message") if isinstance(metadata.get("error_message"), str) else None
+        if error_message:
+            checked_text(error_message, "metadata.error_message")
         if task_id is None:
             return _cancel_event(None, None, {"status": "failed", "message": MISSING_TASK_ID,
                                               "error": "missing_task_id"})
+        checked_text(task_id, "task_id")
         if force:
             log.info("cancel of task %s asked with force=true (force is logged only)", task_id)
         outcome = await self._services.tasks.cancel_one(task_id, ctx.caller, force=force, error_message=error_message)

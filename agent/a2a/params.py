@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 from a2a.server.routes.jsonrpc_dispatcher import JSONRPC03Adapter, JsonRpcDispatcher  # (SDK import order)
+from a2a.compat.v0_3 import conversions
 from a2a.types.a2a_pb2 import Role, TaskState
 from google.protobuf.json_format import ParseDict, ParseError
 from pydantic import ValidationError
@@ -31,6 +32,9 @@ def check_params(method: str, message: dict[str, Any]) -> None:
     if depth_of(message.get("params")) > MAX_DEPTH - 1:
         raise _invalid(f"{method}: params nest arrays and objects deeper than {MAX_DEPTH - 1} levels "
                        "(a data part becomes a protobuf Struct, which has a depth limit)", id_)
+    where = nul_in_names(message.get("params"), "params")
+    if where is not None:
+        raise _invalid(f"{method}: {where} must not contain NUL characters", id_)
     if method in JSONRPC03Adapter.METHOD_TO_MODEL:
         _check_v03(method, message, id_)
     elif method in JsonRpcDispatcher.METHOD_TO_MODEL:
@@ -64,13 +68,77 @@ def _invalid(detail: str, id_: Any) -> EnvelopeError:
     return EnvelopeError(INVALID_PARAMS, "Invalid params", detail, id_)
 
 
+# Members whose strings are content (message parts, metadata), stored inside JSON values; every
+# other string of A2A params names something (a task, a context, a push config) or is one.
+CONTENT_KEYS = frozenset({"parts", "metadata", "data", "artifacts", "history"})
+
+
+def nul_in_names(params: Any, root: str) -> str | None:
+    """The path of the first string outside message content that holds a NUL character, else None.
+
+    Why: such a string is a task, context or push-config id, which PostgreSQL cannot even compare
+    (its text type has no NUL); /tasks refuses NUL in ids the same way (agent.rpc.params.string).
+    """
+    stack: list[tuple[Any, str]] = [(params, root)]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return path
+        elif isinstance(item, dict):
+            stack.extend((v, f"{path}.{k}") for k, v in item.items() if k not in CONTENT_KEYS)
+        elif isinstance(item, list):
+            stack.extend((v, f"{path}[{i}]") for i, v in enumerate(item))
+    return None
+
+
+# How the SDK's 0.3 adapter turns each request into its 1.0 form: run here first, so that a value
+# the 1.0 message cannot hold (a historyLength past int32) is -32602, not the adapter's -32603.
+V03_CONVERSIONS: dict[str, Any] = {
+    "message/send": conversions.to_core_send_message_request,
+    "message/stream": conversions.to_core_send_message_request,
+    "tasks/get": conversions.to_core_get_task_request,
+    "tasks/cancel": conversions.to_core_cancel_task_request,
+    "tasks/resubscribe": conversions.to_core_subscribe_to_task_request,
+    "tasks/pushNotificationConfig/set": conversions.to_core_create_task_push_notification_config_request,
+    "tasks/pushNotificationConfig/get": conversions.to_core_get_task_push_notification_config_request,
+    "tasks/pushNotificationConfig/list": conversions.to_core_list_task_push_notification_config_request,
+    "tasks/pushNotificationConfig/delete": conversions.to_core_delete_task_push_notification_config_request,
+}
+INT32 = (-(2**31), 2**31 - 1)
+
+
 def _check_v03(method: str, message: dict[str, Any], id_: Any) -> None:
     model = JSONRPC03Adapter.METHOD_TO_MODEL[method]
     try:
         # The id was checked by the envelope rules (a fractional id is valid JSON-RPC, not valid here).
-        model.model_validate({**message, "id": 0})  # type: ignore[attr-defined]
+        request = model.model_validate({**message, "id": 0})  # type: ignore[attr-defined]
     except ValidationError as exc:
         raise _invalid(f"{method}: " + "; ".join(describe_v03(exc)), id_) from None
+    convert = V03_CONVERSIONS.get(method)
+    try:
+        if convert is not None:
+            convert(request)
+    except (ValueError, TypeError, ParseError):
+        where = out_of_range(message.get("params"), "params") or "params"
+        raise _invalid(f"{method}: {where} does not fit the A2A request (whole numbers are from "
+                       f"{INT32[0]} to {INT32[1]})", id_) from None
+
+
+def out_of_range(params: Any, root: str) -> str | None:
+    """The path of the first whole number outside int32 (the protobuf fields' type) outside
+    message content, else None."""
+    stack: list[tuple[Any, str]] = [(params, root)]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, int) and not isinstance(item, bool):
+            if not INT32[0] <= item <= INT32[1]:
+                return path
+        elif isinstance(item, dict):
+            stack.extend((v, f"{path}.{k}") for k, v in item.items() if k not in CONTENT_KEYS)
+        elif isinstance(item, list):
+            stack.extend((v, f"{path}[{i}]") for i, v in enumerate(item))
+    return None
 
 
 def describe_v03(exc: ValidationError) -> list[str]:

@@ -38,15 +38,15 @@ from taskgrove.agent.a2a.envelope import (
     EnvelopeError,
     bad_value,
     depth_of,
-    json_media_type,
     parse,
 )
 from taskgrove.agent.a2a.extras import explicitly_blocking, push_extras
 from taskgrove.agent.a2a.handler import TaskgroveRequestHandler
+from taskgrove.agent.a2a.params import nul_in_names
 from taskgrove.agent.a2a.push import PushConfigError
 from taskgrove.agent.a2a.wire import restore_ints
 from taskgrove.agent.auth import AuthError
-from taskgrove.agent.edge import call_context
+from taskgrove.agent.edge import call_context, json_media_type
 from taskgrove.agent.errors import RpcError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -105,6 +105,10 @@ def _guarded(services: "Services", endpoint: Endpoint) -> Endpoint:
             where = bad_value(payload, "body")
             if where is not None:
                 return rest_error(400, "INVALID_ARGUMENT", f"{where} is not a finite number; JSON numbers must fit a double")
+        where = nul_in_names({"path": dict(request.path_params), "query": dict(request.query_params.multi_items()),
+                              "body": payload}, "request")
+        if where is not None:  # the JSON-RPC rule of agent.a2a.params, for the ids in paths and queries
+            return rest_error(400, "INVALID_ARGUMENT", f"{where.removeprefix('request.')} must not contain NUL characters")
         wrapped = {"params": payload} if isinstance(payload, dict) else {}
         try:
             extras = push_extras(wrapped)

@@ -25,7 +25,6 @@ from taskgrove.agent.a2a.calls import BLOCKING_KEY, CALL_KEY, PUSH_KEY, CallerCo
 from taskgrove.agent.a2a.envelope import (
     EnvelopeError,
     check_request,
-    json_media_type,
     envelope_error_body,
     error_body,
     parse,
@@ -40,11 +39,9 @@ from taskgrove.agent.a2a.extras import explicitly_blocking, push_extras
 from taskgrove.agent.a2a.relay import Relay, as_json
 from taskgrove.agent.a2a.rest import Endpoint, rest_routes
 from taskgrove.agent.auth import AuthError
-from taskgrove.agent.edge import call_context, unauthorized
+from taskgrove.agent.edge import UNSUPPORTED_MEDIA_TYPE, call_context, content_type_problem, unauthorized
 from taskgrove.agent.errors import INVALID_PARAMS, INVALID_REQUEST, RpcError
 from taskgrove.agent.rpc.jsonrpc import CallContext, Handler, JsonReply, batch_too_long, call_one, dispatch
-
-CONTENT_TYPE_NOT_SUPPORTED = -32005
 
 if TYPE_CHECKING:  # pragma: no cover
     from taskgrove.agent.container import Services
@@ -77,9 +74,9 @@ def agent_endpoint(services: "Services", methods: dict[str, Handler],
 
     async def endpoint(request: Request) -> Response:
         body = await request.body()
-        refused = _content_type_refusal(request)
+        refused = content_type_problem(request.headers)
         if refused is not None:
-            return refused
+            return _refuse_all(body, refused, request, UNSUPPORTED_MEDIA_TYPE)
         try:
             ctx = call_context(request, services, "a2a")
         except RpcError as exc:  # an unusable X-LLM-API-KEY header: -32602 to every call, not HTTP 500
@@ -142,7 +139,7 @@ async def _send_once(services: "Services", request: Request, payload: dict[str, 
     return JSONResponse({"jsonrpc": "2.0", "id": payload["id"], "result": result})
 
 
-def _refuse_all(body: bytes, exc: RpcError, request: Request) -> JSONResponse:
+def _refuse_all(body: bytes, exc: RpcError, request: Request, status_code: int = 200) -> JSONResponse:
     """`exc` as the answer to every request in `body`, echoing only ids that are valid."""
     try:
         payload = parse(body)
@@ -155,7 +152,7 @@ def _refuse_all(body: bytes, exc: RpcError, request: Request) -> JSONResponse:
         method = call.get("method") if isinstance(call, dict) else None
         answers.append(error_body(wire_of(method, request.headers), id_ if valid_id(id_) else None,
                                   exc.code, exc.message, exc.data))
-    return JSONResponse(answers if isinstance(payload, list) and payload else answers[0])
+    return JSONResponse(answers if isinstance(payload, list) and payload else answers[0], status_code=status_code)
 
 
 async def _sdk_call(request: Request, payload: dict[str, Any], ctx: CallContext, relay: Relay) -> Response:
@@ -214,13 +211,3 @@ async def _batch(request: Request, payload: list[Any], ctx: CallContext, methods
         return Response(status_code=204)
     return JsonReply(answers)  # 429 when every call was refused by a quota
 
-
-def _content_type_refusal(request: Request) -> Response | None:
-    """A body declared as something other than JSON: ContentTypeNotSupportedError (-32005)."""
-    declared = request.headers.get("content-type")
-    if json_media_type(declared):
-        return None
-    media = (declared or "").split(";", 1)[0].strip().lower()
-    detail = f"Content-Type {media or '(empty)'} is not supported; send the JSON-RPC request as application/json"
-    return JSONResponse(error_body(wire_of(None, request.headers), None, CONTENT_TYPE_NOT_SUPPORTED,
-                                   "Content type not supported", detail))

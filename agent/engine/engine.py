@@ -575,16 +575,19 @@ class Engine:
                     stale[running.run.tree_id] = running.run  # stored as a failure after all
             else:  # the database no longer honours this attempt's token
                 stale[running.run.tree_id] = running.run
-        # Start every claimed task before the next await, so no cancel can slip in between.
+        # Start every claimed task before the next await, so no cancel can slip in between; also
+        # in a tree found stale in this pass (another task's claim refused after a tasks.update):
+        # the database gave this claim its lease, and a claimed task nobody starts would sit
+        # in_progress until that lease ran out (the refresh below then finds it ours and running).
         for tid, run in taken:
             touched[id(run)] = run
-            if tid in claimed and run.tree_id not in stale:
+            if tid in claimed:
                 self._start_task(tid, run, stamp, claimed[tid])
             elif tid in run.queued:  # the database says not now: look at the tree again
                 stale[run.tree_id] = run
         for (tid, run, lim), (verdict, value) in zip(limited, verdicts):
             touched[id(run)] = run
-            if verdict == "claimed" and run.tree_id not in stale and tid in run.queued:
+            if verdict == "claimed" and tid in run.queued:
                 self.waiting_for.pop(tid, None)
                 self._start_task(tid, run, stamp, value)
             elif verdict in ("key", "rate") and tid in run.queued:

@@ -28,6 +28,12 @@ def string(params: Mapping[str, Any], name: str, *, aliases: Sequence[str] = (),
         return None
     if not isinstance(value, str) or not value:
         raise invalid_params(f"{name} must be a non-empty string, got {value!r}"[:300])
+    return checked_text(value, name, max_length)
+
+
+def checked_text(value: str, name: str, max_length: int = 10_000) -> str:
+    """`value` when it can be stored as text: within `max_length`, no NUL (PostgreSQL's text has
+    none), valid Unicode; else -32602 naming the field."""
     if len(value) > max_length:
         raise invalid_params(f"{name} is longer than {max_length} characters")
     if "\x00" in value:
