@@ -219,12 +219,16 @@ def check_envelope(answer: Any) -> None:
             assert leak not in json.dumps(answer["error"]), answer
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 def sent_ids(body: bytes) -> list[Any] | None:
     """The ids an answer to `body` must echo: each request's own when valid, else null; None when
     the body is not JSON (nothing to echo): a lone surrogate escape anywhere makes it no JSON for
     the service (storage.jsonvalues.loads)."""
-    try:
-        payload = json.loads(body)
+    try:  # NaN and Infinity are no JSON (RFC 8259) for the service either
+        payload = json.loads(body, parse_constant=_no_constant)
     except (ValueError, RecursionError):  # no JSON, or nested past what the service reads
         return None
     if re.search("[\ud800-\udfff]", json.dumps(payload, ensure_ascii=False)):
