@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import shutil
 import sqlite3
 import subprocess
 from collections.abc import Iterator
@@ -170,6 +171,7 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service
 
 def test_every_curl_example_of_the_docs_runs_in_order(services: tuple[Service, Service]) -> None:
     service, remote = services
+    assert shutil.which("curl"), "the examples are curl commands: install curl (Debian's package)"
     prelude = rpc_function() + "\n"
     found = [example for page in pages() for example in examples(page)]
     assert len(found) >= 40 and {e.page for e in found} >= {"README.md", "jsonrpc.md", "executors.md"}, found
