@@ -2,7 +2,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: serve test bench venv tck chromium screenshots interop
+.PHONY: serve test bench venv tck chromium screenshots interop docs
 
 # Create or refresh the virtual environment whenever pyproject.toml changes.
 $(STAMP): pyproject.toml
@@ -27,9 +27,19 @@ chromium: $(CHROMIUM)
 test: $(STAMP) $(CHROMIUM)
 	$(PY) -m pytest -q -n 2 $(PYTEST_ARGS)
 
-# The README's screenshots (docs/screenshots/*.png), taken with the same tooling as the browser tests.
+# The dashboard page's screenshots (docs/screenshots/*.png), taken with the same tooling as the browser tests.
 screenshots: $(STAMP) $(CHROMIUM)
 	$(PY) docs/screenshots.py
+
+# The manual as a static site (mkdocs.yml): the pages of docs/ with README.md as the home page, built
+# into site/. --strict turns every warning (a link to a missing page or anchor) into a failure.
+DOCS_STAMP := $(VENV)/.docs-installed
+$(DOCS_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[docs]'
+	touch $@
+
+docs: $(DOCS_STAMP)
+	$(VENV)/bin/mkdocs build --strict
 
 # Over the real wire: a `taskgrove serve` process, wrk and a bare Starlette ceiling (bench/README.md);
 # bench/run.py (in-process) stays as a profiling aid.
@@ -37,7 +47,7 @@ bench: $(STAMP)
 	$(PY) bench/wire.py $(BENCH_ARGS)
 
 # Both A2A TCK branches (../shared/a2a-tck) against a real `taskgrove serve` with the fake LLM;
-# fails on any failure or error not listed in .ci/tck-expected.txt (README, "A2A TCK").
+# fails on any failure or error not listed in .ci/tck-expected.txt (docs/tck.md).
 tck: $(STAMP)
 	$(PY) .ci/tck.py $(TCK_ARGS)
 

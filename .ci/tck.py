@@ -13,7 +13,7 @@ What it does (`make tck`, and a step of `.ci/run`):
    kit (`--category all --transports jsonrpc`), reads their machine reports (JUnit XML;
    pytest-json-report per category);
 4. compares every test that failed or errored with `.ci/tck-expected.txt`, the committed list of
-   known differences (each explained in README, "A2A TCK"). A failure or error that is not listed
+   known differences (each explained in docs/tck.md). A failure or error that is not listed
    fails the step; a listed test that now passes is reported so that the list can shrink
    (`--strict` fails on those too), except entries marked `flaky` (they pass or fail by timing).
    Skips are counted and printed, not compared.
@@ -229,13 +229,13 @@ def main() -> int:
     bad = {k: v for k, v in outcomes.items() if v in BAD}
     if args.write_expected:
         lines = [f"{v} {k}" for k, v in sorted(bad.items())]
-        args.expected.write_text("# written by .ci/tck.py --write-expected; each entry is explained in README\n"
+        args.expected.write_text("# written by .ci/tck.py --write-expected; each entry is explained in docs/tck.md\n"
                                  + "\n".join(lines) + "\n")
         print(f"tck: wrote {len(lines)} entries to {args.expected}")
         return 0
     expected = read_expected(args.expected)
     new = sorted(k for k in bad if k not in expected)
-    # "flaky" entries pass or fail by timing (README says why): never reported as fixed.
+    # "flaky" entries pass or fail by timing (docs/tck.md says why): never reported as fixed.
     fixed = sorted(k for k, v in expected.items() if outcomes.get(k) not in BAD and v != "flaky")
     skipped = collections.Counter(k.split("::")[0] for k, v in outcomes.items() if v == "skipped")
     print(f"tck: {len(bad)} failed or errored, all but {len(new)} known; skipped: {dict(skipped)}")

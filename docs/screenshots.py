@@ -1,4 +1,4 @@
-"""The README's dashboard screenshots (docs/screenshots/*.png), and the render time of a 1000-task
+"""The screenshots of docs/dashboard.md (docs/screenshots/*.png), and the render time of a 1000-task
 tree, taken with the tooling of the browser tests: a real `taskgrove serve`, Playwright driving
 Debian's chromium. Run with `make screenshots`.
 """

@@ -3,8 +3,8 @@
 Runs in the `adk` venv (interop/pins/adk.txt). The RemoteA2aAgent is the root agent itself, so ADK
 needs no model of its own. The user's message is a task tree written as JSON text, the way an
 LLM-driven agent sends it. Passes when the ADK session holds the tree's outcome (the `task_results`
-artifact: its data part, not a partial event). The block between the README markers is the
-README's snippet, word for word (tests/test_interop_docs.py checks it).
+artifact: its data part, not a partial event). The block between the docs/interop.md markers is
+that page's snippet, word for word (tests/test_interop_docs.py checks it).
 
     python interop/adk_client.py http://127.0.0.1:8000 [--no-streaming]
 """
@@ -15,7 +15,7 @@ import argparse
 import sys
 import uuid
 
-# README: adk-client
+# docs/interop.md: adk-client
 import asyncio
 import json
 
@@ -42,7 +42,7 @@ async def ask_taskgrove(url: str, tree: dict, streaming: bool = True) -> list:
             print(event.author, "partial" if event.partial else "", event.content)
         kept = await sessions.get_session(app_name="interop", user_id="u1", session_id=session.id)
         return kept.events
-# README: end
+# docs/interop.md: end
 
 
 def tree(run: str) -> dict:

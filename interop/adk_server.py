@@ -2,7 +2,7 @@
 
 Runs in the `adk` venv (interop/pins/adk.txt). The agent is a small `BaseAgent` that answers
 without a model (`shout: <the text it got, upper-cased>`), so nothing needs a key. The block
-between the README markers is the README's snippet, word for word.
+between the docs/interop.md markers is that page's snippet, word for word.
 
     python interop/adk_server.py PORT
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-# README: adk-server
+# docs/interop.md: adk-server
 from collections.abc import AsyncGenerator
 
 import uvicorn
@@ -34,7 +34,7 @@ class Shouter(BaseAgent):
 def serve(port: int) -> None:
     app = to_a2a(Shouter(name="shouter", description="Upper-cases what it is told"), host="127.0.0.1", port=port)
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
-# README: end
+# docs/interop.md: end
 
 
 if __name__ == "__main__":

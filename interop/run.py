@@ -17,7 +17,7 @@ then runs, in order, each as its own process:
 3. a tree whose two `a2a_agent_executor` tasks call the ADK and the pydantic-ai agent: it must
    complete with both remote answers;
 4. `a2a-lint --live --strict`: without an LLM, its plain-text probe is refused with -32005 as
-   documented (README, "What a message does"), and that must be its only finding; then against a
+   documented (docs/a2a.md, "What a message does"), and that must be its only finding; then against a
    second `taskgrove serve` planning with the fake LLM (tests/fakellm.py) it must pass (grade A).
 
 Exit status 0 only when every check passed; each check prints one verdict line.
@@ -197,7 +197,7 @@ def main() -> int:
             mode = "streaming" if streaming else "non-streaming"
             argv = [venv_python("adk"), str(here / "adk_client.py"), url] + ([] if streaming else ["--no-streaming"])
             results[f"ADK RemoteA2aAgent {mode}"] = step(f"ADK RemoteA2aAgent, {mode}", argv)
-        # gRPC on in a service of its own: ADK refuses a card with an interface on another port (README)
+        # gRPC on in a service of its own: ADK refuses a card with an interface on another port (docs/interop.md)
         grpc_url, grpc_server = taskgrove(work, "taskgrove-grpc", {"SERVICE_GRPC_PORT": str(free_port())})
         stack.enter_context(grpc_server)
         results["a2a-sdk client"] = step("official a2a-sdk client",
