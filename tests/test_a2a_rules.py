@@ -88,14 +88,17 @@ async def test_non_finite_numbers_and_surrogates_in_params_are_refused_clearly(c
     assert await client.result("tasks.get", {"task_id": tasks[0]["id"]}) is None
 
 
-async def test_a_body_that_is_not_json_content_is_415_invalid_request_in_the_wire_form(client: Client) -> None:
+async def test_a_body_that_is_not_json_content_is_415_content_type_not_supported_in_the_wire_form(
+        client: Client) -> None:
+    """An A2A call (or an unreadable body) declared as anything but JSON: HTTP 415 and the A2A
+    code for it, ContentTypeNotSupportedError -32005 (the A2A TCK, JSONRPC-SSE-002), naming the type."""
     for body, id_ in ((b"{'jsonrpc': '2.0'}", None), (json.dumps(v1_send(tree())).encode(), 7)):
         response = await client.http.post("/", content=body, headers={"Content-Type": "text/plain", **V1})
         assert response.status_code == 415
         answer = response.json()
-        assert answer["id"] == id_ and answer["error"]["code"] == -32600
+        assert answer["id"] == id_ and answer["error"]["code"] == -32005
         assert "application/json" in answer["error"]["message"]
-        assert answer["error"]["data"][0]["reason"] == "INVALID_REQUEST"  # the 1.0 form (ErrorInfo details)
+        assert answer["error"]["data"][0]["reason"] == "CONTENT_TYPE_NOT_SUPPORTED"  # the 1.0 form (ErrorInfo)
 
 
 # --- batches -----------------------------------------------------------------------------------

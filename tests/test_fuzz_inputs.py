@@ -304,11 +304,27 @@ content_types = st.one_of(
     st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=126), max_size=30))
 
 
+def refusal_codes(path: str, body: bytes, count: int) -> list[int]:
+    """The code of each answer to a body not declared as JSON: -32600 for our own methods; on `/`,
+    -32005 (A2A ContentTypeNotSupportedError, as the A2A TCK wants) for any other call, or for a
+    body that cannot be read."""
+    if path != "/":
+        return [-32600] * count
+    try:
+        payload = json.loads(body, parse_constant=_no_constant)
+    except (ValueError, RecursionError):
+        return [-32005] * count
+    calls = payload if isinstance(payload, list) and payload else [payload]
+    ours = set(TASK_METHODS) | {"tasks.execute", "cancel"}
+    return [-32600 if isinstance(c, dict) and isinstance(c.get("method"), str) and c["method"] in ours else -32005
+            for c in calls]
+
+
 @FUZZ
 @given(path=st.sampled_from(["/", "/tasks", "/system"]), content_type=content_types, body=bodies(TASK_METHODS))
 def test_fuzz_content_types(world: World, path: str, content_type: str, body: bytes) -> None:
-    """A body declared as anything but JSON is HTTP 415 with -32600 naming application/json, the
-    request's ids echoed when the body parses; nothing runs. A JSON type is answered as usual.
+    """A body declared as anything but JSON is HTTP 415 with -32600 naming application/json (-32005
+    for A2A calls on `/`), the request's ids echoed when the body parses; nothing runs. A JSON type is answered as usual.
     (A body nested too deeply is -32700 before any of this, whatever its type.)"""
     media = content_type.split(";", 1)[0].strip().lower()
     if media in JSON_TYPES or media.endswith("+json"):
@@ -324,9 +340,10 @@ def test_fuzz_content_types(world: World, path: str, content_type: str, body: by
             assert answer["error"]["code"] == -32700 and "nested deeper" in answer["error"]["data"], answer
             return
         assert response.status_code == 415, response.text
-        for item in answer if isinstance(answer, list) else [answer]:
+        items = answer if isinstance(answer, list) else [answer]
+        for item, code in zip(items, refusal_codes(path, body, len(items))):
             check_envelope(item)
-            assert item["error"]["code"] == -32600 and "application/json" in item["error"]["message"], item
+            assert item["error"]["code"] == code and "application/json" in item["error"]["message"], item
         check_ids(body, answer)
         assert await task_count(world) == before
 

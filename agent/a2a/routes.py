@@ -10,12 +10,14 @@ A batch may mix both kinds.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from a2a.server.routes import create_jsonrpc_routes
 from a2a.server.routes.jsonrpc_dispatcher import JSONRPC03Adapter, JsonRpcDispatcher  # (the SDK's
 # own import order: importing a2a.compat.v0_3.jsonrpc_adapter first is a circular import)
 from a2a.types.a2a_pb2 import AgentCard
+from a2a.utils.errors import JSON_RPC_ERROR_CODE_MAP, ContentTypeNotSupportedError
 from google.protobuf.json_format import ParseDict
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -42,6 +44,8 @@ from taskgrove.agent.auth import AuthError
 from taskgrove.agent.edge import UNSUPPORTED_MEDIA_TYPE, call_context, content_type_problem, unauthorized
 from taskgrove.agent.errors import INVALID_PARAMS, INVALID_REQUEST, RpcError
 from taskgrove.agent.rpc.jsonrpc import CallContext, Handler, JsonReply, batch_too_long, call_one, dispatch
+
+CONTENT_TYPE_NOT_SUPPORTED = JSON_RPC_ERROR_CODE_MAP[ContentTypeNotSupportedError]  # -32005
 
 if TYPE_CHECKING:  # pragma: no cover
     from taskgrove.agent.container import Services
@@ -75,8 +79,9 @@ def agent_endpoint(services: "Services", methods: dict[str, Handler],
     async def endpoint(request: Request) -> Response:
         body = await request.body()
         refused = content_type_problem(request.headers)
-        if refused is not None:
-            return _refuse_all(body, refused, request, UNSUPPORTED_MEDIA_TYPE)
+        if refused is not None:  # our methods: -32600; A2A calls: the A2A code for it (-32005)
+            return _refuse_all(body, refused, request, UNSUPPORTED_MEDIA_TYPE,
+                               a2a_code=CONTENT_TYPE_NOT_SUPPORTED, ours=methods)
         try:
             ctx = call_context(request, services, "a2a")
         except RpcError as exc:  # an unusable X-LLM-API-KEY header: -32602 to every call, not HTTP 500
@@ -139,8 +144,12 @@ async def _send_once(services: "Services", request: Request, payload: dict[str, 
     return JSONResponse({"jsonrpc": "2.0", "id": payload["id"], "result": result})
 
 
-def _refuse_all(body: bytes, exc: RpcError, request: Request, status_code: int = 200) -> JSONResponse:
-    """`exc` as the answer to every request in `body`, echoing only ids that are valid."""
+def _refuse_all(body: bytes, exc: RpcError, request: Request, status_code: int = 200,
+                a2a_code: int | None = None, ours: Collection[str] = ()) -> JSONResponse:
+    """`exc` as the answer to every request in `body`, echoing only ids that are valid.
+    `a2a_code`: the code instead of exc's for every call that is not one of `ours` (an A2A call,
+    or no call that can be read): the A2A TCK (JSONRPC-SSE-002) wants ContentTypeNotSupportedError
+    (-32005) for a body not declared as JSON, where our own methods say -32600."""
     try:
         payload = parse(body)
     except EnvelopeError:
@@ -150,8 +159,9 @@ def _refuse_all(body: bytes, exc: RpcError, request: Request, status_code: int =
     for call in calls:
         id_ = call.get("id") if isinstance(call, dict) else None
         method = call.get("method") if isinstance(call, dict) else None
+        code = exc.code if a2a_code is None or (isinstance(method, str) and method in ours) else a2a_code
         answers.append(error_body(wire_of(method, request.headers), id_ if valid_id(id_) else None,
-                                  exc.code, exc.message, exc.data))
+                                  code, exc.message, exc.data))
     return JSONResponse(answers if isinstance(payload, list) and payload else answers[0], status_code=status_code)
 
 
