@@ -1,4 +1,4 @@
-"""Admission: the per-user quotas every surface asks before it does anything (README, "Quotas and 429").
+"""Admission: the per-user quotas every surface asks before it does anything (docs/sharing.md, "Quotas and 429").
 
 Two rules, one module:
 

@@ -4,7 +4,7 @@ The work (prompt, JSON extraction, the SPEC.md tree rules, one repair round) liv
 `llm.generate.generate_tree`, shared with `generate_executor`; this module is the JSON-RPC side:
 parameters, permission, which LLM key to use, how failures become errors, and saving.
 
-Decisions (README, "LLM features"):
+Decisions (docs/llm.md):
 
 - Key precedence: the request's X-LLM-API-KEY header > the user's stored key (the
   `llm_key_lookup` service, when the key-configuration extension provides one) > <VENDOR>_API_KEY.

@@ -234,7 +234,7 @@ class Settings:
     database_allow_input_url: bool = False
     # Server secret from which the key that encrypts stored LLM keys is derived.
     secret_key: str | None = None
-    # --- durable execution (README, "Failures, retries and restarts") ---
+    # --- durable execution (docs/failures.md) ---
     # Retry policy of tasks that do not give their own `retry` (engine/retry.py).
     default_max_attempts: int = 1
     default_backoff: str = "exponential"
@@ -265,7 +265,7 @@ class Settings:
     # An attempt cut off by the platform (crash, lost lease, shutdown past its grace) runs again
     # without using up the task's retries, at most this many times per task; then the task fails.
     max_interruptions: int = 3
-    # --- sharing the service (README, "Sharing the service") ---
+    # --- sharing the service (docs/sharing.md) ---
     # Fair share: a user's weight (default 1); a user of weight 2 gets twice the slots under contention.
     user_weights: Mapping[str, float] = field(default_factory=dict, hash=False)
     # Deployment-wide limits per concurrency key (tasks of a key in progress at once, all instances).
@@ -279,7 +279,7 @@ class Settings:
     rate_limit_burst: int = 400
     # Users with the `admin` role are not held to the two quotas above.
     quota_exempt_admins: bool = True
-    # --- input limits (README "Input rules and limits"; issue 11 item 7, issue 18) ---
+    # --- input limits (docs/limits.md; issue 11 item 7, issue 18) ---
     # Largest request body on any HTTP surface (HTTP 413 beyond), and the per-message limit of
     # GraphQL WebSocket messages (closed with 1009 beyond).
     max_request_bytes: int = 16 * 1024 * 1024

@@ -1,6 +1,6 @@
 """WebSocket `/ws`: live task events for the tasks a client subscribes to.
 
-Protocol (SPEC.md, WebSocket `/ws`; the README's "Live updates" has examples):
+Protocol (SPEC.md, WebSocket `/ws`; docs/live-updates.md has examples):
 
 * client -> server: `{"action": "subscribe" | "unsubscribe" | "ping", "task_id": "..."}`
 * server -> client: `{"type", "task_id", "context_id", "data": {"status", "progress", ...}}` with

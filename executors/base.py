@@ -48,7 +48,7 @@ class ExecutionContext:
     """Everything an executor may look at besides its inputs.
 
     `dependency_results` maps each dependency's task id to that task's result; the task's own
-    `inputs` are never modified with them (see README, "Dependency results").
+    `inputs` are never modified with them (see docs/execution.md, "Dependency results").
     """
 
     task_id: str
@@ -64,7 +64,7 @@ class ExecutionContext:
     # This attempt's number (1 for the first) and how many the task's retry policy allows. With
     # the task id they make an idempotency key for side effects: f"{task_id}:{attempt}". An
     # attempt cut off by the platform (a crash, a lost lease) runs again with the same number, so
-    # the same key: its side effects may have happened already (at-least-once, README).
+    # the same key: its side effects may have happened already (at-least-once, docs/scale-out.md).
     attempt: int = 1
     max_attempts: int = 1
     # How many times the platform cut this task off before (0 on an undisturbed run).

@@ -268,8 +268,8 @@ class CommandExecutor(Executor):
         argv = _argv(inputs.get("command"))
         settings = context.settings
         env = _child_env(settings.environ, inputs.get("env"))
-        # What a command needs to make its own side effects idempotent (README, "Running several
-        # instances"): the same task id and attempt on every try of one attempt.
+        # What a command needs to make its own side effects idempotent (docs/scale-out.md): the
+        # same task id and attempt on every try of one attempt.
         env.update(TASKGROVE_TASK_ID=context.task_id, TASKGROVE_ATTEMPT=str(context.attempt),
                    TASKGROVE_IDEMPOTENCY_KEY=context.idempotency_key,
                    TASKGROVE_INTERRUPTIONS=str(context.interruptions))

@@ -35,7 +35,7 @@ class Query:
 
 @strawberry.type
 class Mutation:
-    @strawberry.mutation(description="Create a task and start executing it; returns at once (README, 'Live updates').")
+    @strawberry.mutation(description="Create a task and start executing it; returns at once (docs/live-updates.md).")
     async def create_task(self, info: strawberry.Info,
                           task_input: Optional[CreateTaskInput] = None) -> Optional[TaskType]:
         return await resolvers.create_task(info, task_input)

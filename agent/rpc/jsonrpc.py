@@ -94,7 +94,7 @@ class JsonReply(Response):
     media_type = "application/json"
 
     def __init__(self, content: Any, status_code: int = 200, headers: Mapping[str, str] | None = None) -> None:
-        # An answer that is nothing but quota refusals is the HTTP 429 of the quota (README,
+        # An answer that is nothing but quota refusals is the HTTP 429 of the quota (docs/sharing.md,
         # "Quotas and 429"): one check here for every JSON-RPC surface.
         retry_after = quota_retry_after(content) if status_code == 200 else None
         if retry_after is not None:

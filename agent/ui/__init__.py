@@ -3,7 +3,7 @@ from the browser like any other client.
 
 Why only static files: the dashboard holds no data of its own, so it needs no route that reads the
 database and no authentication of its own. With JWT on, the page is public and every data call
-carries the token the operator typed in (README, "Dashboard"). The files ship as package data, so an
+carries the token the operator typed in (docs/dashboard.md). The files ship as package data, so an
 installed wheel serves them without a network or a build step.
 """
 

@@ -8,7 +8,7 @@ import {layout} from "./layout.js";
 import {counts} from "./list.js";
 
 // Detail fields in reading order; objects are shown as JSON.
-// `waiting_for` (README, "Why a task waits") sits next to the status it explains.
+// `waiting_for` (docs/sharing.md, "Why a task waits") sits next to the status it explains.
 const FIELDS = ["id", "name", "status", "waiting_for", "progress", "priority", "user_id", "parent_id",
   "task_tree_id", "original_task_id", "dependencies", "inputs", "params", "schemas", "result", "error", "retry",
   "attempt", "interruptions", "next_attempt_at", "timeout_seconds", "concurrency", "rate_limit", "created_at",
