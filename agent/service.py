@@ -21,7 +21,8 @@ from taskgrove.agent.engine.retry import PolicyError, RetryPolicy, stored_policy
 from taskgrove.agent.engine.follow import follow_execution
 from taskgrove.agent.engine.stream import sse_events
 from taskgrove.agent.engine.webhooks import WebhookConfig, deliver_webhooks
-from taskgrove.agent.errors import INVALID_PARAMS, RpcError, invalid_params, permission_denied, task_not_found
+from taskgrove.agent.errors import (INVALID_PARAMS, QuotaExceeded, RpcError, invalid_params, permission_denied,
+                                   task_not_found)
 from taskgrove.agent.rpc import params as p
 from taskgrove.agent.rpc.jsonrpc import CallContext, StreamReply
 from taskgrove.agent.settings import Settings
@@ -152,11 +153,17 @@ class TaskService:
         if rows[0]["origin_type"] == "archive":  # e.g. an archive made from a clone preview: stored, not run
             await self.create_tree(params, ctx.caller)
             return trees.nest(await self.repo.tree(root_id), root_id)
-        await self._admit(rows, ctx.caller)
         try:
-            run = await self.engine.create_and_execute(rows, _call(ctx))
-        except IntegrityError:
-            run = await self._resent(rows, ctx)
+            await self._admit(rows, ctx.caller)
+        except QuotaExceeded:
+            if not await self.repo.get_many([root_id]):  # a new tree over the quota
+                raise
+            run = await self._resent(rows, ctx)  # resent: it adds nothing, so the quota has no say
+        else:
+            try:
+                run = await self.engine.create_and_execute(rows, _call(ctx))
+            except IntegrityError:
+                run = await self._resent(rows, ctx)
         if run is not None:
             await self.engine.wait(run, self.settings.create_wait_timeout)
         return trees.nest(await self.repo.tree(root_id), root_id)

@@ -213,6 +213,25 @@ async def test_a_retry_with_the_same_idempotency_key_goes_through_once_there_is_
         assert resent.json()["result"]["id"] == "later"
 
 
+async def test_a_create_resent_at_the_quota_answers_the_stored_tree(app_factory: Any) -> None:
+    """A client whose create was cut off sends it again: it adds nothing, so it is answered as the
+    first one would be, even with its owner at the quota; a different tree is still refused."""
+    async with app_factory(env={**PENDING_ENV, "SERVICE_CREATE_WAIT_TIMEOUT": "0"}) as client:
+        alice = bearer(client, "alice")
+        naps = [{"id": "held", "name": "held", "schemas": NOOP, "dependencies": [{"id": "n1"}, {"id": "n2"}]},
+                *({"id": f"n{i}", "name": "nap", "parent_id": "held", "schemas": {"method": "sleep_executor"},
+                   "inputs": {"seconds": 600}} for i in (1, 2))]
+        first = await client.result("tasks.create", naps, headers=alice)  # 3 unfinished: the quota
+        again = await client.http.post("/tasks", json=rpc("tasks.create", naps), headers=alice)
+        assert again.status_code == 200 and again.json()["result"]["id"] == first["id"] == "held", again.text
+        other = [{**naps[0], "name": "changed"}, *naps[1:]]  # the same ids, other content: not a resend,
+        taken = (await client.http.post("/tasks", json=rpc("tasks.create", other), headers=alice)).json()
+        assert taken["error"]["code"] == -32602 and "id 'held' already exists" in taken["error"]["message"]  # no 429
+        await refusal(client, "tasks.create", [{"id": "new", "name": "new", "schemas": NOOP}], alice)
+        assert await stored(client, "new") is None
+        await client.result("tasks.cancel", {"task_id": "held"}, headers=alice)
+
+
 async def test_a_tree_larger_than_the_quota_is_invalid_params_not_429(app_factory: Any) -> None:
     async with app_factory(env=PENDING_ENV) as client:
         tasks = [{"id": "r", "name": "r"}] + [{"id": f"c{i}", "name": "c", "parent_id": "r"} for i in range(3)]
