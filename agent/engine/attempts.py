@@ -158,7 +158,16 @@ class Attempts:
         policy = stored_policy(row, self.default_retry)
         retryable = True
         try:
-            result = await self._call_with_timeout(running, policy)
+            timeout = row.get("timeout_seconds") or self.settings.default_timeout_seconds
+            try:
+                if timeout is None:  # no timer to arm and disarm for every attempt
+                    result = await self._call_executor(running, policy)
+                else:
+                    async with asyncio.timeout(timeout):
+                        result = await self._call_executor(running, policy)
+            except TimeoutError:
+                await self.call_cancel_hook(running)
+                raise ExecutorError(f"Timed out after {timeout:g}s (timeout_seconds)") from None
             result = await storable_async(result, max_depth=self.settings.max_result_depth,
                                           max_bytes=self.settings.max_result_bytes)
             values: dict[str, Any] = {"status": "completed", "progress": 1.0, "result": result, "error": None}
@@ -179,17 +188,6 @@ class Attempts:
             return
         self.outcomes.append(self._outcome(running, policy, values, retryable))
         self.wake.set()
-
-    async def _call_with_timeout(self, running: Running, policy: RetryPolicy) -> Any:
-        timeout = running.row.get("timeout_seconds") or self.settings.default_timeout_seconds
-        try:
-            if timeout is None:  # no timer to arm and disarm for every attempt
-                return await self._call_executor(running, policy)
-            async with asyncio.timeout(timeout):
-                return await self._call_executor(running, policy)
-        except TimeoutError:
-            await self.call_cancel_hook(running)
-            raise ExecutorError(f"Timed out after {timeout:g}s (timeout_seconds)") from None
 
     def _outcome(self, running: Running, policy: RetryPolicy, values: dict[str, Any],
                  retryable: bool) -> dict[str, Any]:
