@@ -20,8 +20,8 @@ for an attempt is fenced by the token its claim returned.
 from __future__ import annotations
 
 import asyncio
-import time
 import logging
+import time
 import uuid
 from collections.abc import Mapping
 from typing import Any

@@ -31,7 +31,7 @@ from taskgrove.agent.engine.limits import Limits, limits_of
 from taskgrove.agent.engine.publish import Publisher
 from taskgrove.agent.engine.retry import seconds_until
 from taskgrove.agent.engine.run import TreeRun
-from taskgrove.agent.engine.runs import ON_LOOP_THREAD, RunKeeper
+from taskgrove.agent.engine.runs import MAY_USE_LOOP_THREAD, RunKeeper
 from taskgrove.agent.metrics import Metrics
 from taskgrove.agent.settings import Settings
 from taskgrove.executors.registry import ExecutorRegistry
@@ -355,7 +355,7 @@ class PassLoop:
         try:
             return await self.repo.run(executions.claim_limited, tid, limits.key, limits.limit, limits.rate_key,
                                        limits.interval, self.instance_id, self.lease_until(), stamp,
-                                       small=ON_LOOP_THREAD)
+                                       small=MAY_USE_LOOP_THREAD)
         except Exception as exc:
             if not is_transient(exc):
                 log.exception("limited claim of task %s failed", tid)

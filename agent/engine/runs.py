@@ -30,10 +30,10 @@ log = logging.getLogger(__name__)
 
 # `TaskRepository.run(..., small=...)`: a transaction of a few rows, which may run on the event
 # loop's thread. The keyword is storage's; these say which value means what here.
-ON_LOOP_THREAD = True
+MAY_USE_LOOP_THREAD = True
 
 
-def fits_loop_thread(rows: int) -> bool:
+def may_use_loop_thread(rows: int) -> bool:
     """Whether a transaction touching `rows` tasks may run on the event loop's thread."""
     return rows <= SMALL_PASS
 
@@ -97,7 +97,7 @@ class RunKeeper:
     async def _open_or_join(self, task_id: str, tree_id: str, fresh_rows: list[dict[str, Any]] | None,
                             call: dict[str, Any], webhook: Mapping[str, Any] | None) -> TreeRun:
         rows = {row["id"]: dict(row) for row in fresh_rows or await self.repo.tree(tree_id)}
-        execution = await self.repo.run(executions.running_execution, tree_id, small=ON_LOOP_THREAD)
+        execution = await self.repo.run(executions.running_execution, tree_id, small=MAY_USE_LOOP_THREAD)
         live_ids = self._live_ids(rows, execution)
         if task_id in live_ids:
             raise AlreadyRunning(task_id)
@@ -108,7 +108,7 @@ class RunKeeper:
         stamp = now_iso()
         execution, joined = await self.repo.run(self._open, tree_id, task_id, call.get("user_id"), webhook,
                                                 {tid: rows[tid]["status"] for tid in chosen}, stamp,
-                                                small=fits_loop_thread(len(chosen)))
+                                                small=may_use_loop_thread(len(chosen)))
         if chosen and not joined and self.runs.get(tree_id) is not None:
             raise AlreadyRunning(task_id)  # all it asked for moved on meanwhile (started, or just ended)
         if execution["owner"] != self.instance_id:
@@ -144,7 +144,7 @@ class RunKeeper:
         stamp = now_iso()
         # A new tree cannot be any run's yet: the insert needs no lock, so creates run side by side.
         execution = await self.repo.run(executions.insert_tree, rows, call.get("user_id"), self.instance_id,
-                                        self.lease_until(), stamp, small=fits_loop_thread(len(rows)))
+                                        self.lease_until(), stamp, small=may_use_loop_thread(len(rows)))
         return await self.run_inserted(execution, rows, call)
 
     async def run_inserted(self, execution: Mapping[str, Any], rows: list[dict[str, Any]],
@@ -276,7 +276,7 @@ class RunKeeper:
                 return
             try:
                 status = await self.repo.run(executions.end_execution, run.execution_id, self.instance_id,
-                                             run.version, now_iso(), small=ON_LOOP_THREAD)
+                                             run.version, now_iso(), small=MAY_USE_LOOP_THREAD)
             except Exception:
                 log.warning("could not end the execution of tree %s; retrying", run.tree_id, exc_info=True)
                 run.ending = False
