@@ -19,7 +19,7 @@ from taskgrove.agent.rpc.jsonrpc import Handler
 from taskgrove.agent.idempotency import IdempotentMethods
 from taskgrove.agent.rpc.schedules import schedule_methods
 from taskgrove.agent.rpc.tasks import task_methods
-from taskgrove.agent.engine.scheduler import Scheduler
+from taskgrove.agent.engine.schedule_loop import ScheduleLoop
 from taskgrove.agent.schedules import ScheduleService
 from taskgrove.agent.service import TaskService
 from taskgrove.agent.settings import Settings
@@ -43,7 +43,7 @@ class Services:
     engine: Engine
     tasks: TaskService
     system: SystemService
-    scheduler: Scheduler
+    schedule_loop: ScheduleLoop
     schedules: ScheduleService
     # The per-user quotas every surface asks (agent/admission.py).
     admission: Admission
@@ -74,9 +74,9 @@ class Services:
         engine.services["registry"] = registry  # generate_executor offers the app's executors
         keys = KeyConfigService(KeyStore(repo.engine, settings.secret_key))
         engine.services["llm_key_lookup"] = keys.lookup  # stored per-user keys for the LLM client
-        scheduler = Scheduler(engine)
-        schedules = ScheduleService(repo, scheduler, settings)
-        services = cls(settings, repo, bus, registry, engine, tasks, system, scheduler, schedules, admission,
+        schedule_loop = ScheduleLoop(engine)
+        schedules = ScheduleService(repo, schedule_loop, settings)
+        services = cls(settings, repo, bus, registry, engine, tasks, system, schedule_loop, schedules, admission,
                        keys=keys, metrics=metrics)
         services.task_methods = {**task_methods(tasks), **schedule_methods(schedules)}
         idempotent = services.idempotency = IdempotentMethods(repo, settings)
@@ -97,10 +97,10 @@ class Services:
         self.migrated = True
         await self.engine.start()
         if self.settings.enable_scheduler:
-            self.scheduler.start()
+            self.schedule_loop.start()
 
     async def stop(self) -> None:
-        await self.scheduler.stop()  # no new runs; the engine then hands back what is running
+        await self.schedule_loop.stop()  # no new runs; the engine then hands back what is running
         for hook in self.shutdown_hooks:
             await hook()
         await self.engine.stop()

@@ -4,7 +4,7 @@ A schedule runs a copy of a template tree (tasks.copy semantics: the copy's `ori
 points to the template) on a cron expression or an interval. It belongs to its template's owner;
 the permission rules are those of tasks. Validation lives here, the timing in engine/slots.py,
 the statements (and the one compare-and-set that claims a slot) in storage/schedules.py, the
-loop in engine/scheduler.py.
+loop in engine/schedule_loop.py.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 from taskgrove.agent.auth import Caller
 from taskgrove.agent.engine import slots
-from taskgrove.agent.engine.scheduler import Scheduler
+from taskgrove.agent.engine.schedule_loop import ScheduleLoop
 from taskgrove.agent.engine.webhooks import WebhookConfig
 from taskgrove.agent.errors import invalid_params, permission_denied
 from taskgrove.agent.rpc import params as p
@@ -38,9 +38,9 @@ MASK = "***"  # what a read shows of a webhook header's value
 
 
 class ScheduleService:
-    def __init__(self, repo: TaskRepository, scheduler: Scheduler, settings: Settings) -> None:
+    def __init__(self, repo: TaskRepository, schedule_loop: ScheduleLoop, settings: Settings) -> None:
         self.repo = repo
-        self.scheduler = scheduler
+        self.schedule_loop = schedule_loop
         self.settings = settings
 
     # --- helpers --------------------------------------------------------------------------
@@ -144,7 +144,7 @@ class ScheduleService:
                "last_root_task_id": None, "runs": 0, "skipped": 0, "last_skipped_at": None}
         row["next_run_at"] = self._next(row, 0, now)
         await self.repo.run(ss.insert_schedule, row)
-        self.scheduler.wake()
+        self.schedule_loop.wake()
         return public(row)
 
     async def get(self, params: Any, ctx: CallContext) -> dict[str, Any] | None:
@@ -180,7 +180,7 @@ class ScheduleService:
         updated = await self.repo.run(ss.update_schedule, row["id"], values)
         if updated is None:
             raise invalid_params(f"schedule_id: schedule '{row['id']}' not found")
-        self.scheduler.wake()
+        self.schedule_loop.wake()
         return public(updated)
 
     async def delete(self, params: Any, ctx: CallContext) -> dict[str, Any]:
@@ -191,13 +191,13 @@ class ScheduleService:
     async def trigger(self, params: Any, ctx: CallContext) -> dict[str, Any]:
         """Run the template now: one more run (counted in `runs`), no slot consumed."""
         row = await self._schedule_for(_obj(params), ctx.caller, "trigger")
-        claimed = await self.scheduler.start_run(row, None, None)
+        claimed = await self.schedule_loop.start_run(row, None, None)
         if claimed is None:
             raise invalid_params(f"schedule_id: schedule '{row['id']}' not found")
         if claimed["execution"] is None:
             raise invalid_params(f"task_id: the template task '{row['task_id']}' of schedule '{row['id']}' no "
                                  "longer exists; the schedule was disabled")
-        self.scheduler.wake()
+        self.schedule_loop.wake()
         answer = public(claimed["schedule"])
         answer["root_task_id"] = claimed["copies"][0]["id"]
         return answer

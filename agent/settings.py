@@ -197,7 +197,7 @@ class Settings:
     enable_system_routes: bool = True
     # The MCP surface at /mcp (streamable HTTP, agent/mcp/).
     enable_mcp: bool = True
-    # Run due schedules (engine/scheduler.py); off: schedules.* still answer, this instance runs no slot.
+    # Run due schedules (engine/schedule_loop.py); off: schedules.* still answer, this instance runs no slot.
     enable_scheduler: bool = True
     # The dashboard at /ui (static ES modules in agent/ui/static/, calling /tasks, /system and /ws).
     enable_ui: bool = True

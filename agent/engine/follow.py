@@ -14,9 +14,9 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 import asyncio
 
-from taskgrove.agent.engine import bus as ev
+from taskgrove.agent.engine.bus import FINAL
 from taskgrove.agent.engine.bus import Subscription
-from taskgrove.storage import executions as xs
+from taskgrove.storage import executions
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.trees import now_iso
 
@@ -39,12 +39,12 @@ async def follow_execution(repo: TaskRepository, subscription: Subscription, tre
             try:
                 event = await asyncio.wait_for(subscription.get(), check_every)
             except asyncio.TimeoutError:
-                if await repo.run(xs.running_execution, tree_id) is None:
+                if await repo.run(executions.running_execution, tree_id) is None:
                     yield await stored_final(repo, tree_id)
                     return
                 continue
             yield event
-            if event["type"] == ev.FINAL:
+            if event["type"] == FINAL:
                 return
     finally:
         subscription.close()
@@ -52,7 +52,7 @@ async def follow_execution(repo: TaskRepository, subscription: Subscription, tre
 
 async def stored_final(repo: TaskRepository, tree_id: str) -> dict[str, Any]:
     """A `final` engine event for the tree's latest execution, as the database has it."""
-    execution = await repo.run(xs.latest_execution, tree_id)
+    execution = await repo.run(executions.latest_execution, tree_id)
     rows = await repo.tree(tree_id)
     return final_event(tree_id, execution, rows)
 
@@ -64,7 +64,7 @@ def final_event(tree_id: str, execution: Mapping[str, Any] | None,
     members = [r for r in rows if execution is not None and r.get("execution_id") == execution["id"]] or rows
     done = sum(1 for r in members if r["status"] in _FINISHED)
     progress = 1.0 if status == "completed" or not members else round(done / len(members), 4)
-    return {"type": ev.FINAL, "task_id": tree_id, "root_task_id": tree_id, "name": None, "user_id": None,
+    return {"type": FINAL, "task_id": tree_id, "root_task_id": tree_id, "name": None, "user_id": None,
             "status": status, "progress": progress, "tree_progress": progress, "task_count": len(rows),
             "final": True, "message": f"Execution {status}", "timestamp": now_iso()}
 

@@ -17,11 +17,11 @@ import time
 from datetime import datetime, timedelta
 from typing import Any, Mapping
 
-from taskgrove.agent.engine import bus as ev
+from taskgrove.agent.engine.bus import PROGRESS, TASK_FAILED
 from taskgrove.agent.engine.follow import follow_execution
 from taskgrove.agent.engine.run import INTERRUPTED, RESTART_ERROR
 from taskgrove.agent.engine.webhooks import WebhookConfig, deliver_webhooks
-from taskgrove.storage import executions as xs
+from taskgrove.storage import executions
 from taskgrove.storage.trees import now_iso
 
 log = logging.getLogger(__name__)
@@ -29,7 +29,11 @@ POLL_SECONDS = 1.0
 
 
 class LeaseKeeper:
-    """Owned by one Engine (typed Any: the engine module imports this one, not the reverse)."""
+    """Owned by one Engine (typed Any: the engine module imports this one, not the reverse).
+
+    Of the engine it uses the settings, the repository and its identity, and the public methods
+    of its runs (engine/runs.py: `drop`, `refresh_later`, `take_over`) and attempts
+    (engine/attempts.py: `detach`, `stop`)."""
 
     def __init__(self, engine: Any) -> None:
         self.engine = engine
@@ -62,38 +66,37 @@ class LeaseKeeper:
         asked = list(engine.runs.values())  # only these were renewed: runs started meanwhile were not
         if not (task_ids or asked):
             return
-        tasks, executions = await engine.repo.run(xs.renew, engine.instance_id, task_ids,
-                                                  [run.execution_id for run in asked], engine.lease_until())
+        tasks, renewed = await engine.repo.run(executions.renew, engine.instance_id, task_ids,
+                                               [run.execution_id for run in asked], engine.lease_until())
         for run in asked:
             # Lost: still this instance's run, not ending by itself (an execution that ended while
             # we asked is no longer `running`), and its execution not renewed.
-            if run.execution_id not in executions and engine.runs.get(run.tree_id) is run \
+            if run.execution_id not in renewed and engine.runs.get(run.tree_id) is run \
                     and not run.ending and not run.done.is_set():
-                engine._drop(run, "its lease was lost (this instance stopped renewing it in time)")
+                engine.run_keeper.drop(run, "its lease was lost (this instance stopped renewing it in time)")
         for tid in set(task_ids) - tasks:
             running = engine.running.get(tid)
             if running is not None and engine.runs.get(running.run.tree_id) is running.run:
-                engine._spawn(engine.refresh(running.run.tree_id))
+                engine.run_keeper.refresh_later(running.run.tree_id)
         # Members in progress on an instance that is gone: look again once they are settled.
         for run in list(engine.runs.values()):
             if run.foreign:
-                engine._spawn(engine.refresh(run.tree_id))
+                engine.run_keeper.refresh_later(run.tree_id)
 
     async def sweep(self, *, everything: bool) -> None:
         """Settle attempts whose lease ran out, then take over executions whose owner is gone."""
         engine = self.engine
         stamp = now_iso()
-        for row in await engine.repo.run(xs.expired_tasks, None if everything else stamp):
+        for row in await engine.repo.run(executions.expired_tasks, None if everything else stamp):
             await self._interrupt(row, stamp, restarted=everything)
-        taken = await engine.repo.run(xs.take_over, engine.instance_id, engine.lease_until(), stamp,
+        taken = await engine.repo.run(executions.take_over, engine.instance_id, engine.lease_until(), stamp,
                                       not everything)
         for execution in taken:
             log.warning("continuing the execution of tree %s (previous owner %s)", execution["task_tree_id"],
                         execution["previous_owner"])
             for config in execution["webhooks"] or ():
                 self._deliver(execution["task_tree_id"], config)
-            async with engine._execute_lock:
-                await engine._rebuild(execution)
+            await engine.run_keeper.take_over(execution)
 
     async def _interrupt(self, row: Mapping[str, Any], stamp: str, *, restarted: bool) -> None:
         """Settle an attempt its instance stopped renewing: the platform's fault, not the task's.
@@ -118,27 +121,27 @@ class LeaseKeeper:
                           error=f"{why}; attempt {attempt} runs again (interruption {interruptions} of at most "
                                 f"{limit}, SERVICE_MAX_INTERRUPTIONS)")
             message = f"Task '{row['name']}' interrupted, running again: {values['error']}"
-            kind, status, outcome = ev.PROGRESS, "pending", "interrupted"
+            kind, status, outcome = PROGRESS, "pending", "interrupted"
         else:
             values.update(status="failed", completed_at=stamp,
                           error=f"{why}; the task was interrupted {interruptions} times, more than "
                                 f"SERVICE_MAX_INTERRUPTIONS ({limit}) allows, so it is not run again")
-            message, kind, status, outcome = values["error"], ev.TASK_FAILED, "failed", "interrupted"
-        if not await engine.repo.run(xs.interrupt, row, values):
+            message, kind, status, outcome = values["error"], TASK_FAILED, "failed", "interrupted"
+        if not await engine.repo.run(executions.interrupt, row, values):
             return  # settled meanwhile (it ended, or another instance got there first)
         engine.metrics.attempt_ended(engine.registry.wanted(row), outcome, None)
         log.warning("task %s: %s", row["id"], values["error"],
                     extra={"task_id": row["id"], "root_task_id": row["task_tree_id"]})
-        running = engine._detach(row["id"]) if row.get("lease_owner") == engine.instance_id else None
+        running = engine.attempts.detach(row["id"]) if row.get("lease_owner") == engine.instance_id else None
         if running is not None:
-            await engine._stop(running)
+            await engine.attempts.stop(running)
         engine.emit({"type": kind, "task_id": row["id"], "root_task_id": row["task_tree_id"], "name": row["name"],
                      "user_id": row["user_id"], "timestamp": stamp, "status": status,
                      "progress": values.get("progress", row.get("progress") or 0.0), "error": values["error"],
                      "next_attempt_at": None, "attempt": attempt, "interruptions": interruptions,
                      "message": message, "status_changed": True})
         if row["task_tree_id"] in engine.runs:
-            engine._spawn(engine.refresh(row["task_tree_id"]))
+            engine.run_keeper.refresh_later(row["task_tree_id"])
 
     def _deliver(self, tree_id: str, config: Mapping[str, Any]) -> None:
         """Webhooks of an execution continued here: its remaining events, `final` included."""
@@ -148,7 +151,7 @@ class LeaseKeeper:
             log.warning("stored webhook of tree %s is unreadable; skipped", tree_id)
             return
         sub = self.engine.bus.subscribe(lambda e: e["root_task_id"] == tree_id, maxsize=10_000)
-        self.engine._spawn(deliver_webhooks(follow_execution(self.engine.repo, sub, tree_id), webhook))
+        self.engine.background.spawn(deliver_webhooks(follow_execution(self.engine.repo, sub, tree_id), webhook))
 
 
 def _renewed_at(expires: str | None, lease_seconds: float) -> str:

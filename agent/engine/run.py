@@ -2,7 +2,7 @@
 
 Pure in-memory logic, no I/O: the engine tells a `TreeRun` what the database accepted and asks
 it what became runnable. The database stays the truth (every claim re-checks it, see
-storage/executions.py); this is the index that keeps the scheduler from querying it for every
+storage/executions.py); this is the index that keeps the engine from querying it for every
 decision, and it is rebuilt from the database whenever the two may have drifted apart.
 """
 

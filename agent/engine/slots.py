@@ -16,7 +16,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 from zoneinfo import ZoneInfo
 
-# A missed slot with `catch_up: none` still runs when the scheduler reaches it within this many
+# A missed slot with `catch_up: none` still runs when the schedule loop reaches it within this many
 # seconds (a wake-up a little late on a loaded machine is not downtime).
 ON_TIME_GRACE_SECONDS = 2.0
 MAX_INTERVAL_SECONDS = 10 * 366 * 86_400.0
@@ -99,7 +99,7 @@ def plan(spec: Mapping[str, Any], slot: datetime, now: datetime) -> tuple[bool, 
     """For the due `slot` at `now`: whether it runs, and the slot after it.
 
     On time (within ON_TIME_GRACE_SECONDS) a slot always runs. Missed slots (downtime, or a
-    scheduler that fell behind) collapse into one: `catch_up: latest` runs once for them all,
+    schedule loop that fell behind) collapse into one: `catch_up: latest` runs once for them all,
     `none` runs none of them. Either way the next slot is the first one after `now`.
     """
     on_time = (now - slot).total_seconds() <= ON_TIME_GRACE_SECONDS

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, AsyncIterator, Mapping
 from typing import Any
 
-from taskgrove.agent.engine import bus as ev
+from taskgrove.agent.engine.bus import FINAL, TASK_CANCELLED, TASK_COMPLETED, TASK_FAILED
 from taskgrove.storage.trees import now_iso
 
 # Cancellation has no event type of its own in SPEC.md: it is reported as task_failed with
 # status "cancelled".
-_WIRE_TYPE = {ev.TASK_CANCELLED: ev.TASK_FAILED}
+_WIRE_TYPE = {TASK_CANCELLED: TASK_FAILED}
 
 
 def wire_event(event: Mapping[str, Any]) -> dict[str, Any]:
@@ -26,19 +26,19 @@ def wire_event(event: Mapping[str, Any]) -> dict[str, Any]:
     }
     if event.get("message") is not None:
         out["message"] = event["message"]
-    if kind == ev.TASK_COMPLETED:
+    if kind == TASK_COMPLETED:
         out["result"] = event.get("result")
-    elif kind in (ev.TASK_FAILED, ev.TASK_CANCELLED):
+    elif kind in (TASK_FAILED, TASK_CANCELLED):
         out["error"] = event.get("error")
-    elif kind == ev.FINAL:
+    elif kind == FINAL:
         out["final"] = True
         out["result"] = run_summary(event)
     return out
 
 
 def run_summary(event: Mapping[str, Any]) -> dict[str, Any]:
-    status = event["status"] if event["type"] == ev.FINAL else "in_progress"
-    progress = event["progress"] if event["type"] == ev.FINAL else event.get("tree_progress", 0.0)
+    status = event["status"] if event["type"] == FINAL else "in_progress"
+    progress = event["progress"] if event["type"] == FINAL else event.get("tree_progress", 0.0)
     return {"status": status, "progress": progress, "root_task_id": event["root_task_id"],
             "task_count": event.get("task_count")}
 
@@ -50,6 +50,6 @@ async def sse_events(events: AsyncIterable[Mapping[str, Any]], tree_id: str) -> 
     """
     async for event in events:
         yield wire_event(event)
-        if event["type"] == ev.FINAL:
+        if event["type"] == FINAL:
             break
     yield {"type": "stream_end", "task_id": tree_id, "root_task_id": tree_id, "timestamp": now_iso()}

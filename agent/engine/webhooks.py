@@ -14,7 +14,7 @@ from collections.abc import AsyncIterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from taskgrove.agent.engine import bus as ev
+from taskgrove.agent.engine.bus import FINAL, TASK_COMPLETED
 from taskgrove.agent.engine.bus import Subscription
 from taskgrove.agent.engine.stream import run_summary, wire_event
 from taskgrove.agent.errors import invalid_params
@@ -76,9 +76,9 @@ def webhook_payload(event: Mapping[str, Any]) -> dict[str, Any]:
         "message": wire.get("message") or wire.get("error") or "",
         "type": wire["type"],
         "timestamp": wire["timestamp"],
-        "final": event["type"] == ev.FINAL,
+        "final": event["type"] == FINAL,
         "result": run_summary(event),
-        **({"task_result": wire["result"]} if event["type"] == ev.TASK_COMPLETED else {}),
+        **({"task_result": wire["result"]} if event["type"] == TASK_COMPLETED else {}),
         **({"error": wire["error"]} if "error" in wire else {}),
     }
 
@@ -93,7 +93,7 @@ async def deliver_webhooks(events: AsyncIterable[Mapping[str, Any]] | Subscripti
             async for event in events:
                 await post_with_retries(client, config.method, config.url, webhook_payload(event), config.headers,
                                         max_retries=config.max_retries, backoff=config.backoff)
-                if event["type"] == ev.FINAL:
+                if event["type"] == FINAL:
                     return
         finally:
             if isinstance(events, Subscription):

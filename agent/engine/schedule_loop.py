@@ -1,4 +1,4 @@
-"""The schedule loop: wake at the earliest due slot, claim what is due, start the runs.
+"""The schedule loop (cron): wake at the earliest due slot, claim what is due, start the runs.
 
 Small on purpose. The database decides everything: a slot is claimed by the compare-and-set in
 storage/schedules.claim_slot (the same transaction inserts the run's copy and its execution), so
@@ -20,7 +20,7 @@ from taskgrove.agent.engine.engine import Engine
 from taskgrove.agent.engine.follow import follow_execution
 from taskgrove.agent.engine.slots import iso, parse_iso, plan
 from taskgrove.agent.engine.webhooks import WebhookConfig, deliver_webhooks
-from taskgrove.storage import schedules as ss
+from taskgrove.storage import schedules
 from taskgrove.storage.trees import now_iso
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ FAILED_CLAIM_SECONDS = 5.0  # a schedule whose claim raised is left alone this l
 MIN_WAIT_SECONDS = 0.05
 
 
-class Scheduler:
+class ScheduleLoop:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.repo = engine.repo
@@ -44,7 +44,7 @@ class Scheduler:
 
     def start(self) -> None:
         self._stopping = False
-        self._job = asyncio.create_task(self._loop(), name="taskgrove-scheduler")
+        self._job = asyncio.create_task(self._loop(), name="taskgrove-schedules")
 
     async def stop(self) -> None:
         """Let the pass under way finish (a claim is one transaction either way), then end.
@@ -70,7 +70,7 @@ class Scheduler:
         while not self._stopping:
             self._wake.clear()
             try:
-                delay = await self.tick(datetime.now(timezone.utc))
+                delay = await self.run_due(datetime.now(timezone.utc))
             except Exception:  # a failed pass (the database went away) is retried, never fatal
                 log.exception("schedule pass failed")
                 delay = POLL_SECONDS
@@ -79,11 +79,11 @@ class Scheduler:
             except asyncio.TimeoutError:
                 pass
 
-    async def tick(self, now: datetime) -> float:
+    async def run_due(self, now: datetime) -> float:
         """Claim and start every slot due at `now`; returns the seconds until the next look."""
         due: list[dict[str, Any]] = []
         if not self.engine.stopping:
-            due = await self.repo.run(ss.due, iso(now), DUE_BATCH)
+            due = await self.repo.run(schedules.due, iso(now), DUE_BATCH)
             clock = time.monotonic()
             for schedule in due:
                 if self._stopping:
@@ -99,7 +99,7 @@ class Scheduler:
                     self._backoff[schedule["id"]] = time.monotonic() + FAILED_CLAIM_SECONDS
         if len(due) == DUE_BATCH and not self._backoff:
             return 0.0  # more are due than one pass takes
-        earliest = await self.repo.run(ss.earliest)
+        earliest = await self.repo.run(schedules.earliest)
         cap = IDLE_SECONDS if self.engine.sqlite else POLL_SECONDS
         if earliest is None:
             return cap
@@ -121,7 +121,7 @@ class Scheduler:
         """Claim `slot` (None: a manual run) and start the run it inserted; None when the claim
         was lost, else the claim (updated schedule, execution, copies)."""
         engine = self.engine
-        claimed = await self.repo.run(ss.claim_slot, schedule, slot, next_run_at, runs, now_iso(),
+        claimed = await self.repo.run(schedules.claim_slot, schedule, slot, next_run_at, runs, now_iso(),
                                       engine.instance_id, engine.lease_until())
         if claimed is None or claimed["execution"] is None:
             if claimed is not None:
@@ -132,7 +132,7 @@ class Scheduler:
         if schedule["webhook_config"]:  # subscribed before the run starts: no event is missed
             sub = engine.bus.subscribe(lambda e: e["root_task_id"] == tree_id, maxsize=10_000)
             events = follow_execution(engine.repo, sub, tree_id)  # ends with final, even one read from the database
-            engine._spawn(deliver_webhooks(events, WebhookConfig(**schedule["webhook_config"])))
+            engine.background.spawn(deliver_webhooks(events, WebhookConfig(**schedule["webhook_config"])))
         call = {"user_id": schedule["user_id"], "llm_api_key": None, "llm_provider": None}
         await engine.run_inserted(claimed["execution"], copies, call)
         log.info("schedule %s: slot %s runs as tree %s", schedule["id"], slot or "(manual)", tree_id)

@@ -1,0 +1,311 @@
+"""Attempts: running one task's executor once, under its timeout, with its checkpoints and progress.
+
+An attempt starts when a pass claimed its task (engine/passes.py) and ends by handing its
+outcome back to the pass loop (`Attempts.outcomes`), which writes it. It writes nothing on the
+execution path itself except its checkpoints, each fenced by the token its claim returned. A
+cancel, a takeover or a status set by hand detaches the attempt: its late outcome is then
+discarded, and its executor is stopped through the executor's cancel hook.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from taskgrove.agent.engine.background import Background
+from taskgrove.agent.engine.bus import PROGRESS, TASK_START
+from taskgrove.agent.engine.publish import Publisher
+from taskgrove.agent.engine.retry import RetryPolicy, iso_in, stored_policy
+from taskgrove.agent.engine.run import TreeRun
+from taskgrove.agent.logs import current_task
+from taskgrove.agent.metrics import Metrics
+from taskgrove.agent.settings import Settings
+from taskgrove.executors.base import ExecutionContext, Executor, ExecutorError
+from taskgrove.executors.registry import ExecutorRegistry
+from taskgrove.storage import executions
+from taskgrove.storage.repository import TaskRepository
+from taskgrove.storage.trees import PublicView, now_iso
+from taskgrove.storage.values import Unstorable, storable, storable_async
+
+log = logging.getLogger(__name__)
+
+CANCEL_HOOK_TIMEOUT = 5.0
+MAX_ERROR_CHARS = 10_000
+
+
+@dataclass
+class Running:
+    """An attempt whose executor coroutine runs in this process, with the token its claim holds."""
+
+    task_id: str
+    run: TreeRun
+    epoch: int = 0
+    attempt: int = 1
+    checkpoint: Any = None
+    executor_id: str | None = None
+    executor: Executor | None = None
+    job: asyncio.Task[None] | None = None
+    cancelled: bool = False
+    began: float = 0.0  # monotonic, for the duration metric
+
+    @property
+    def row(self) -> dict[str, Any]:
+        return self.run.rows[self.task_id]
+
+
+def _error_text(text: str) -> str:
+    """An error message safe to store on every backend: bounded, valid Unicode, no NUL (which a
+    PostgreSQL text column cannot hold: the task would fail with "could not be stored" instead)."""
+    text = text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS] + "... (truncated)"
+    return text.encode("utf-8", "replace").decode("utf-8").replace("\x00", "\ufffd")
+
+
+def _tokens(executor: Executor | None) -> int:
+    usage = getattr(executor, "token_usage", None) or {}
+    return int(usage.get("total_tokens") or 0)
+
+
+@functools.lru_cache(maxsize=256)
+def _validator(schema_json: str) -> Any:
+    """Checking a schema costs far more than using it: compile each distinct schema once."""
+    import jsonschema  # here, not at start-up: ~40 ms and 2.6 MB that only running tasks need
+
+    schema = json.loads(schema_json)
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+@functools.lru_cache(maxsize=256)
+def _class_validator(cls: type[Executor]) -> Any:
+    """An executor's declared input schema, found by its class: not encoded again for every task."""
+    return _validator(json.dumps(cls.input_schema, sort_keys=True))
+
+
+def _validate_inputs(inputs: dict[str, Any], schema: dict[str, Any],
+                     declared_by: type[Executor] | None = None) -> None:
+    """`declared_by`: the executor class whose own `input_schema` this is."""
+    import jsonschema  # loaded by _validator on first use
+
+    try:
+        validator = _class_validator(declared_by) if declared_by is not None \
+            else _validator(json.dumps(schema, sort_keys=True))
+    except jsonschema.SchemaError as exc:
+        raise ExecutorError(f"schemas.input_schema is not a valid JSON Schema: {exc.message}",
+                            retryable=False) from None
+    error = jsonschema.exceptions.best_match(validator.iter_errors(inputs))
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "inputs"
+        raise ExecutorError(f"Input validation failed at '{where}': {error.message}", retryable=False)
+
+
+def _failure(row: Mapping[str, Any], error: str) -> dict[str, Any]:
+    return {"status": "failed", "progress": row.get("progress") or 0.0, "result": None, "error": _error_text(error)}
+
+
+class Attempts:
+    """The attempts running in this process (`running`, by task id) and what they produced that
+    the pass loop has not written yet (`outcomes`, `progress`); `wake` tells the loop."""
+
+    def __init__(self, repo: TaskRepository, registry: ExecutorRegistry, settings: Settings, metrics: Metrics,
+                 services: dict[str, Any], instance_id: str, default_retry: RetryPolicy, publisher: Publisher,
+                 background: Background, wake: asyncio.Event) -> None:
+        self.repo = repo
+        self.registry = registry
+        self.settings = settings
+        self.metrics = metrics
+        self.services = services  # the same dict as Engine.services: the container fills it in later
+        self.instance_id = instance_id
+        self.default_retry = default_retry
+        self.publisher = publisher
+        self.background = background
+        self.wake = wake
+        self.running: dict[str, Running] = {}
+        self.outcomes: list[dict[str, Any]] = []
+        self.progress: dict[str, float] = {}
+
+    def start(self, tid: str, run: TreeRun, stamp: str, claim: Mapping[str, Any]) -> None:
+        """Start the attempt a pass just claimed: publish its start, then run its executor."""
+        run.started(tid)
+        row = run.rows[tid]
+        row.update(started_at=stamp, completed_at=None, progress=0.0, result=None, error=None,
+                   attempt=claim["attempt"], lease_owner=self.instance_id, lease_epoch=claim["lease_epoch"])
+        running = Running(task_id=tid, run=run, epoch=claim["lease_epoch"], attempt=claim["attempt"],
+                          checkpoint=claim["checkpoint"], executor_id=self.registry.wanted(row),
+                          began=time.monotonic())
+        self.running[tid] = running
+        self.metrics.attempt_started(running.executor_id)
+        started = f"Task '{row['name']}' started" + (f" (attempt {claim['attempt']})" if claim["attempt"] > 1 else "")
+        publish = self.publisher.publish
+        publish(run, TASK_START, tid, status="in_progress", progress=0.0, attempt=claim["attempt"], message=started)
+        # SPEC.md: the move to in_progress is shown by a progress event too (SSE `progress`, /ws
+        # `task_progress`), whatever the executor reports afterwards.
+        publish(run, PROGRESS, tid, status="in_progress", progress=0.0, attempt=claim["attempt"],
+                message=started, status_changed=True)
+        running.job = asyncio.create_task(self._run_executor(running), name=f"task-{tid}")
+
+    async def _run_executor(self, running: Running) -> None:
+        """The attempt's whole life: its executor under the timeout, then its outcome to the pass
+        loop (completed, failed, or pending again with a retry delay)."""
+        row = running.row
+        current_task.set((running.task_id, running.run.tree_id))  # this asyncio task's own log context
+        policy = stored_policy(row, self.default_retry)
+        retryable = True
+        try:
+            timeout = row.get("timeout_seconds") or self.settings.default_timeout_seconds
+            try:
+                if timeout is None:  # no timer to arm and disarm for every attempt
+                    result = await self._call_executor(running, policy)
+                else:
+                    async with asyncio.timeout(timeout):
+                        result = await self._call_executor(running, policy)
+            except TimeoutError:
+                await self.call_cancel_hook(running)
+                raise ExecutorError(f"Timed out after {timeout:g}s (timeout_seconds)") from None
+            result = await storable_async(result, max_depth=self.settings.max_result_depth,
+                                          max_bytes=self.settings.max_result_bytes)
+            values: dict[str, Any] = {"status": "completed", "progress": 1.0, "result": result, "error": None}
+        except asyncio.CancelledError:
+            if running.cancelled:
+                return
+            raise
+        except Unstorable as exc:
+            retryable = False
+            values = _failure(row, f"The result cannot be stored: {exc}")
+        except ExecutorError as exc:
+            retryable = exc.retryable
+            values = _failure(row, str(exc))
+        except Exception as exc:
+            log.exception("executor of task %s raised", running.task_id)
+            values = _failure(row, f"{type(exc).__name__}: {exc}")
+        if running.cancelled:
+            return
+        self.outcomes.append(self._outcome(running, policy, values, retryable))
+        self.wake.set()
+
+    def _outcome(self, running: Running, policy: RetryPolicy, values: dict[str, Any],
+                 retryable: bool) -> dict[str, Any]:
+        """What the pass loop writes for this attempt: its values, and a retry delay when it runs again."""
+        row = running.row
+        tokens = _tokens(running.executor)
+        ok = values["status"] == "completed"
+        stamp = now_iso()
+        values.update(updated_at=stamp, lease_owner=None, lease_expires_at=None,
+                      token_success=(row.get("token_success") or 0) + (tokens if ok else 0),
+                      token_failed=(row.get("token_failed") or 0) + (0 if ok else tokens))
+        outcome: dict[str, Any] = {"id": running.task_id, "values": values}
+        if not ok and retryable and running.attempt < policy.max_attempts:
+            delay = policy.delay(running.attempt)
+            values.update(status="pending", next_attempt_at=iso_in(delay), progress=0.0)
+            outcome.update(delay=delay, message=(
+                f"attempt {running.attempt} of {policy.max_attempts} failed: {values['error']}; "
+                f"next attempt at {values['next_attempt_at']}"))
+        else:
+            values["completed_at"] = stamp
+        return outcome
+
+    async def _call_executor(self, running: Running, policy: RetryPolicy) -> Any:
+        row, run = running.row, running.run
+        cls = self.registry.resolve(row)
+        if cls is None:
+            if not row.get("schemas") and not (row.get("params") or {}).get("executor_id"):
+                return None  # a grouping task: nothing to do, it completes at once
+            wanted = self.registry.wanted(row)
+            raise ExecutorError(
+                f"No executor '{wanted}' is available (available: {', '.join(self.registry.ids()) or 'none'})",
+                retryable=False,
+            )
+        inputs = dict(row.get("inputs") or {})
+        own_schema = (row.get("schemas") or {}).get("input_schema")
+        if own_schema:
+            _validate_inputs(inputs, own_schema)
+        elif cls.input_schema:
+            _validate_inputs(inputs, cls.input_schema, declared_by=cls)
+        executor = cls(params=row.get("params") or {})
+        running.executor = executor
+        dep_results = {
+            dep["id"]: run.rows[dep["id"]].get("result")
+            for dep in row.get("dependencies") or ()
+            if dep["id"] in run.rows and run.rows[dep["id"]]["status"] == "completed"
+        }
+
+        async def report(progress: float, message: str | None) -> None:
+            if running.cancelled:
+                return
+            row["progress"] = progress
+            self.progress[running.task_id] = progress
+            self.publisher.publish(run, PROGRESS, running.task_id, status="in_progress", progress=progress,
+                                   message=message or f"Task '{row['name']}' at {progress:.0%}")
+            self.wake.set()
+
+        async def checkpoint(data: Any) -> None:
+            await self._store_checkpoint(running, data)
+
+        call = run.calls.get(running.task_id, {})
+        context = ExecutionContext(
+            task_id=running.task_id,
+            task=PublicView(row),
+            settings=self.settings,
+            dependency_results=dep_results,
+            user_id=row.get("user_id"),
+            llm_api_key=call.get("llm_api_key"),
+            llm_provider=call.get("llm_provider"),
+            services=self.services,
+            attempt=running.attempt,
+            max_attempts=policy.max_attempts,
+            interruptions=row.get("interruptions") or 0,
+            last_checkpoint=running.checkpoint,
+            _progress=report,
+            _checkpoint=checkpoint,
+        )
+        return await executor.execute(inputs, context)
+
+    async def _store_checkpoint(self, running: Running, data: Any) -> None:
+        try:
+            value = storable(data, max_depth=self.settings.max_result_depth,
+                             max_bytes=self.settings.max_checkpoint_bytes, what="checkpoint")
+        except Unstorable as exc:
+            raise ExecutorError(f"The checkpoint cannot be stored: {exc}", retryable=False) from None
+        written = await self.repo.run(executions.fenced_writes, [(running.task_id, running.epoch,
+                                                                  {"checkpoint": value, "updated_at": now_iso()})],
+                                      self.instance_id)
+        if not written:
+            raise ExecutorError("This attempt no longer holds its task (cancelled, or taken over)")
+        running.checkpoint = value
+
+    # --- stopping attempts from outside ----------------------------------------------------
+
+    def detach(self, task_id: str) -> Running | None:
+        """Take a running task out of the engine's hands: its late outcome is discarded."""
+        running = self.running.pop(task_id, None)
+        if running is not None:
+            running.cancelled = True
+        return running
+
+    async def stop(self, running: Running | None) -> dict[str, Any]:
+        """Stop detached work: the executor's cancel hook first, then its coroutine."""
+        if running is None:
+            return {}
+        hook = await self.call_cancel_hook(running)
+        if running.job is not None:
+            running.job.cancel()
+        return hook
+
+    def stop_later(self, task_id: str) -> None:
+        """Detach the attempt now and stop it in the background (no caller waits for its hook)."""
+        self.background.spawn(self.stop(self.detach(task_id)))
+
+    async def call_cancel_hook(self, running: Running) -> dict[str, Any]:
+        if running.executor is None:
+            return {}
+        try:
+            return await asyncio.wait_for(running.executor.cancel(), CANCEL_HOOK_TIMEOUT) or {}
+        except Exception as exc:  # a broken cancel hook must not stop the cancel
+            log.warning("cancel hook of task %s failed: %s", running.task_id, exc)
+            return {}

@@ -1,0 +1,411 @@
+"""The pass loop: one loop owns every write of the execution path.
+
+Each pass writes all outcomes and progress the attempts gathered since the last pass, claims the
+next runnable tasks (taken in fair order, engine/fair.py) and ends the runs whose last task just
+ended, in one transaction; then it publishes the events and starts the claimed attempts
+(engine/attempts.py). Batching this way keeps a 1000-task tree to a few dozen transactions.
+
+Every claim succeeds only if the database agrees the task may run, and every write for an
+attempt is fenced by the token its claim returned (storage/executions.py). What the database
+refuses makes the run concerned re-read the database (engine/runs.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, OperationalError
+
+from taskgrove.agent.engine.attempts import Attempts, Running
+from taskgrove.agent.engine.background import Background
+from taskgrove.agent.engine.bus import PROGRESS, TASK_COMPLETED, TASK_FAILED
+from taskgrove.agent.engine.fair import FairQueue
+from taskgrove.agent.engine.limits import Limits, limits_of
+from taskgrove.agent.engine.publish import Publisher
+from taskgrove.agent.engine.retry import seconds_until
+from taskgrove.agent.engine.run import TreeRun
+from taskgrove.agent.engine.runs import MAY_USE_LOOP_THREAD, RunKeeper
+from taskgrove.agent.metrics import Metrics
+from taskgrove.agent.settings import Settings
+from taskgrove.executors.registry import ExecutorRegistry
+from taskgrove.storage import executions
+from taskgrove.storage.repository import TaskRepository
+from taskgrove.storage.trees import now_iso
+
+log = logging.getLogger(__name__)
+
+WRITE_ATTEMPTS = 5  # a transient database error is retried this often before the tasks concerned fail
+# How often a task waiting for a concurrency key looks again when no task of the key ends here
+# (one may end on another instance, which tells nobody here).
+KEY_RECHECK_SECONDS = 0.5
+
+Write = tuple[str, int, dict[str, Any]]  # (task id, lease epoch, values)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Errors worth retrying a write for: a busy/locked database or a lost connection."""
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    return isinstance(exc, (OperationalError, InterfaceError, DisconnectionError, OSError, TimeoutError))
+
+
+@dataclass(slots=True)
+class _Pass:
+    """What one pass decided and what the database answered (one object per pass)."""
+
+    stamp: str
+    recorded: list[tuple[Running, dict[str, Any]]]
+    taken: list[tuple[str, TreeRun]]  # claimed in the pass's transaction
+    limited: list[tuple[str, TreeRun, Limits]]  # claimed one by one (concurrency key, rate)
+    ending: list[TreeRun]
+    accepted: set[str] = field(default_factory=set)
+    claimed: dict[str, dict[str, Any]] = field(default_factory=dict)
+    ended: dict[str, str | None] = field(default_factory=dict)
+    verdicts: list[tuple[str, Any]] = field(default_factory=list)
+    stale: dict[str, TreeRun] = field(default_factory=dict)  # runs to re-read from the database
+    touched: dict[int, TreeRun] = field(default_factory=dict)  # runs to settle afterwards
+
+
+class PassLoop:
+    def __init__(self, repo: TaskRepository, registry: ExecutorRegistry, settings: Settings, metrics: Metrics,
+                 instance_id: str, lease_until: Callable[[], str], attempts: Attempts, run_keeper: RunKeeper,
+                 publisher: Publisher, background: Background, wake: asyncio.Event) -> None:
+        self.repo = repo
+        self.registry = registry
+        self.settings = settings
+        self.metrics = metrics
+        self.instance_id = instance_id
+        self.lease_until = lease_until
+        self.attempts = attempts
+        self.running = attempts.running
+        self.run_keeper = run_keeper
+        self.runs = run_keeper.runs
+        self.publisher = publisher
+        self.background = background
+        self.wake = wake
+        self.lock = asyncio.Lock()  # serialises the loop's writes with cancels and rebuilds
+        self.stopping = False  # shutting down: nothing new is claimed
+        self.ready = FairQueue(settings.user_weights)  # runnable tasks, taken in fair order (engine/fair.py)
+        self._due: list[tuple[float, str, str]] = []  # (monotonic time, id, tree_id): retries
+        # Runnable tasks held back by their concurrency key or rate (engine/limits.py): due again
+        # at a time, or when a task of their key ends here. They hold no slot meanwhile.
+        self._deferred: list[tuple[float, str, str]] = []
+        self._key_waiters: dict[str, set[tuple[str, str]]] = {}
+        self.waiting_for: dict[str, str] = {}  # task id -> why it waits (tasks.get shows it)
+        self.capped = 0  # ready tasks held back by SERVICE_EXECUTOR_CONCURRENCY in the last pass
+
+    # --- the loop -------------------------------------------------------------------------
+
+    async def loop(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self.wake.wait(), self._next_due())
+            except asyncio.TimeoutError:
+                pass
+            # Let executors that are about to finish do so first: one pass then writes them all.
+            await asyncio.sleep(0)
+            self.wake.clear()
+            self._release_due()
+            began = time.perf_counter()
+            try:
+                await self.run_pass()
+                self.metrics.engine_pass(time.perf_counter() - began)
+            except Exception:  # never let one bad pass stop the engine
+                log.exception("engine pass failed")
+                await asyncio.sleep(0.1)
+                self.wake.set()
+
+    async def run_pass(self) -> None:
+        """One pass: record outcomes, take ready tasks, write everything in one transaction; then
+        publish, start what was claimed, end what ended, and queue what became runnable."""
+        async with self.lock:
+            batch = self._gather()
+            await self._write_and_claim(batch)
+        self._publish_outcomes(batch)
+        # Start every claimed task before the next await, so no cancel can slip in between.
+        self._start_claimed(batch)
+        self._start_limited(batch)
+        self._end_runs(batch)
+        for run in batch.touched.values():
+            if run.tree_id not in batch.stale:
+                self.settle(run)
+        for tree_id in batch.stale:
+            self.run_keeper.refresh_later(tree_id)
+        if self.attempts.outcomes or self.attempts.progress or (
+                len(self.ready) > self.capped and len(self.running) < self.settings.max_concurrency):
+            self.wake.set()
+
+    # --- the steps of a pass --------------------------------------------------------------
+
+    def _gather(self) -> _Pass:
+        """Outcomes first, in memory: their dependents can then be claimed in this same pass."""
+        attempts = self.attempts
+        outcomes, attempts.outcomes = attempts.outcomes, []
+        recorded = [(running, o) for o in outcomes if (running := self._record(o)) is not None]
+        taken = self._take_ready()
+        limited = [(tid, run, lim) for tid, run in taken if (lim := limits_of(run.rows[tid], self.settings))]
+        if limited:
+            special = {tid for tid, _, _ in limited}
+            taken = [(tid, run) for tid, run in taken if tid not in special]
+        # Runs whose last task just ended end in this same transaction.
+        ending = [run for run in {id(r.run): r.run for r, _ in recorded}.values()
+                  if run.is_over() and not run.ending and not run.done.is_set()
+                  and self.runs.get(run.tree_id) is run]
+        for run in ending:
+            run.ending = True
+        batch = _Pass(now_iso(), recorded, taken, limited, ending)
+        batch.touched = {id(running.run): running.run for running, _ in recorded}
+        return batch
+
+    async def _write_and_claim(self, batch: _Pass) -> None:
+        """The pass's transaction, then the limited claims, each in its own."""
+        stamp = batch.stamp
+        progress, self.attempts.progress = self.attempts.progress, {}
+        writes: list[Write] = [(running.task_id, running.epoch, o["values"]) for running, o in batch.recorded]
+        writes += [(tid, r.epoch, {"progress": p, "updated_at": stamp})
+                   for tid, p in progress.items() if (r := self.running.get(tid)) is not None]
+        batch.accepted, batch.claimed, batch.ended = await self._write(
+            writes, [tid for tid, _ in batch.taken], stamp, [(run.execution_id, run.version) for run in batch.ending])
+        batch.verdicts = [await self._claim_limited(tid, lim, stamp) for tid, _, lim in batch.limited]
+
+    def _publish_outcomes(self, batch: _Pass) -> None:
+        stale = batch.stale
+        for running, outcome in batch.recorded:
+            if running.task_id in batch.accepted:
+                self._publish_outcome(running, outcome)
+                if outcome["values"]["status"] != running.run.rows[running.task_id]["status"]:
+                    stale[running.run.tree_id] = running.run  # stored as a failure after all
+            else:  # the database no longer honours this attempt's token
+                stale[running.run.tree_id] = running.run
+
+    def _start_claimed(self, batch: _Pass) -> None:
+        """Start every task the database granted, before the next await (no cancel slips in
+        between); also in a tree found stale in this pass (another task's claim refused after a
+        tasks.update): a claimed task nobody starts would sit in_progress until its lease ran out
+        (the refresh then finds it ours and running)."""
+        stale, claimed, touched, start = batch.stale, batch.claimed, batch.touched, self.attempts.start
+        for tid, run in batch.taken:
+            touched[id(run)] = run
+            if tid in claimed:
+                start(tid, run, batch.stamp, claimed[tid])
+            elif tid in run.queued:  # the database says not now: look at the tree again
+                stale[run.tree_id] = run
+
+    def _start_limited(self, batch: _Pass) -> None:
+        stale = batch.stale
+        for (tid, run, lim), (verdict, value) in zip(batch.limited, batch.verdicts):
+            batch.touched[id(run)] = run
+            if verdict == "claimed" and tid in run.queued:
+                self.waiting_for.pop(tid, None)
+                self.attempts.start(tid, run, batch.stamp, value)
+            elif verdict in ("key", "rate") and tid in run.queued:
+                self._defer(tid, run, lim, verdict, value)
+            elif tid in run.queued:
+                stale[run.tree_id] = run
+
+    def _end_runs(self, batch: _Pass) -> None:
+        for run in batch.ending:
+            status = batch.ended.get(run.execution_id)
+            if status is not None and run.tree_id not in batch.stale:
+                self.run_keeper.ended(run, status)
+                continue
+            run.ending = False
+            if run.execution_id in batch.ended:  # joined meanwhile, or no longer ours
+                batch.stale[run.tree_id] = run
+
+    # --- outcomes -------------------------------------------------------------------------
+
+    def _record(self, outcome: dict[str, Any]) -> Running | None:
+        """Apply an outcome to the in-memory run; None when it must not be published (cancelled)."""
+        tid = outcome["id"]
+        running = self.running.pop(tid, None)
+        if running is None or running.cancelled:
+            return None
+        run = running.run
+        values = outcome["values"]
+        self._key_freed(run.rows[tid])
+        self.waiting_for.pop(tid, None)
+        run.rows[tid].update({k: values[k] for k in ("status", "progress", "result", "error", "completed_at",
+                                                     "next_attempt_at") if k in values})
+        if values["status"] == "pending":
+            run.retry_later(tid)
+            self.retry_at(tid, run.tree_id, outcome["delay"])
+        else:
+            run.finished(tid, values["status"])
+        self.queue_runnable(run)
+        return running
+
+    def _publish_outcome(self, running: Running, outcome: dict[str, Any]) -> None:
+        tid, run, values = running.task_id, running.run, outcome["values"]
+        self.metrics.attempt_ended(running.executor_id, "retry" if values["status"] == "pending" else values["status"],
+                                   time.monotonic() - running.began)
+        name = run.rows[tid]["name"]
+        publish = self.publisher.publish
+        if values["status"] == "completed":
+            publish(run, TASK_COMPLETED, tid, status="completed", progress=1.0, attempt=running.attempt,
+                    result=values["result"], message=f"Task '{name}' completed")
+        elif values["status"] == "pending":
+            publish(run, PROGRESS, tid, status="pending", progress=0.0, attempt=running.attempt,
+                    error=values["error"], next_attempt_at=values["next_attempt_at"],
+                    message=outcome["message"], status_changed=True)
+        else:
+            publish(run, TASK_FAILED, tid, status="failed", progress=values["progress"],
+                    attempt=running.attempt, error=values["error"], message=values["error"])
+
+    def settle(self, run: TreeRun) -> None:
+        """After a task ended: queue what became runnable, end the run when nothing is left."""
+        self.queue_runnable(run)
+        if run.is_over() and not run.done.is_set() and not run.ending:
+            run.ending = True
+            self.background.spawn(self.run_keeper.finish(run))
+
+    # --- the queue of runnable tasks ------------------------------------------------------
+
+    def queue_runnable(self, run: TreeRun) -> None:
+        for tid in run.runnable():
+            row = run.rows[tid]
+            self.ready.push((row["priority"], row["created_at"], tid, run.tree_id), row.get("user_id"))
+
+    def retry_at(self, tid: str, tree_id: str, delay: float) -> None:
+        """A task of a run here runs again in `delay` seconds."""
+        heapq.heappush(self._due, (time.monotonic() + delay, tid, tree_id))
+
+    def _next_due(self) -> float | None:
+        due = [heap[0][0] for heap in (self._due, self._deferred) if heap]
+        return max(0.0, min(due) - time.monotonic()) if due else None
+
+    def _release_due(self) -> None:
+        now = time.monotonic()
+        while self._due and self._due[0][0] <= now:
+            _, tid, tree_id = heapq.heappop(self._due)
+            run = self.runs.get(tree_id)
+            if run is not None and tid in run.retrying:
+                run.retry_due(tid)
+                self.queue_runnable(run)
+        while self._deferred and self._deferred[0][0] <= now:
+            _, tid, tree_id = heapq.heappop(self._deferred)
+            self._requeue(tid, tree_id)
+
+    def _requeue(self, tid: str, tree_id: str) -> None:
+        """A deferred task goes back to the fair queue, if its run still waits for it."""
+        run = self.runs.get(tree_id)
+        if run is not None and tid in run.queued and tid not in self.running:
+            row = run.rows[tid]
+            self.ready.push((row["priority"], row["created_at"], tid, tree_id), row.get("user_id"))
+
+    def _defer(self, tid: str, run: TreeRun, limits: Limits, verdict: str, value: Any) -> None:
+        """The database refused a limited claim for its key or rate: wait without a slot."""
+        if verdict == "key":
+            self.waiting_for[tid] = f"concurrency key {limits.key} ({value}/{limits.limit})"
+            self._key_waiters.setdefault(limits.key or "", set()).add((tid, run.tree_id))
+            delay = KEY_RECHECK_SECONDS  # a task of the key may end on another instance
+        else:
+            self.waiting_for[tid] = f"rate limit {limits.rate_key} (next start at {value})"
+            delay = max(0.0, seconds_until(value))
+        self.metrics.deferred(verdict)
+        heapq.heappush(self._deferred, (time.monotonic() + delay, tid, run.tree_id))
+
+    def _key_freed(self, row: Mapping[str, Any]) -> None:
+        """A task of a concurrency key ended here: the tasks waiting for that key try again now."""
+        key = row.get("concurrency_key")
+        for tid, tree_id in self._key_waiters.pop(key, ()) if key else ():
+            self._requeue(tid, tree_id)
+
+    def _take_ready(self) -> list[tuple[str, TreeRun]]:
+        """As many runnable tasks as there are free slots, in fair order, within the executors' caps."""
+        if self.stopping:
+            return []  # shutting down: what has not started is left for the next start
+        free = self.settings.max_concurrency - len(self.running)
+        caps = self.settings.executor_concurrency
+        busy = Counter(r.executor_id for r in self.running.values()) if caps else Counter()
+        taken: list[tuple[str, TreeRun]] = []
+        seen: set[str] = set()  # a rebuilt run may have queued a task twice
+        deferred: list[tuple[tuple[int, str, str, str], Any]] = []
+        # Tasks running per user, for the order across users; moot with one user queued (no push
+        # happens during the pass, so it stays one).
+        running = Counter(r.row.get("user_id") for r in self.running.values()) if self.ready.users > 1 else Counter()
+        while self.ready and len(taken) < free:
+            item, user_id = self.ready.pop(running)
+            _, _, tid, tree_id = item
+            run = self.runs.get(tree_id)
+            if run is None or tid not in run.queued or tid in seen:
+                continue
+            seen.add(tid)
+            if caps:
+                executor_id = self.registry.wanted(run.rows[tid])
+                cap = caps.get(executor_id or "")
+                if cap is not None and busy[executor_id] >= cap:
+                    deferred.append((item, user_id))  # its executor is at its cap: later, when one ends
+                    continue
+                busy[executor_id] += 1
+            running[user_id] += 1
+            taken.append((tid, run))
+        for item, user_id in deferred:
+            self.ready.push(item, user_id)
+        self.capped = len(deferred)  # these wait for a task of their executor to end, not for a pass
+        return taken
+
+    # --- writing --------------------------------------------------------------------------
+
+    async def _claim_limited(self, tid: str, limits: Limits, stamp: str) -> tuple[str, Any]:
+        """One limited claim in its own transaction; a database error leaves it for a later pass."""
+        try:
+            return await self.repo.run(executions.claim_limited, tid, limits.key, limits.limit, limits.rate_key,
+                                       limits.interval, self.instance_id, self.lease_until(), stamp,
+                                       small=MAY_USE_LOOP_THREAD)
+        except Exception as exc:
+            if not is_transient(exc):
+                log.exception("limited claim of task %s failed", tid)
+            return "refused", None
+
+    async def _write(self, writes: list[Write], claims: list[str], stamp: str,
+                     ends: list[tuple[str, str]]) -> tuple[set[str], dict[str, dict[str, Any]], dict[str, str | None]]:
+        """One transaction for a whole pass. Transient errors are retried a few times; after that
+        each write is tried on its own, so one unstorable outcome fails only its own task."""
+        if not (writes or claims or ends):
+            return set(), {}, {}
+        for attempt in range(1, WRITE_ATTEMPTS + 1):
+            try:
+                return await self.repo.write_pass(writes, claims, self.instance_id, self.lease_until(), stamp, ends)
+            except Exception as exc:
+                if not is_transient(exc) or attempt == WRITE_ATTEMPTS:
+                    log.warning("engine write failed (%s); writing its parts one by one", type(exc).__name__,
+                                exc_info=True)
+                    break
+                log.warning("engine write failed (attempt %d of %d, %s), retrying", attempt, WRITE_ATTEMPTS,
+                            type(exc).__name__)
+                await asyncio.sleep(0.05 * 2 ** attempt)
+        accepted: set[str] = set()
+        for tid, epoch, values in writes:
+            accepted |= await self._write_alone(tid, epoch, values, stamp)
+        return accepted, {}, {}  # claims and ends wait for the next pass
+
+    async def _write_alone(self, tid: str, epoch: int, values: dict[str, Any], stamp: str) -> set[str]:
+        """One write on its own; an outcome the database refuses becomes that task's failure."""
+        try:
+            accepted, _, _ = await self.repo.write_pass([(tid, epoch, values)], [], self.instance_id,
+                                                        self.lease_until(), stamp)
+            return accepted
+        except Exception as exc:
+            if "status" not in values:
+                return set()  # lost progress is harmless
+            log.warning("outcome of task %s could not be stored: %s", tid, type(exc).__name__,
+                        extra={"task_id": tid})
+            error = f"The outcome could not be stored in the database ({type(exc).__name__})"
+        failed = {"status": "failed", "result": None, "error": error, "completed_at": stamp, "updated_at": stamp,
+                  "next_attempt_at": None, "lease_owner": None, "lease_expires_at": None}
+        try:
+            accepted, _, _ = await self.repo.write_pass([(tid, epoch, failed)], [], self.instance_id,
+                                                        self.lease_until(), stamp)
+        except Exception:
+            log.warning("task %s: not even its failure could be stored; its lease will expire", tid)
+            return set()
+        values.update(failed)  # what the events and the in-memory run now report
+        return accepted

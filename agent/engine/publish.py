@@ -1,0 +1,43 @@
+"""Where the engine's events go: this instance's bus, and (PostgreSQL) the other instances.
+
+Every status and progress change of an execution is published once, here, with the tree's
+progress at that moment; surfaces subscribe to the bus (engine/bus.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from taskgrove.agent.engine.bus import EventBus
+from taskgrove.agent.engine.notify import PgNotifier
+from taskgrove.agent.engine.run import TreeRun
+from taskgrove.storage.trees import now_iso
+
+
+class Publisher:
+    def __init__(self, bus: EventBus) -> None:
+        self.bus = bus
+        # PostgreSQL only, set when the engine starts: carries events and cancels to the other
+        # instances (engine/notify.py).
+        self.notifier: PgNotifier | None = None
+
+    def publish(self, run: TreeRun, kind: str, tid: str, **data: Any) -> None:
+        """An event about task `tid` of `run`."""
+        row = run.rows.get(tid, {})
+        event = {
+            "type": kind,
+            "task_id": tid,
+            "root_task_id": run.tree_id,
+            "name": row.get("name"),
+            "user_id": row.get("user_id"),
+            "tree_progress": run.progress,
+            "task_count": run.task_count,
+            "timestamp": now_iso(),
+            **data,
+        }
+        self.emit(event)
+
+    def emit(self, event: dict[str, Any]) -> None:
+        self.bus.publish(event)
+        if self.notifier is not None:
+            self.notifier.event(event)
