@@ -19,22 +19,17 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any
 
-from sqlalchemy import JSON, String, bindparam, cast, delete, func, insert, or_, select, text, update
+from sqlalchemy import JSON, String, bindparam, cast, delete, func, insert, or_, select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.engine.processors import int_to_boolean
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from taskgrove.storage import executions
-
-# repository.serialise_tree, per dialect (the tree id never changes, so it can be read first).
-_SERIALISE_TREE = {
-    "postgresql": text("SELECT pg_advisory_xact_lock(hashtext(task_tree_id)) FROM tasks WHERE id = :id"),
-    "sqlite": text("UPDATE tasks SET id = id WHERE id = :id"),
-}
+from taskgrove.storage import statements as S
 from taskgrove.storage.jsonvalues import read_stored
 from taskgrove.storage.models import tasks_table as T
-from taskgrove.storage.models import UNFINISHED, with_defaults
+from taskgrove.storage.models import with_defaults
 
 log = logging.getLogger(__name__)
 Row = dict[str, Any]
@@ -120,8 +115,7 @@ class TaskRepository:
         what others committed. SQLite: a write first, which takes the one write lock before this
         transaction reads anything (so its reads are current). Called before any other statement
         of the transaction."""
-        statement = _SERIALISE_TREE[conn.dialect.name if conn.dialect.name in _SERIALISE_TREE else "sqlite"]
-        await conn.execute(statement, {"id": task_id})
+        await conn.exec_driver_sql(S.SERIALISE_TREE.form(conn.dialect.name), (task_id,))
 
     async def run(self, fn: Callable[..., Any], *args: Any, small: bool = False) -> Any:
         """Run `fn(sync_connection, *args)` in a transaction of its own (storage/executions.py).
@@ -250,12 +244,12 @@ class TaskRepository:
     # fraction of the cost (see bench/README.md). Anything unusual (a busy database, an error, a
     # large SQLite result) takes the SQLAlchemy path, which behaves as it always did.
 
-    async def _fast(self, sql: str, args: Sequence[Any]) -> list[Row] | None:
-        """Rows of a read statement (qmark style) by the plain path; None: take the SQLAlchemy path."""
+    async def _fast(self, statement: S.Statement, args: Sequence[Any]) -> list[Row] | None:
+        """Rows of a read statement by the plain path; None: take the SQLAlchemy path."""
         if self._reader is not None:
-            return await self._read(sql, args)
+            return await self._read(statement.sqlite, args)
         if self._pg is not None:
-            found = await self._pg.rows(sql, args)
+            found = await self._pg.rows(statement.postgresql, args)
             if found is not None:
                 self.answered_at = time.monotonic()
             return found
@@ -282,7 +276,7 @@ class TaskRepository:
 
     async def get(self, task_id: str, conn: AsyncConnection | None = None) -> Row | None:
         if conn is None:
-            found = await self._fast(_BY_ID, (task_id,))
+            found = await self._fast(S.TASK_BY_ID, (task_id,))
             if found is not None:
                 return found[0] if found else None
 
@@ -295,7 +289,7 @@ class TaskRepository:
     async def get_many(self, ids: Iterable[str], conn: AsyncConnection | None = None) -> dict[str, Row]:
         wanted = list(dict.fromkeys(ids))
         if conn is None and len(wanted) <= _CHUNK:
-            found_rows = await self._fast(_by_ids(len(wanted)), wanted) if wanted else []
+            found_rows = await self._fast(S.tasks_by_ids(len(wanted)), wanted) if wanted else []
             if found_rows is not None:
                 return {row["id"]: row for row in found_rows}
 
@@ -310,11 +304,10 @@ class TaskRepository:
 
     async def tree(self, tree_id: str, conn: AsyncConnection | None = None) -> list[Row]:
         if conn is None:
-            found = await self._fast(_TREE, (tree_id,))
+            found = await self._fast(S.TASK_TREE, (tree_id,))
             if found is not None:
                 return found
-        query = select(T).where(T.c.task_tree_id == tree_id).order_by(T.c.created_at, T.c.id)
-        return await self._read_run(_rows, query, conn=conn)
+        return await self._read_run(read_tree, tree_id, conn=conn)
 
     async def list(
         self,
@@ -329,8 +322,8 @@ class TaskRepository:
         """Newest first. `root_only`: only tasks without a parent (one per tree); `search`: a
         case-insensitive part of the name, or the start of the id (the dashboard's search box)."""
         if not root_only and search is None:
-            sql, args = _listing(user_id, status)
-            found = await self._fast(sql, (*args, limit, offset))
+            filters = tuple(value for value in (user_id, status) if value is not None)
+            found = await self._fast(S.task_listing(user_id is not None, status is not None), (*filters, limit, offset))
             if found is not None:
                 return found
         query = _filtered(select(T), user_id=user_id, status=status)
@@ -365,14 +358,15 @@ class TaskRepository:
         """Tasks of `user_id` (None: the tasks without one) that are pending or in progress,
         counted up to `at_most` only: a range of ix_tasks_user_unfinished, so the cost is bounded
         by the quota however many tasks the user ever had (SERVICE_MAX_PENDING_PER_USER)."""
-        sql, args = _unfinished(user_id, at_most)
+        statement, args = (S.UNFINISHED_OF_NOBODY, (at_most,)) if user_id is None else \
+            (S.UNFINISHED_OF_USER, (user_id, at_most))
         if self._reader is not None:
             # On the loop's thread even while the database thread is busy (unlike _read): a count
             # a write or two behind is as good a quota check, and a create must not queue behind
             # the engine's writes for it (measured: 6 % of 5-task-tree throughput when it did).
-            found = self._reader.scalar(sql, args)
+            found = self._reader.scalar(statement.sqlite, args)
         elif self._pg is not None:
-            rows = await self._pg.rows(sql, args)
+            rows = await self._pg.rows(statement.postgresql, args)
             found = rows[0]["n"] if rows else None
         else:
             found = None
@@ -380,11 +374,7 @@ class TaskRepository:
             return int(found)
 
         def op(c: Connection) -> int:
-            if c.dialect.name == "postgresql":
-                from taskgrove.storage.pg import from_qmark
-
-                return int(c.exec_driver_sql(from_qmark(sql), tuple(args)).scalar_one())
-            return int(c.exec_driver_sql(sql, tuple(args)).scalar_one())
+            return int(c.exec_driver_sql(statement.form(c.dialect.name), args).scalar_one())
 
         return await self._read_run(op)
 
@@ -394,7 +384,7 @@ class TaskRepository:
         return await self._read_run(lambda c: {status: int(n) for status, n in c.execute(query)})
 
     async def children(self, parent_id: str) -> list[Row]:
-        found = await self._fast(_CHILDREN, (parent_id,))
+        found = await self._fast(S.TASK_CHILDREN, (parent_id,))
         if found is not None:
             return found
         query = select(T).where(T.c.parent_id == parent_id).order_by(T.c.created_at, T.c.id)
@@ -482,10 +472,10 @@ class TaskRepository:
     async def _pg_write_pass(self, writes: Sequence[tuple[str, int, Mapping[str, Any]]], claims: Sequence[str],
                              owner: str, until: str, stamp: str,
                              ends: Sequence[tuple[str, str]]) -> tuple[set[str], dict[str, Row], dict[str, str | None]]:
-        """PostgreSQL: the whole pass in one round trip (executions.pg_step_sql)."""
+        """PostgreSQL: the whole pass in one round trip (statements.pass_statement)."""
         assert self._pg is not None
         rows = executions.pg_step_params(writes, claims, owner, until, stamp, ends)
-        found = await self._pg.fetchmany(executions.pg_step_sql(), rows) if rows else []
+        found = await self._pg.fetchmany(S.pass_statement().postgresql, rows) if rows else []
         self.answered_at = time.monotonic()
         accepted, claimed, ended = executions.pg_step_results(found)
         return accepted, claimed, {eid: ended.get(eid) for eid, _ in ends}
@@ -507,6 +497,12 @@ class TaskRepository:
 
 def _rows(c: Connection, query: Any) -> list[Row]:
     return [dict(row._mapping) for row in c.execute(query)]
+
+
+def read_tree(c: Connection, tree_id: str) -> list[Row]:
+    """The tasks of a tree, oldest first, in the caller's transaction (TaskRepository.tree reads
+    through it when the plain path does not answer; storage/schedules.py reads templates)."""
+    return [dict(row._mapping) for row in c.execute(S.TREE_QUERY, {"tree_id": tree_id})]
 
 
 def _filtered(query: Any, **equal: Any) -> Any:
@@ -537,46 +533,17 @@ def _update_many_statement(keys: tuple[str, ...], only_status: tuple[str, ...] |
 
 
 # --- SQLite reads through the DB-API --------------------------------------------------------
-# The same statements as the SQLAlchemy reads above, written once in qmark style. The column
-# list is the table's, in the table's order (what `select(T)` selects), so a row is the same dict.
-
-_COLUMNS = tuple(column.name for column in T.c)
-_SELECT = f"SELECT {', '.join(_COLUMNS)} FROM tasks"
-_BY_ID = f"{_SELECT} WHERE id = ?"
-_TREE = f"{_SELECT} WHERE task_tree_id = ? ORDER BY created_at, id"
-_CHILDREN = f"{_SELECT} WHERE parent_id = ? ORDER BY created_at, id"
-
-
-_UNFINISHED_SQL = f"SELECT count(*) AS n FROM (SELECT 1 FROM tasks WHERE user_id {{}} AND {UNFINISHED} LIMIT ?) AS unfinished"
-
-
-def _unfinished(user_id: str | None, at_most: int) -> tuple[str, tuple[Any, ...]]:
-    """repository.unfinished_count; its WHERE holds the partial index's own condition
-    (models.UNFINISHED), which is how SQLite and PostgreSQL know the index has every row asked for."""
-    if user_id is None:
-        return _UNFINISHED_SQL.format("IS NULL"), (at_most,)
-    return _UNFINISHED_SQL.format("= ?"), (user_id, at_most)
-
-
-@functools.lru_cache(maxsize=64)
-def _by_ids(count: int) -> str:
-    return f"{_SELECT} WHERE id IN ({', '.join('?' * count)})"
-
-
-def _listing(user_id: str | None, status: str | None) -> tuple[str, tuple[str, ...]]:
-    where = [(name, value) for name, value in (("user_id", user_id), ("status", status)) if value is not None]
-    clause = " WHERE " + " AND ".join(f"{name} = ?" for name, _ in where) if where else ""
-    return f"{_SELECT}{clause} ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?", tuple(v for _, v in where)
-
+# The SQLite forms of storage/statements.py's reads. Their column list is the table's, in the
+# table's order (what `select(T)` selects), so a row is the same dict.
 
 def _row_builder(processors: Sequence[tuple[str, Callable[[Any], Any]]]) -> Callable[[Sequence[Any]], Row]:
     """A function from a DB-API tuple to the row dict, every processor applied: written out as
     one dict display (a third of the cost of a zip and a loop over the processors)."""
-    index = {name: i for i, name in enumerate(_COLUMNS)}
+    index = {name: i for i, name in enumerate(S.TASK_COLUMNS)}
     calls = dict(processors)
     scope: dict[str, Any] = {"read_stored": read_stored}
     items = []
-    for name in _COLUMNS:
+    for name in S.TASK_COLUMNS:
         value = f"v[{index[name]}]"
         processor = calls.get(name)
         if processor is _stored_json:  # inlined: the call is most of its cost
