@@ -334,9 +334,10 @@ def _sqlite_claim(c: Connection, ids: Sequence[str], owner: str, until: str, sta
     claimed: dict[str, Row] = {}
     for start in range(0, len(ids), 500):
         chunk = ids[start:start + 500]
-        for tid, epoch, attempt, checkpoint in cursor.execute(S.claim(len(chunk)).sqlite, (stamp, owner, until, *chunk)):
+        sql = S.claim(len(chunk)).sqlite
+        for tid, epoch, attempt, checkpoint in cursor.execute(sql, (stamp, owner, until, *chunk)):
             claimed[tid] = {"lease_epoch": epoch, "attempt": attempt,
-                            "checkpoint": None if checkpoint is None or checkpoint == "null" else json.loads(checkpoint)}
+                            "checkpoint": None if checkpoint in (None, "null") else json.loads(checkpoint)}
     return claimed
 
 

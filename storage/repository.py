@@ -323,7 +323,8 @@ class TaskRepository:
         case-insensitive part of the name, or the start of the id (the dashboard's search box)."""
         if not root_only and search is None:
             filters = tuple(value for value in (user_id, status) if value is not None)
-            found = await self._fast(S.task_listing(user_id is not None, status is not None), (*filters, limit, offset))
+            listing = S.task_listing(user_id is not None, status is not None)
+            found = await self._fast(listing, (*filters, limit, offset))
             if found is not None:
                 return found
         query = _filtered(select(T), user_id=user_id, status=status)

@@ -111,7 +111,8 @@ def stored(c: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dic
 
 
 def task(tid: str, deps: list[dict[str, Any]] | None = None, **values: Any) -> dict[str, Any]:
-    return with_defaults({"id": tid, "name": tid, "task_tree_id": "root", "parent_id": None if tid == "root" else "root",
+    return with_defaults({"id": tid, "name": tid, "task_tree_id": "root",
+                          "parent_id": None if tid == "root" else "root",
                           "dependencies": deps or [], "status": "pending", "created_at": STAMP, "updated_at": STAMP,
                           **values})
 
@@ -259,7 +260,8 @@ READS = [
     (statements.TASK_BY_ID, ("a",)), (statements.TASK_BY_ID, ("nobody",)), (statements.TASK_TREE, ("root",)),
     (statements.TASK_CHILDREN, ("root",)), (statements.tasks_by_ids(3), ("a", "b", "nobody")),
     (statements.task_listing(False, False), (10, 1)), (statements.task_listing(True, False), ("u", 10, 0)),
-    (statements.task_listing(False, True), ("pending", 2, 0)), (statements.task_listing(True, True), ("u", "completed", 5, 0)),
+    (statements.task_listing(False, True), ("pending", 2, 0)),
+    (statements.task_listing(True, True), ("u", "completed", 5, 0)),
     (statements.UNFINISHED_OF_USER, ("u", 10)), (statements.UNFINISHED_OF_USER, ("u", 1)),
     (statements.UNFINISHED_OF_NOBODY, (10,)), (statements.COUNT_KEY, ("key",)),
 ]
