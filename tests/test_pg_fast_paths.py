@@ -22,8 +22,8 @@ async def test_asyncpg_reads_return_what_sqlalchemy_returns(client: Client) -> N
     repo = await stored(client, "postgres")
     fast = await every_read(repo)
     # the asyncpg path answered (a failure there would have taken the SQLAlchemy path quietly)
-    assert await repo._pg.rows(statements.TASK_TREE.postgresql, ("root",)) == fast[5]
-    assert shown(fast) == shown(await usual_reads(repo, "_pg"))
+    assert await repo.connections.pg.rows(statements.TASK_TREE.postgresql, ("root",)) == fast[5]
+    assert shown(fast) == shown(await usual_reads(repo, "pg"))
     assert fast[1]["has_copy"] is True and isinstance(fast[1]["progress"], float)
 
 
@@ -184,8 +184,8 @@ async def test_the_pass_plan_made_on_an_empty_table_finds_tasks_by_key(client: C
     PostgreSQL fan-out slower with every tree stored. Without the pass connection's settings the
     planner picks `Seq Scan on tasks t` for the writes here."""
     repo = client.services.repo
-    assert repo._pg is not None
-    conn = await repo._pg._passes()
+    assert repo.connections.pg is not None
+    conn = await repo.connections.pg._passes()
     await conn.execute("PREPARE probe AS " + statements.pass_statement().postgresql)
     write = [("t1", 1, {**outcome("completed"), "result": {"n": 1}})]
     params = executions.pg_step_params(write, ["t2", "t3"], OWNER, UNTIL, STAMP, [("e", STAMP)])
