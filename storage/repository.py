@@ -274,7 +274,7 @@ class TaskRepository:
         Returns the ids whose write was accepted, the claimed ids with their tokens, and each
         ended execution's final status (None: it cannot end now)."""
         if self.connections.pg is not None:
-            return await self.connections.pg_write_pass(writes, claims, owner, until, stamp, ends)
+            return await self._pg_write_pass(writes, claims, owner, until, stamp, ends)
 
         def op(c: Connection) -> tuple[set[str], dict[str, Row], dict[str, str | None]]:
             accepted = executions.fenced_writes(c, writes, owner)

@@ -17,7 +17,7 @@ What is not here: statements written with SQLAlchemy Core (storage/executions.py
 storage/repository.py, storage/schedules.py, ...). SQLAlchemy compiles one definition for each
 dialect, so they have no forms to keep alike; the tree read that two modules need is the one
 Core query below (TREE_QUERY). On PostgreSQL the engine's claim, fenced writes and end of an
-execution are parts of one statement, PASS (see its comment); on SQLite they are three.
+execution are parts of one statement, pass_statement (see its comment); on SQLite they are three.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from taskgrove.storage.models import tasks_table as T
 class Statement(NamedTuple):
     purpose: str
     sqlite: str | None  # None: PostgreSQL only (an advisory lock, the pass)
-    postgresql: str | None  # None: SQLite only; on PostgreSQL the same step is part of PASS
+    postgresql: str | None  # None: SQLite only; on PostgreSQL the step is part of pass_statement
 
     def form(self, dialect: str) -> str:
         text = self.postgresql if dialect == "postgresql" else self.sqlite
@@ -124,7 +124,7 @@ SERIALISE_TREE = Statement(
 
 @functools.lru_cache(maxsize=64)
 def claim(count: int) -> Statement:
-    """SQLite: claim `count` ids. Args: stamp, owner, until, then the ids. PostgreSQL: PASS."""
+    """SQLite: claim `count` ids. Args: stamp, owner, until, then the ids (PostgreSQL: in pass_statement)."""
     return Statement(
         "Claim the pending tasks of these ids that may run now: a new lease and epoch each.",
         f"""
@@ -146,8 +146,8 @@ def claim(count: int) -> Statement:
         None)
 
 
-# PASS arguments: $1 writes (a JSON array, see PG_WRITABLE), $2 their task ids, $3 owner,
-# $4 ids to claim, $5 until, $6 stamp, $7 execution to end, $8 its version.
+# pass_statement's arguments (PASS_ARGS): $1 writes (a JSON array, see PG_WRITABLE), $2 their
+# task ids, $3 owner, $4 ids to claim, $5 until, $6 stamp, $7 execution to end, $8 its version.
 _PG_CLAIM = """
         UPDATE tasks SET status = 'in_progress', progress = 0.0, result = NULL, error = NULL,
                started_at = $6, completed_at = NULL, updated_at = $6, next_attempt_at = NULL,
@@ -203,7 +203,8 @@ PG_WRITABLE = ("status", "progress", "result", "error", "completed_at", "updated
 
 @functools.lru_cache(maxsize=64)
 def fenced_write(keys: tuple[str, ...]) -> Statement:
-    """SQLite: set `keys` of one task. Args: their values, then id, owner, epoch. PostgreSQL: PASS."""
+    """SQLite: set `keys` of one task. Args: their values, then id, owner, epoch (PostgreSQL: in
+    pass_statement)."""
     assignments = ", ".join(f"{key} = ?{n}" for n, key in enumerate(keys, 1))
     n = len(keys)
     return Statement(
