@@ -11,7 +11,8 @@ this module decides where, and each path exists for a measured reason (bench/REA
   when the database thread is idle and no lock is held elsewhere (run_here), because the thread
   hop costs several times what SQLite takes for it;
 - SQLite, a read outside a transaction: plain sqlite3 through storage/sqlite_reader.py on the
-  calling thread (or behind the database thread's queue, see read), a fifth of SQLAlchemy's cost;
+  calling thread (or behind the database thread's queue, see read): SQLAlchemy's execution
+  layer costs about five times the indexed lookup, the thread hop more;
 - PostgreSQL, a new transaction: the async engine (asyncpg under SQLAlchemy); a read outside a
   transaction in autocommit, and the hot reads and the engine's pass through plain asyncpg
   (storage/pg.py), which saves SQLAlchemy's 0.4 ms a statement.
