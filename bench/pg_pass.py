@@ -19,10 +19,10 @@ import time
 import asyncpg
 
 from run import fresh_postgres  # bench/run.py, beside this script
-from taskgrove.storage import executions
+from taskgrove.storage import executions, statements
 from taskgrove.storage.db import create_engine, migrate
 from taskgrove.storage.models import with_defaults
-from taskgrove.storage.pg import PASS_SETTINGS, numbered
+from taskgrove.storage.pg import PASS_SETTINGS
 
 OWNER, UNTIL, STAMP = "bench", "2999-01-01T00:00:00.000000+00:00", "2026-01-01T00:00:00.000000+00:00"
 
@@ -42,11 +42,11 @@ async def measure(url: str, links: int, flush: bool) -> None:
     await engine.dispose()
     settings = {**PASS_SETTINGS, **({} if flush else {"synchronous_commit": "off"})}
     conn = await asyncpg.connect(url, server_settings=settings)
-    sql, names = numbered(executions.pg_step_sql())
+    sql = statements.pass_statement().postgresql
 
     async def one_pass(writes: list, claims: list) -> list:
         params = executions.pg_step_params(writes, claims, OWNER, UNTIL, STAMP)
-        return await conn.fetchmany(sql, [tuple(p[n] for n in names) for p in params])
+        return await conn.fetchmany(sql, params)
 
     epoch = (await one_pass([], ["t0"]))[0][2]
     outcome = {"status": "completed", "progress": 1.0, "result": {"ok": True}, "error": None, "completed_at": STAMP,

@@ -50,7 +50,7 @@ def create_batch_engine(url: str) -> Engine | None:
 
 def create_loop_engine(url: str) -> Engine | None:
     """SQLite: a synchronous engine for small transactions run on the event loop's own thread
-    (TaskRepository._run_here). It must never make the loop wait: a lock held elsewhere fails
+    (storage.connections.Connections.run_here). It must never make the loop wait: a lock held elsewhere fails
     it at once ("database is locked"), and its commits never copy the WAL into the database
     file (a checkpoint, milliseconds of writes and an fsync); the database thread does that."""
     return _sync_engine(url, "PRAGMA busy_timeout=0", "PRAGMA wal_autocheckpoint=0")

@@ -201,6 +201,10 @@ executions_table = Execution.__table__
 idempotency_table = IdempotencyKey.__table__
 rate_limits_table = RateLimit.__table__
 
+# The columns of `tasks` holding JSON, from the table itself: stored as json.dumps text, read
+# back through jsonvalues.read_stored (which may yield Unreadable).
+JSON_COLUMNS: frozenset[str] = frozenset(column.name for column in tasks_table.c if isinstance(column.type, JSON))
+
 # Columns the wire shows for a task, in the order SPEC.md lists them.
 TASK_FIELDS = (
     "id", "name", "description", "user_id", "parent_id", "priority", "dependencies", "inputs",

@@ -2,8 +2,8 @@
 
 SQLAlchemy's execution layer costs about 0.4 ms around each statement on asyncpg, more than
 PostgreSQL takes to run an engine pass or an indexed read. These statements go to asyncpg
-directly instead, as plain prepared statements; their SQL text is the one SQLAlchemy runs
-elsewhere (`:name` parameters, numbered here), so there is one text per statement.
+directly instead, as plain prepared statements: the PostgreSQL forms of storage/statements.py,
+the same text the SQLAlchemy path runs (`exec_driver_sql`), so there is one text per statement.
 
 They run on connections of their own, outside any transaction (autocommit, as the SQLAlchemy
 reads and the engine's one-statement pass did), which decode JSON with the engine's
@@ -26,9 +26,7 @@ deserializer, as SQLAlchemy's do, so a row is the same dict the SQLAlchemy path 
 from __future__ import annotations
 
 import asyncio
-import functools
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
@@ -47,26 +45,6 @@ POOL_SIZE = 4
 PASS_SETTINGS = {"plan_cache_mode": "force_generic_plan", "enable_seqscan": "off", "enable_bitmapscan": "off",
                  "enable_mergejoin": "off"}
 _CONNECTION_ERRORS = (OSError, TimeoutError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError)
-
-
-@functools.lru_cache(maxsize=64)
-def numbered(sql: str) -> tuple[str, tuple[str, ...]]:
-    """`sql` with its `:name` parameters as `$1, $2, ...`, and the names in that order."""
-    names: list[str] = []
-
-    def number(match: re.Match[str]) -> str:
-        if match[1] not in names:
-            names.append(match[1])
-        return f"${names.index(match[1]) + 1}"
-
-    return re.sub(r"(?<![:\w]):(\w+)", number, sql), tuple(names)
-
-
-@functools.lru_cache(maxsize=64)
-def from_qmark(sql: str) -> str:
-    """A qmark-style statement (the SQLite reader's) with `$1, $2, ...` placeholders."""
-    count = iter(range(1, sql.count("?") + 1))
-    return re.sub(r"\?", lambda _: f"${next(count)}", sql)
 
 
 async def _setup(conn: asyncpg.Connection) -> None:
@@ -104,27 +82,25 @@ class PgPool:
             self._pass = conn
         return self._pass
 
-    async def fetchmany(self, sql: str, rows: Sequence[Mapping[str, Any]]) -> list[Any]:
-        """`sql` once for each of `rows` (parameters by name), in one round trip and one transaction."""
-        text, names = numbered(sql)
-        args = [tuple(row[name] for name in names) for row in rows]
+    async def fetchmany(self, sql: str, rows: Sequence[Sequence[Any]]) -> list[Any]:
+        """`sql` once for each of `rows` (its arguments), in one round trip and one transaction."""
         async with self._passing:
             try:
-                return await (await self._passes()).fetchmany(text, args)
+                return await (await self._passes()).fetchmany(sql, rows)
             except _CONNECTION_ERRORS as exc:
                 conn, self._pass = self._pass, None
                 if conn is not None:
                     conn.terminate()
-                raise OperationalError(text, None, exc, connection_invalidated=True) from exc
+                raise OperationalError(sql, None, exc, connection_invalidated=True) from exc
             except asyncpg.PostgresError as exc:
-                raise DBAPIError(text, None, exc) from exc
+                raise DBAPIError(sql, None, exc) from exc
 
     async def rows(self, sql: str, args: Sequence[Any]) -> list[dict[str, Any]] | None:
-        """The rows of a read (qmark style, as the SQLite reader's); None when it failed (the
-        caller takes the SQLAlchemy path)."""
+        """The rows of a read (a statement's PostgreSQL form); None when it failed (the caller
+        takes the SQLAlchemy path)."""
         try:
             async with (await self._reads()).acquire() as conn:
-                found = await conn.fetch(from_qmark(sql), *args)
+                found = await conn.fetch(sql, *args)
         except Exception:
             return None
         return [dict(record) for record in found]

@@ -19,6 +19,7 @@ from sqlalchemy.engine import Connection
 
 from taskgrove.storage import executions as xs
 from taskgrove.storage import trees
+from taskgrove.storage.repository import read_tree
 from taskgrove.storage.models import schedules_table as S
 from taskgrove.storage.models import tasks_table as T
 
@@ -70,8 +71,7 @@ def template_rows(c: Connection, task_id: str) -> list[Row] | None:
     root = c.execute(select(T.c.task_tree_id).where(T.c.id == task_id)).first()
     if root is None:
         return None
-    rows = [dict(r._mapping) for r in c.execute(select(T).where(T.c.task_tree_id == root.task_tree_id))]
-    return rows
+    return read_tree(c, root.task_tree_id)
 
 
 def claim_slot(c: Connection, schedule: Mapping[str, Any], slot: str | None, next_run_at: str | None,

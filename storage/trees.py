@@ -17,7 +17,7 @@ from typing import Any
 
 from taskgrove.storage import jsonvalues, sharing
 from taskgrove.storage.jsonvalues import Unreadable
-from taskgrove.storage.models import TASK_FIELDS, TASK_STATUSES
+from taskgrove.storage.models import JSON_COLUMNS, TASK_FIELDS, TASK_STATUSES
 
 MAX_NAME = 1024
 MAX_ID = 64
@@ -26,8 +26,9 @@ MAX_TIMESTAMP = 40  # the width of the timestamp columns
 MAX_COUNTER = 2**31 - 1  # token counters are 32-bit integer columns
 # SERVICE_MAX_TREE_TASKS default: the most tasks one create, copy or clone may write.
 DEFAULT_MAX_TREE_TASKS = 10_000
-# Columns holding JSON: read back through jsonvalues.read_stored, which may yield Unreadable.
-JSON_COLUMNS = ("dependencies", "inputs", "params", "schemas", "result", "extra", "retry")
+# The JSON columns a task shows (its wire fields, and `extra` merged into them): a value that
+# cannot be read back (jsonvalues.Unreadable) is named under `unreadable_fields`.
+SHOWN_JSON = tuple(field for field in (*TASK_FIELDS, "extra") if field in JSON_COLUMNS)
 # Float columns on the wire: a stored NaN or infinity is reported like an unreadable JSON value.
 FLOAT_COLUMNS = ("progress", "timeout_seconds")
 # Per-field limits of the optional string fields, from the column widths in storage.models.
@@ -450,7 +451,7 @@ def public(row: Mapping[str, Any]) -> dict[str, Any]:
     """
     task = {field: row.get(field) for field in TASK_FIELDS}
     unreadable: dict[str, str] = {}
-    for field in JSON_COLUMNS:
+    for field in SHOWN_JSON:
         value = row.get(field)
         if isinstance(value, Unreadable):
             unreadable[field] = value.reason

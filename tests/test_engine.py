@@ -477,7 +477,7 @@ async def test_health_reports_a_database_that_stops_answering(client: Client, mo
     async def down(*_args: Any, **_kw: Any) -> Any:
         raise OSError("connection refused")
 
-    monkeypatch.setattr(repo, "_run", down)
+    monkeypatch.setattr(repo.connections, "run", down)
     monkeypatch.setattr(system, "HEALTH_FRESH_SECONDS", 0.0)
     sick = await client.result("system.health", path="/system")
     assert sick["status"] == "unhealthy" and sick["message"] == "Database unreachable: OSError"

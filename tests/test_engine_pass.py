@@ -28,7 +28,7 @@ def row(tid: str, deps: list[dict[str, Any]] | None = None) -> dict[str, Any]:
 
 def one_pass(c: Any, writes: list[Any], claims: list[str]) -> tuple[set[str], set[str]]:
     if c.dialect.name == "postgresql":
-        accepted, claimed = executions.pg_pass(c, writes, claims, OWNER, UNTIL, STAMP)
+        accepted, claimed, _ = executions.pg_pass(c, writes, claims, OWNER, UNTIL, STAMP)
     else:
         accepted = executions.fenced_writes(c, writes, OWNER)
         claimed = executions.claim(c, claims, OWNER, UNTIL, STAMP)

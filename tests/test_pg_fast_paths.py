@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 import pytest
-from taskgrove.storage import executions, pg, repository
+from taskgrove.storage import executions, statements
 from tests.conftest import POSTGRES_URL, Client
 from tests.test_engine_pass import OWNER, STAMP, UNTIL, outcome, row
 from tests.test_sqlite_reads import every_read, inserted_three_ways, shown, stored, usual_reads
@@ -22,8 +22,8 @@ async def test_asyncpg_reads_return_what_sqlalchemy_returns(client: Client) -> N
     repo = await stored(client, "postgres")
     fast = await every_read(repo)
     # the asyncpg path answered (a failure there would have taken the SQLAlchemy path quietly)
-    assert await repo._pg.rows(repository._TREE, ("root",)) == fast[5]
-    assert shown(fast) == shown(await usual_reads(repo, "_pg"))
+    assert await repo.connections.pg.rows(statements.TASK_TREE.postgresql, ("root",)) == fast[5]
+    assert shown(fast) == shown(await usual_reads(repo, "pg"))
     assert fast[1]["has_copy"] is True and isinstance(fast[1]["progress"], float)
 
 
@@ -184,14 +184,13 @@ async def test_the_pass_plan_made_on_an_empty_table_finds_tasks_by_key(client: C
     PostgreSQL fan-out slower with every tree stored. Without the pass connection's settings the
     planner picks `Seq Scan on tasks t` for the writes here."""
     repo = client.services.repo
-    assert repo._pg is not None
-    conn = await repo._pg._passes()
-    sql, names = pg.numbered(executions.pg_step_sql())
-    await conn.execute("PREPARE probe AS " + sql)
+    assert repo.connections.pg is not None
+    conn = await repo.connections.pg._passes()
+    await conn.execute("PREPARE probe AS " + statements.pass_statement().postgresql)
     write = [("t1", 1, {**outcome("completed"), "result": {"n": 1}})]
     params = executions.pg_step_params(write, ["t2", "t3"], OWNER, UNTIL, STAMP, [("e", STAMP)])
-    merged = {**params[0], "_claim_ids": ["t2", "t3"], "_end_id": "e", "_version": STAMP}
-    explain = f"EXPLAIN EXECUTE probe({', '.join(_literal(merged[name]) for name in names)})"
+    merged = {**dict(zip(statements.PASS_ARGS, params[0])), "claim_ids": ["t2", "t3"], "end_id": "e", "version": STAMP}
+    explain = f"EXPLAIN EXECUTE probe({', '.join(_literal(merged[name]) for name in statements.PASS_ARGS)})"
     try:
         await conn.fetch(explain)  # the generic plan is made now, on an empty table
         await repo.run(lambda c: executions.insert_tree(

@@ -1,4 +1,4 @@
-"""SQLite reads through the DB-API (storage.repository._SqliteReader) return exactly the rows the
+"""SQLite reads through the DB-API (storage.sqlite_reader.SqliteReader) return exactly the rows the
 SQLAlchemy statements return: same keys in the same order, same decoded values (JSON columns,
 booleans, floats), the same stand-ins for values that cannot be read back. Anything unusual
 takes the SQLAlchemy path."""
@@ -43,12 +43,12 @@ async def every_read(repo: TaskRepository) -> list[Any]:
 async def usual_reads(repo: TaskRepository, plain_path: str) -> list[Any]:
     """every_read through the SQLAlchemy path: the repository's plain path (an attribute) set
     aside meanwhile."""
-    saved = getattr(repo, plain_path)
-    setattr(repo, plain_path, None)
+    saved = getattr(repo.connections, plain_path)
+    setattr(repo.connections, plain_path, None)
     try:
         return await every_read(repo)
     finally:
-        setattr(repo, plain_path, saved)
+        setattr(repo.connections, plain_path, saved)
 
 
 async def stored(client: Client, backend: str = "sqlite") -> TaskRepository:
@@ -70,25 +70,25 @@ async def stored(client: Client, backend: str = "sqlite") -> TaskRepository:
 
 async def test_the_sqlite_reader_returns_what_sqlalchemy_returns(client: Client) -> None:
     repo = await stored(client)
-    assert repo._reader is not None
+    assert repo.connections.reader is not None
     fast = await every_read(repo)
-    assert shown(fast) == shown(await usual_reads(repo, "_reader"))
+    assert shown(fast) == shown(await usual_reads(repo, "reader"))
     assert fast[1]["has_copy"] is True and isinstance(fast[1]["progress"], float)
     assert isinstance(fast[0]["inputs"], Unreadable)
 
 
 async def test_large_results_and_errors_take_the_sqlalchemy_path(client: Client, monkeypatch: Any) -> None:
     repo = await stored(client)
-    assert repo._reader is not None
+    assert repo.connections.reader is not None
     expected = shown(await every_read(repo))
-    monkeypatch.setattr(repo._reader, "INLINE_ROWS", 1)
+    monkeypatch.setattr(repo.connections.reader, "INLINE_ROWS", 1)
     assert shown(await every_read(repo)) == expected
 
     def broken(*_args: Any) -> Any:
         raise AssertionError("not called")
 
-    monkeypatch.setattr(repo._reader, "INLINE_ROWS", 1000)
-    monkeypatch.setattr(repo._reader, "_row", lambda _values: broken())  # a value no processor expected
+    monkeypatch.setattr(repo.connections.reader, "INLINE_ROWS", 1000)
+    monkeypatch.setattr(repo.connections.reader, "_row", lambda _values: broken())  # a value no processor expected
     assert shown(await every_read(repo)) == expected
 
 
@@ -144,14 +144,14 @@ async def test_the_sqlite_tree_insert_stores_what_sqlalchemy_stores(client: Clie
 
 async def test_small_transactions_run_on_the_event_loop_and_never_wait_there(client: Client) -> None:
     """Small engine transactions (passes, one-task inserts) run on the event loop's thread when
-    the database thread is idle (TaskRepository._run_here). When another connection holds the
+    the database thread is idle (Connections.run_here). When another connection holds the
     write lock they must neither fail nor wait on the loop (which would stall every request, and
     here deadlock: the lock holder needs the loop to commit): they go to the database thread."""
     import asyncio
 
     repo = client.services.repo
     here: list[bool] = []
-    real = repo._run_here
+    real = repo.connections.run_here
 
     def counted(fn: Any, args: Any) -> Any:
         try:
@@ -162,11 +162,11 @@ async def test_small_transactions_run_on_the_event_loop_and_never_wait_there(cli
         here.append(done)
         return done, result
 
-    repo._run_here = counted  # type: ignore[method-assign]
+    repo.connections.run_here = counted  # type: ignore[method-assign]
     await client.result("tasks.create", {"tasks": [{"id": "first", "name": "first"}]})
     assert here and all(here)  # insert, claim, outcome: each on the loop's thread
     # On the loop's thread a statement never waits for a lock: it fails at once instead.
-    assert repo._run_here(lambda c: c.exec_driver_sql("PRAGMA busy_timeout").scalar(), ()) == (True, 0)
+    assert repo.connections.run_here(lambda c: c.exec_driver_sql("PRAGMA busy_timeout").scalar(), ()) == (True, 0)
 
     here.clear()
     async with repo.engine.begin() as holder:  # another connection takes the write lock
@@ -191,19 +191,19 @@ async def test_commits_on_the_loop_thread_leave_checkpoints_to_the_database_thre
     import asyncio
     import os
 
-    from taskgrove.storage import repository
+    from taskgrove.storage import connections
 
     repo = client.services.repo
-    monkeypatch.setattr(repository, "CHECKPOINT_EVERY", 4)
-    assert repo._run_here(lambda c: c.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar(), ()) == (True, 0)
-    path = repo._reader.path
+    monkeypatch.setattr(connections, "CHECKPOINT_EVERY", 4)
+    assert repo.connections.run_here(lambda c: c.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar(), ()) == (True, 0)
+    path = repo.connections.reader.path
     await client.result("tasks.create", {"tasks": [{"id": "first", "name": "first"}]})
-    while repo._checkpointing:
+    while repo.connections._checkpointing:
         await asyncio.sleep(0.01)
     before = os.path.getsize(path)
     for n in range(6):  # 3 commits each: insert, claim, outcome
         await client.result("tasks.create", {"tasks": [{"id": f"t{n}", "name": "t", "inputs": {"pad": "x" * 5000}}]})
-    while repo._checkpointing:
+    while repo.connections._checkpointing:
         await asyncio.sleep(0.01)
     assert os.path.getsize(path) > before  # the new rows reached the database file itself
 

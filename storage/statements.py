@@ -1,0 +1,302 @@
+"""Every statement written as SQL text, named once, its dialect forms side by side.
+
+Why a Python module and not a `queries.sql` file with a loader (procrastinate's way): a few of
+these statements have a shape that varies with their arguments (the SET list of a fenced write,
+the length of an IN list, the optional filters of a listing), and those are built here by small
+cached functions from the same written-out text; a loader would need its own template language
+for that. Each statement is a `Statement`: a one-line purpose, its SQLite form and its PostgreSQL
+form, each in the driver's own positional style (`?1, ?2` for sqlite3, `$1, $2` for asyncpg and
+SQLAlchemy's asyncpg dialect), both taking the same arguments in the same order, so a caller
+never rewrites a statement's text. tests/test_statement_forms.py runs each form on its database
+with the same rows and checks that they decide alike.
+
+Written out twice where the dialects differ (the claim's dependency test: json_each against
+json_array_elements with a LATERAL lookup), never derived from one another by text edits.
+
+What is not here: statements written with SQLAlchemy Core (storage/executions.py,
+storage/repository.py, storage/schedules.py, ...). SQLAlchemy compiles one definition for each
+dialect, so they have no forms to keep alike; the tree read that two modules need is the one
+Core query below (TREE_QUERY). On PostgreSQL the engine's claim, fenced writes and end of an
+execution are parts of one statement, pass_statement (see its comment); on SQLite they are three.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+from sqlalchemy import bindparam, select
+
+from taskgrove.storage.models import JSON_COLUMNS, UNFINISHED
+from taskgrove.storage.models import tasks_table as T
+
+
+class Statement(NamedTuple):
+    purpose: str
+    sqlite: str | None  # None: PostgreSQL only (an advisory lock, the pass)
+    postgresql: str | None  # None: SQLite only; on PostgreSQL the step is part of pass_statement
+
+    def form(self, dialect: str) -> str:
+        text = self.postgresql if dialect == "postgresql" else self.sqlite
+        if text is None:
+            raise ValueError(f"no {dialect} form: {self.purpose}")
+        return text
+
+
+def _marks(dialect: str, first: int, count: int) -> str:
+    """`count` positional parameters from number `first`, in the dialect's style."""
+    mark = "$" if dialect == "postgresql" else "?"
+    return ", ".join(f"{mark}{n}" for n in range(first, first + count))
+
+
+# --- reads of tasks: every column, in the table's order (what `select(tasks)` returns) --------
+
+TASK_COLUMNS: tuple[str, ...] = tuple(column.name for column in T.c)
+_SELECT = f"SELECT {', '.join(TASK_COLUMNS)} FROM tasks"
+
+TASK_BY_ID = Statement("One task by id. Args: id.",
+                       f"{_SELECT} WHERE id = ?1",
+                       f"{_SELECT} WHERE id = $1")
+TASK_TREE = Statement("The tasks of a tree, oldest first. Args: task_tree_id.",
+                      f"{_SELECT} WHERE task_tree_id = ?1 ORDER BY created_at, id",
+                      f"{_SELECT} WHERE task_tree_id = $1 ORDER BY created_at, id")
+TASK_CHILDREN = Statement("The children of a task, oldest first. Args: parent_id.",
+                          f"{_SELECT} WHERE parent_id = ?1 ORDER BY created_at, id",
+                          f"{_SELECT} WHERE parent_id = $1 ORDER BY created_at, id")
+
+# The same tree read in SQLAlchemy Core, for reads inside a transaction (repository.read_tree).
+TREE_QUERY = select(T).where(T.c.task_tree_id == bindparam("tree_id")).order_by(T.c.created_at, T.c.id)
+
+
+@functools.lru_cache(maxsize=64)
+def tasks_by_ids(count: int) -> Statement:
+    return Statement(f"The tasks of {count} ids. Args: the ids.",
+                     f"{_SELECT} WHERE id IN ({_marks('sqlite', 1, count)})",
+                     f"{_SELECT} WHERE id IN ({_marks('postgresql', 1, count)})")
+
+
+@functools.lru_cache(maxsize=8)
+def task_listing(by_user: bool, by_status: bool) -> Statement:
+    """Args: user_id (if by_user), status (if by_status), limit, offset."""
+    def form(dialect: str) -> str:
+        mark = "$" if dialect == "postgresql" else "?"
+        where = [name for name, wanted in (("user_id", by_user), ("status", by_status)) if wanted]
+        clause = " WHERE " + " AND ".join(f"{name} = {mark}{n}" for n, name in enumerate(where, 1)) if where else ""
+        n = len(where)
+        return f"{_SELECT}{clause} ORDER BY created_at DESC, id DESC LIMIT {mark}{n + 1} OFFSET {mark}{n + 2}"
+
+    return Statement("Tasks newest first, one page, optionally of a user and a status.", form("sqlite"),
+                     form("postgresql"))
+
+
+# Its WHERE holds the partial index's own condition (models.UNFINISHED), which is how SQLite and
+# PostgreSQL know ix_tasks_user_unfinished has every row asked for.
+UNFINISHED_OF_USER = Statement(
+    "Unfinished tasks of a user, counted up to a bound. Args: user_id, at_most.",
+    f"SELECT count(*) AS n FROM (SELECT 1 FROM tasks WHERE user_id = ?1 AND {UNFINISHED} LIMIT ?2) AS unfinished",
+    f"SELECT count(*) AS n FROM (SELECT 1 FROM tasks WHERE user_id = $1 AND {UNFINISHED} LIMIT $2) AS unfinished")
+UNFINISHED_OF_NOBODY = Statement(
+    "Unfinished tasks without a user, counted up to a bound. Args: at_most.",
+    f"SELECT count(*) AS n FROM (SELECT 1 FROM tasks WHERE user_id IS NULL AND {UNFINISHED} LIMIT ?1) AS unfinished",
+    f"SELECT count(*) AS n FROM (SELECT 1 FROM tasks WHERE user_id IS NULL AND {UNFINISHED} LIMIT $1) AS unfinished")
+
+SERIALISE_TREE = Statement(
+    "Make the transaction the only one changing a task's tree until it commits. Args: task id.",
+    # the one write lock, taken before the transaction reads anything
+    "UPDATE tasks SET id = id WHERE id = ?1",
+    # an advisory lock on the tree id (which never changes)
+    "SELECT pg_advisory_xact_lock(hashtext(task_tree_id)) FROM tasks WHERE id = $1")
+
+
+# --- the engine's claim --------------------------------------------------------------------
+# A dependency keeps a task from being claimed while it is unfinished; a required one also when
+# it ended in anything but `completed`. An optional dependency that nobody will run (pending
+# outside any execution of this tree) does not hold the task back.
+#
+# PostgreSQL plans a prepared statement once (a generic plan) and keeps the plan while the table
+# grows; made on a small or never analysed table, such a plan scans the table (or the status
+# index, whose dead entries pile up between vacuums) for every pass. So every row these
+# statements touch is found by its primary key (an execution's members by their execution id)
+# and nothing else: each dependency is looked up on its own (LATERAL ... LIMIT 1: the id is
+# unique, the limit only keeps the planner from turning the lookups into a join), the execution
+# is a scalar subquery, and status tests are written `(status = ...) IS TRUE`, which no index
+# (nor the partial index of running executions) matches.
+
+@functools.lru_cache(maxsize=64)
+def claim(count: int) -> Statement:
+    """SQLite: claim `count` ids. Args: stamp, owner, until, then the ids (PostgreSQL: in pass_statement)."""
+    return Statement(
+        "Claim the pending tasks of these ids that may run now: a new lease and epoch each.",
+        f"""
+        UPDATE tasks SET status = 'in_progress', progress = 0.0, result = NULL, error = NULL,
+               started_at = ?1, completed_at = NULL, updated_at = ?1, next_attempt_at = NULL,
+               lease_owner = ?2, lease_expires_at = ?3, lease_epoch = lease_epoch + 1,
+               attempt = attempt + 1
+        WHERE id IN ({_marks('sqlite', 4, count)}) AND (status = 'pending') IS TRUE
+          AND (next_attempt_at IS NULL OR next_attempt_at <= ?1)
+          AND (SELECT e.status = 'running' AND e.owner = ?2 FROM executions AS e
+               WHERE e.id = tasks.execution_id)
+          AND NOT EXISTS (
+              SELECT 1 FROM json_each(tasks.dependencies) AS d
+              JOIN tasks AS x ON x.id = json_extract(d.value, '$.id')
+              WHERE x.status = 'in_progress'
+                 OR (coalesce(json_extract(d.value, '$.required'), 1) AND x.status <> 'completed')
+                 OR (x.status = 'pending' AND x.execution_id = tasks.execution_id))
+        RETURNING id, lease_epoch, attempt, checkpoint""",
+        None)
+
+
+# pass_statement's arguments (PASS_ARGS): $1 writes (a JSON array, see PG_WRITABLE), $2 their
+# task ids, $3 owner, $4 ids to claim, $5 until, $6 stamp, $7 execution to end, $8 its version.
+_PG_CLAIM = """
+        UPDATE tasks SET status = 'in_progress', progress = 0.0, result = NULL, error = NULL,
+               started_at = $6, completed_at = NULL, updated_at = $6, next_attempt_at = NULL,
+               lease_owner = $3, lease_expires_at = $5, lease_epoch = lease_epoch + 1,
+               attempt = attempt + 1
+        WHERE id = ANY(CAST($4 AS text[])) AND (status = 'pending') IS TRUE
+          AND (next_attempt_at IS NULL OR next_attempt_at <= $6)
+          AND (SELECT e.status = 'running' AND e.owner = $3 FROM executions AS e
+               WHERE e.id = tasks.execution_id)
+          AND NOT EXISTS (
+              SELECT 1 FROM json_array_elements(tasks.dependencies) AS d
+              CROSS JOIN LATERAL (SELECT x.status, x.execution_id FROM tasks AS x
+                                  WHERE x.id = d->>'id' LIMIT 1) AS x
+              WHERE x.status = 'in_progress'
+                 OR (coalesce((d->>'required')::boolean, true) AND x.status <> 'completed')
+                 OR (x.status = 'pending' AND x.execution_id = tasks.execution_id))
+        RETURNING id, lease_epoch, attempt, checkpoint"""
+
+
+# --- the end of an execution ---------------------------------------------------------------
+
+END_EXECUTION = Statement(
+    "End an execution whose members are all settled, if its owner still holds it at the version it saw; "
+    "its final status `completed` only if every member is. Args: execution id, owner, version, stamp.",
+    """
+        UPDATE executions SET status = 'ended', ended_at = ?4, lease_expires_at = NULL,
+               final_status = CASE WHEN EXISTS (SELECT 1 FROM tasks WHERE tasks.execution_id = executions.id
+                                                AND (tasks.status <> 'completed') IS TRUE)
+                                   THEN 'failed' ELSE 'completed' END
+        WHERE id = ?1 AND owner = ?2 AND (status = 'running') IS TRUE AND updated_at = ?3
+          AND NOT EXISTS (SELECT 1 FROM tasks WHERE tasks.execution_id = executions.id
+                          AND (tasks.status = 'in_progress') IS TRUE)
+        RETURNING id, final_status""",
+    None)
+
+_PG_END = """
+        UPDATE executions SET status = 'ended', ended_at = $6, lease_expires_at = NULL,
+               final_status = CASE WHEN EXISTS (SELECT 1 FROM tasks WHERE tasks.execution_id = executions.id
+                                                AND (tasks.status <> 'completed') IS TRUE)
+                                   THEN 'failed' ELSE 'completed' END
+        WHERE id = $7 AND owner = $3 AND (status = 'running') IS TRUE AND updated_at = $8
+          AND NOT EXISTS (SELECT 1 FROM tasks WHERE tasks.execution_id = executions.id
+                          AND (tasks.status = 'in_progress') IS TRUE)
+        RETURNING id, final_status"""
+
+
+# --- fenced writes ---------------------------------------------------------------------------
+# What a fenced write may set (PG_WRITABLE, the PostgreSQL pass takes no other column).
+
+PG_WRITABLE = ("status", "progress", "result", "error", "completed_at", "updated_at", "next_attempt_at",
+               "lease_owner", "lease_expires_at", "token_success", "token_failed", "checkpoint")
+
+
+@functools.lru_cache(maxsize=64)
+def fenced_write(keys: tuple[str, ...]) -> Statement:
+    """SQLite: set `keys` of one task. Args: their values, then id, owner, epoch (PostgreSQL: in
+    pass_statement)."""
+    assignments = ", ".join(f"{key} = ?{n}" for n, key in enumerate(keys, 1))
+    n = len(keys)
+    return Statement(
+        "Write the values of an attempt if its instance still holds the task's lease at the same epoch.",
+        f"UPDATE tasks SET {assignments} WHERE id = ?{n + 1} AND status = 'in_progress' AND lease_owner = ?{n + 2} "
+        f"AND lease_epoch = ?{n + 3}",
+        None)
+
+
+@functools.lru_cache(maxsize=64)
+def pg_type(key: str) -> str:
+    """The type a column of `tasks` is read as from a JSON document: its own, text for JSON
+    columns (they travel as their text, see executions._pg_insert_tasks)."""
+    from sqlalchemy.dialects import postgresql  # the dialect's compiler only: no driver is loaded
+
+    if key in JSON_COLUMNS:
+        return "text"
+    return T.c[key].type.compile(dialect=postgresql.dialect())
+
+
+def _pg_assignment(bit: int, key: str) -> str:
+    value = f"CAST(w.{key} AS json)" if key in JSON_COLUMNS else f"w.{key}"
+    return f"{key} = CASE WHEN w._mask & {1 << bit} = 0 THEN t.{key} ELSE {value} END"
+
+
+# --- PostgreSQL: an engine pass as one statement -----------------------------------------------
+# The fenced writes of a pass, then its claims, then the end of an execution, as the rows of one
+# statement (storage/executions.py explains why). Returns ('w', id) for each accepted write,
+# ('c', id, lease_epoch, attempt, checkpoint) for each claimed task, ('e', id, ..., final_status)
+# for an ended execution. Bit `n` of a write's `_mask` says it sets PG_WRITABLE[n].
+
+@functools.lru_cache(maxsize=1)
+def pass_statement() -> Statement:
+    assignments = ", ".join(_pg_assignment(bit, key) for bit, key in enumerate(PG_WRITABLE))
+    fields = ", ".join(f"{key} {pg_type(key)}" for key in PG_WRITABLE)
+    nothing = "NULL::integer, NULL::integer, NULL::json"
+    return Statement(
+        "PostgreSQL: one row of an engine pass: fenced writes, claims, the end of an execution. "
+        "Args: see PASS_ARGS.",
+        None,
+        f"WITH w AS MATERIALIZED (SELECT * FROM json_to_recordset(CAST($1 AS json)) "
+        f"AS w(_id text, _epoch integer, _mask integer, {fields})), "
+        f"written AS (UPDATE tasks AS t SET {assignments} FROM w "
+        "WHERE t.id = w._id AND t.id = ANY(CAST($2 AS text[])) "
+        "AND (t.status = 'in_progress') IS TRUE AND t.lease_owner = $3 "
+        "AND t.lease_epoch = w._epoch RETURNING t.id), "
+        f"claimed AS ({_PG_CLAIM}), ended AS ({_PG_END}) "
+        f"SELECT 'w' AS kind, id, {nothing}, NULL::text FROM written "
+        "UNION ALL SELECT 'c', id, lease_epoch, attempt, checkpoint, NULL FROM claimed "
+        f"UNION ALL SELECT 'e', id, {nothing}, final_status FROM ended")
+
+
+PASS_ARGS = ("writes", "write_ids", "owner", "claim_ids", "until", "stamp", "end_id", "version")
+
+
+# --- inserting a tree's tasks ----------------------------------------------------------------
+
+@functools.lru_cache(maxsize=2)
+def insert_tasks(json_as_text: bool = False) -> Statement:
+    """Full rows of tasks. SQLite: args are one row's values in TASK_COLUMNS order (executemany).
+    PostgreSQL: one arg, every row as one JSON array; `json_as_text`: its JSON columns as their
+    text (a JSON string each, for values json_populate_recordset cannot read: a NUL)."""
+    columns = ", ".join(TASK_COLUMNS)
+    if not json_as_text:
+        values = ", ".join(f"coalesce({key}, 'null'::json)" if key in JSON_COLUMNS else key for key in TASK_COLUMNS)
+        source = "json_populate_recordset(NULL::tasks, CAST($1 AS json))"
+    else:
+        values = ", ".join(f"CAST(r.{key} AS json)" if key in JSON_COLUMNS else f"r.{key}" for key in TASK_COLUMNS)
+        source = f"json_to_recordset(CAST($1 AS json)) AS r({', '.join(f'{k} {pg_type(k)}' for k in TASK_COLUMNS)})"
+    return Statement("Insert new tasks, every column given.",
+                     f"INSERT INTO tasks ({columns}) VALUES ({_marks('sqlite', 1, len(TASK_COLUMNS))})",
+                     f"INSERT INTO tasks ({columns}) SELECT {values} FROM {source}")
+
+
+# --- limited claims: concurrency keys and rate limits ------------------------------------------
+
+COUNT_KEY = Statement(
+    "Tasks of a concurrency key in progress. Args: key.",  # the IS NOT NULL lets the partial index serve it
+    "SELECT count(*) FROM tasks WHERE concurrency_key = ?1 AND concurrency_key IS NOT NULL "
+    "AND status = 'in_progress'",
+    "SELECT count(*) FROM tasks WHERE concurrency_key = $1 AND concurrency_key IS NOT NULL "
+    "AND status = 'in_progress'")
+LOCK_KEY = Statement("Serialise the claims of a concurrency key until the transaction ends. Args: key.",
+                     None, "SELECT pg_advisory_xact_lock(hashtext($1))")
+ADD_RATE = Statement("The row of a rate-limit key, added free when missing. Args: key, stamp.",
+                     "INSERT INTO rate_limits (key, next_at, updated_at) VALUES (?1, ?2, ?2) "
+                     "ON CONFLICT (key) DO NOTHING",
+                     "INSERT INTO rate_limits (key, next_at, updated_at) VALUES ($1, $2, $2) "
+                     "ON CONFLICT (key) DO NOTHING")
+READ_RATE = Statement("When a rate-limit key allows its next start, its row locked. Args: key.",
+                      "SELECT next_at FROM rate_limits WHERE key = ?1",  # one writer: nothing to lock
+                      "SELECT next_at FROM rate_limits WHERE key = $1 FOR UPDATE")
+MOVE_RATE = Statement("Set when a rate-limit key allows its next start. Args: key, next_at, stamp.",
+                      "UPDATE rate_limits SET next_at = ?2, updated_at = ?3 WHERE key = ?1",
+                      "UPDATE rate_limits SET next_at = $2, updated_at = $3 WHERE key = $1")
