@@ -10,6 +10,7 @@ validates the params first and the answer names the fields in our words.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from a2a.server.routes.jsonrpc_dispatcher import JSONRPC03Adapter, JsonRpcDispatcher  # (SDK import order)
@@ -79,17 +80,7 @@ def nul_in_names(params: Any, root: str) -> str | None:
     Why: such a string is a task, context or push-config id, which PostgreSQL cannot even compare
     (its text type has no NUL); /tasks refuses NUL in ids the same way (agent.rpc.params.string).
     """
-    stack: list[tuple[Any, str]] = [(params, root)]
-    while stack:
-        item, path = stack.pop()
-        if isinstance(item, str):
-            if "\x00" in item:
-                return path
-        elif isinstance(item, dict):
-            stack.extend((v, f"{path}.{k}") for k, v in item.items() if k not in CONTENT_KEYS)
-        elif isinstance(item, list):
-            stack.extend((v, f"{path}[{i}]") for i, v in enumerate(item))
-    return None
+    return first_outside_content(params, root, lambda item: isinstance(item, str) and "\x00" in item)
 
 
 # How the SDK's 0.3 adapter turns each request into its 1.0 form: run here first, so that a value
@@ -128,13 +119,19 @@ def _check_v03(method: str, message: dict[str, Any], id_: Any) -> None:
 def out_of_range(params: Any, root: str) -> str | None:
     """The path of the first whole number outside int32 (the protobuf fields' type) outside
     message content, else None."""
+    return first_outside_content(params, root, lambda item: isinstance(item, int) and not isinstance(item, bool)
+                                 and not INT32[0] <= item <= INT32[1])
+
+
+def first_outside_content(params: Any, root: str, bad: Callable[[Any], bool]) -> str | None:
+    """The path of the first value outside message content (CONTENT_KEYS) that `bad` finds, else
+    None; iterative, so any depth the envelope admitted is walked without recursion."""
     stack: list[tuple[Any, str]] = [(params, root)]
     while stack:
         item, path = stack.pop()
-        if isinstance(item, int) and not isinstance(item, bool):
-            if not INT32[0] <= item <= INT32[1]:
-                return path
-        elif isinstance(item, dict):
+        if bad(item):
+            return path
+        if isinstance(item, dict):
             stack.extend((v, f"{path}.{k}") for k, v in item.items() if k not in CONTENT_KEYS)
         elif isinstance(item, list):
             stack.extend((v, f"{path}[{i}]") for i, v in enumerate(item))
