@@ -32,8 +32,9 @@ def _row_builder(processors: Sequence[tuple[str, Callable[[Any], Any]]]) -> Call
     for name in TASK_COLUMNS:
         value = f"v[{index[name]}]"
         processor = calls.get(name)
-        if processor is _stored_json:  # inlined: the call is most of its cost
-            item = f"None if {value} is None else read_stored({value})"
+        if processor is _stored_json:  # inlined: the call is most of its cost; JSON null (most
+            # stored `result`, `checkpoint`, `concurrency`, `rate_limit`...) needs no parser either
+            item = f"None if {value} is None or {value} == 'null' else read_stored({value})"
         elif processor is _stored_boolean:
             item = f"None if {value} is None else bool({value})"
         elif processor is not None:
