@@ -86,10 +86,10 @@ def check_progress(value: Any) -> str | None:
     return None
 
 
-def check_status(value: Any) -> str | None:
-    if value not in TASK_STATUSES:
-        return f"status must be one of {', '.join(TASK_STATUSES)}, got {value!r}"
-    return None
+def _one_of(field: str, choices: tuple[str, ...]) -> Check:
+    def check(value: Any) -> str | None:
+        return None if value in choices else f"{field} must be one of {', '.join(choices)}, got {value!r}"[:300]
+    return check
 
 
 def check_timeout(value: Any) -> str | None:
@@ -100,14 +100,8 @@ def check_timeout(value: Any) -> str | None:
     return None
 
 
-def check_origin(value: Any) -> str | None:
-    if value not in ORIGIN_TYPES:
-        return f"origin_type must be one of {', '.join(ORIGIN_TYPES)}"
-    return None
-
-
 def check_retry(value: Any) -> str | None:
-    """Only the shape; the policy's own fields are storage.retries.RetryPolicy's to judge."""
+    """Only the shape; the policy's own fields are agent.engine.retry.RetryPolicy's to judge."""
     if value is not None and not isinstance(value, Mapping):
         return "retry must be an object such as {\"max_attempts\": 3}"
     return None
@@ -127,7 +121,7 @@ RULES: dict[str, Check] = {
     "inputs": _object("inputs"),
     "params": _object("params"),
     "schemas": _object("schemas"),
-    "status": check_status,
+    "status": _one_of("status", TASK_STATUSES),
     "progress": check_progress,
     "result": _any,  # any JSON value at creation and in a clone (see UPDATE_RULES)
     "error": _text("error", MAX_TEXT),
@@ -135,7 +129,7 @@ RULES: dict[str, Check] = {
     "completed_at": _text("completed_at", _width("completed_at")),
     "product_id": _text("product_id", _width("product_id")),
     "original_task_id": _text("original_task_id", _width("original_task_id")),
-    "origin_type": check_origin,
+    "origin_type": _one_of("origin_type", ORIGIN_TYPES),
     "token_success": _counter("token_success"),
     "token_failed": _counter("token_failed"),
     "timeout_seconds": check_timeout,

@@ -235,7 +235,7 @@ INVALID = [
     ("status-unknown", {"id": "r", "name": "R", "status": "done"},
      r"task 'R' \(id 'r'\): status must be one of pending, in_progress, completed, failed, cancelled, got 'done'"),
     ("origin-type-unknown", {"id": "r", "name": "R", "origin_type": "stolen"},
-     r"task 'R' \(id 'r'\): origin_type must be one of own, clone, reference, link, archive"),
+     r"task 'R' \(id 'r'\): origin_type must be one of own, clone, reference, link, archive, got 'stolen'"),
     ("error-not-string", {"id": "r", "name": "R", "error": 5}, r"task 'R' \(id 'r'\): error must be a string or null, got int"),
     ("token-counter-negative", {"id": "r", "name": "R", "token_success": -1},
      r"task 'R' \(id 'r'\): token_success must be an integer from 0 to 2147483647, got -1"),
