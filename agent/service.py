@@ -27,8 +27,8 @@ from taskgrove.agent.rpc import params as p
 from taskgrove.agent.rpc.jsonrpc import CallContext, StreamReply
 from taskgrove.agent.settings import Settings
 from taskgrove.executors.registry import ExecutorRegistry
-from taskgrove.storage import jsonvalues, trees
-from taskgrove.storage.models import TASK_STATUSES, UNFINISHED_STATUSES
+from taskgrove.storage import fields, jsonvalues, trees
+from taskgrove.storage.models import TASK_STATUSES, UNFINISHED_STATUSES, TaskStatus
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.trees import TreeError, now_iso, public
 
@@ -114,7 +114,7 @@ class TaskService:
     async def _admit(self, rows: list[dict[str, Any]], caller: Caller) -> None:
         """The pending-task quota of the new rows' owner (one owner per tree), before any write:
         rows stored finished (links, archives of finished tasks) do not count."""
-        unfinished = sum(1 for row in rows if row.get("status", "pending") in UNFINISHED_STATUSES)
+        unfinished = sum(1 for row in rows if row.get("status", TaskStatus.PENDING) in UNFINISHED_STATUSES)
         if unfinished:
             await self.admission.admit_tasks(caller, rows[0]["user_id"], unfinished)
 
@@ -179,7 +179,7 @@ class TaskService:
         if not ctx.caller.can_access(rows[0]["user_id"]):
             raise permission_denied(f"You may not access task '{rows[0]['id']}'")
         run = await self.engine.following(rows[0]["id"])
-        if run is None and all(row["status"] == "pending" and row["execution_id"] is None
+        if run is None and all(row["status"] == TaskStatus.PENDING and row["execution_id"] is None
                                for row in stored.values()):
             try:  # stored but never executed (tasks.create_tree, a clone): run it as create would have
                 run = await self.engine.execute(rows[0]["id"], _call(ctx))
@@ -195,7 +195,7 @@ class TaskService:
         if not ctx.caller.can_access(row["user_id"]):
             raise permission_denied(f"You may not access task '{task_id}'")
         answer = public(row)
-        if row["status"] == "pending":  # why it waits, as this instance's engine knows it
+        if row["status"] == TaskStatus.PENDING:  # why it waits, as this instance's engine knows it
             reason = self.engine.why_waiting(task_id)
             if reason is not None:
                 answer["waiting_for"] = reason
@@ -264,7 +264,7 @@ class TaskService:
             # New dependencies only while the task is still pending: an engine that claimed it
             # since it was read (no tree lock is taken to claim) must not see them change under it.
             if not await self.repo.update(task_id, values, conn=conn,
-                                          only_status=("pending",) if "dependencies" in values else None):
+                                          only_status=(TaskStatus.PENDING.value,) if "dependencies" in values else None):
                 raise invalid_params(f"Cannot update 'dependencies': task '{task_id}' started while updating; "
                                      "nothing was changed")
             updated = await self.repo.get(task_id, conn)
@@ -309,7 +309,7 @@ class TaskService:
 
     async def _dependency_problems(self, row: dict[str, Any], raw: Any, conn: Any) -> tuple[list[str], list[dict[str, Any]]]:
         problems: list[str] = []
-        if row["status"] != "pending":
+        if row["status"] != TaskStatus.PENDING:
             problems.append(f"Cannot update 'dependencies': task status is '{row['status']}' (must be 'pending')")
         try:
             deps = trees.normalize_dependencies(raw, "dependencies")
@@ -325,7 +325,7 @@ class TaskService:
         if cycle:
             problems.append(trees.format_cycle(cycle))
         dependents = trees.transitive([row["id"]], trees.dependents_index(rows.values())) - {row["id"]}
-        busy = sorted(tid for tid in dependents if rows[tid]["status"] == "in_progress")
+        busy = sorted(tid for tid in dependents if rows[tid]["status"] == TaskStatus.IN_PROGRESS)
         if busy:
             problems.append(
                 f"Cannot update dependencies: task '{row['id']}' has dependent tasks that are executing: [{', '.join(busy)}]"
@@ -347,9 +347,9 @@ class TaskService:
             by_id = {r["id"]: r for r in rows}
             doomed = trees.subtree_ids(rows, task_id)
             blockers: list[str] = []
-            if row["status"] != "pending":
+            if row["status"] != TaskStatus.PENDING:
                 blockers.append(f"Cannot delete task: task status is '{row['status']}' (must be 'pending')")
-            busy = [f"{tid}: {by_id[tid]['status']}" for tid in doomed[1:] if by_id[tid]["status"] != "pending"]
+            busy = [f"{tid}: {by_id[tid]['status']}" for tid in doomed[1:] if by_id[tid]["status"] != TaskStatus.PENDING]
             if busy:
                 blockers.append(f"Cannot delete task: task has {len(busy)} non-pending children: [{', '.join(busy)}]")
             dependents = [dep["id"] for dep in await self.repo.dependents(doomed, conn) if dep["id"] not in doomed]
@@ -360,7 +360,7 @@ class TaskService:
             if blockers:
                 detail = "; ".join(blockers)
                 raise RpcError(INVALID_PARAMS, detail, detail)
-            deleted = await self.repo.delete(doomed, conn, only_status="pending")
+            deleted = await self.repo.delete(doomed, conn, only_status=TaskStatus.PENDING.value)
             if deleted != len(doomed):  # one of them started meanwhile: roll back, delete nothing
                 raise invalid_params("Cannot delete task: a task of its subtree started while deleting; "
                                      "nothing was deleted")
@@ -454,7 +454,7 @@ class TaskService:
     def _clone_origins(mode: str, rows: list[dict[str, Any]], selected: set[str], link_ids: list[str]) -> dict[str, str]:
         by_id = {r["id"]: r for r in rows}
         if mode == "link":
-            unfinished = [f"{r['id']}: {r['status']}" for r in rows if r["status"] != "completed"]
+            unfinished = [f"{r['id']}: {r['status']}" for r in rows if r["status"] != TaskStatus.COMPLETED]
             if unfinished:
                 raise invalid_params(
                     "origin_type 'link' needs a fully completed tree; not completed: [" + ", ".join(unfinished) + "]"
@@ -466,7 +466,7 @@ class TaskService:
             unknown = [tid for tid in link_ids if tid not in selected]
             if unknown:
                 raise invalid_params(f"link_task_ids not in the cloned tasks: [{', '.join(unknown)}]")
-            unfinished = [f"{tid}: {by_id[tid]['status']}" for tid in link_ids if by_id[tid]["status"] != "completed"]
+            unfinished = [f"{tid}: {by_id[tid]['status']}" for tid in link_ids if by_id[tid]["status"] != TaskStatus.COMPLETED]
             if unfinished:
                 raise invalid_params("linked tasks must be completed; not completed: [" + ", ".join(unfinished) + "]")
             return {tid: "link" if tid in link_ids else "clone" for tid in selected}
@@ -584,11 +584,11 @@ class TaskService:
         if not caller.can_access(row["user_id"]):
             return {**answer, "status": "failed", "message": f"Permission denied for task {task_id}",
                     "error": "permission_denied"}
-        if row["status"] not in ("pending", "in_progress"):
+        if row["status"] not in UNFINISHED_STATUSES:
             return {**answer, "status": "failed",
                     "message": f"Task {task_id} is already {row['status']}, cannot cancel"}
         outcome = await self.engine.cancel(task_id, error_message)
-        if outcome["status"] != "cancelled":
+        if outcome["status"] != TaskStatus.CANCELLED:
             return {**answer, "status": "failed",
                     "message": f"Task {task_id} is already {outcome['status']}, cannot cancel"}
         return {**answer, "status": "cancelled", "message": f"Task {task_id} cancelled",
@@ -602,27 +602,10 @@ def _obj(params: Any) -> dict[str, Any]:
 
 
 def _field_problem(key: str, value: Any) -> str | None:
+    """The JSON value gate, then the field's rule (storage.fields, with update's stricter `result`)."""
     if (bad := jsonvalues.problem(value, key, jsonvalues.STORED_MAX_DEPTH)) is not None:
         return bad  # the one gate for values: NaN, 1e400, lone surrogates never reach the row
-    if key == "status":
-        return trees.check_status(value)
-    if key == "priority":
-        return trees.check_priority(value)
-    if key == "progress":
-        return trees.check_progress(value)
-    if key == "name" and (not isinstance(value, str) or not value.strip() or len(value) > trees.MAX_NAME):
-        return f"name must be a non-empty string of at most {trees.MAX_NAME} characters"
-    if key in ("inputs", "params", "schemas") and not isinstance(value, Mapping):
-        return f"{key} must be an object"
-    if key == "result" and value is not None and not isinstance(value, Mapping):
-        return "result must be an object or null (SPEC.md)"
-    if key == "timeout_seconds":
-        return trees.check_timeout(value)
-    if key in ("error", "started_at", "completed_at", "description") and value is not None and not isinstance(value, str):
-        return f"{key} must be a string or null"
-    if key in ("name", "error", "started_at", "completed_at", "description") and isinstance(value, str):
-        return trees.check_value(key, value)  # NUL characters, column widths
-    return None
+    return fields.problem(key, value, fields.UPDATE_RULES)
 
 
 # What a tree's sender decides; a resend must match these to count as the same request.

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from taskgrove.llm.client import LLMClient, add_usage, empty_usage
+from taskgrove.storage import fields
 from taskgrove.storage.trees import find_cycle
 
 MAX_TOKENS_LIMIT = 200_000
@@ -198,11 +199,11 @@ def validate_tree(raw_tasks: Sequence[Any], executor_ids: Iterable[str]) -> tupl
         if not isinstance(name, str) or name not in available:
             problems.append(f"{label(i)}: name {name!r} is not an available executor id "
                             f"(available: {', '.join(sorted(available))})")
-        if not isinstance(t.get("inputs", {}) or {}, dict):
-            problems.append(f"{label(i)}: inputs must be a JSON object")
-        priority = t.get("priority", 1)
-        if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 3):
-            problems.append(f"{label(i)}: priority must be an integer 0..3, got {priority!r}")
+        # The field rules tasks.create applies (storage.fields); a model may leave these out (or
+        # give an empty value or null, read as the default by _normalise).
+        for field, value in (("inputs", t.get("inputs") or {}), ("priority", t.get("priority"))):
+            if value is not None and (problem := fields.problem(field, value)) is not None:
+                problems.append(f"{label(i)}: {problem}")
 
     if use_ids and len(with_id) != len(tasks):
         missing = [f"#{i + 1} ({tasks[i].get('name')})" for i in range(len(tasks)) if i not in set(with_id)]

@@ -33,7 +33,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.util import await_
 
 from taskgrove.storage import statements as S
-from taskgrove.storage.models import JSON_COLUMNS
+from taskgrove.storage.models import JSON_COLUMNS, TaskStatus
 from taskgrove.storage.models import executions_table as X
 from taskgrove.storage.models import tasks_table as T
 from taskgrove.storage.models import with_defaults
@@ -402,7 +402,7 @@ def join(c: Connection, execution_id: str, expected: Mapping[str, str], stamp: s
     for status, ids in by_status.items():
         for start in range(0, len(ids), 500):
             joined += c.execute(update(T).where(T.c.id.in_(ids[start:start + 500]), T.c.status == status).values(
-                status="pending", progress=0.0, result=None, error=None, started_at=None, completed_at=None,
+                status=TaskStatus.PENDING.value, progress=0.0, result=None, error=None, started_at=None, completed_at=None,
                 updated_at=stamp, execution_id=execution_id, attempt=0, next_attempt_at=None, checkpoint=None,
                 lease_owner=None, lease_expires_at=None, interruptions=0)).rowcount
     c.execute(update(X).where(X.c.id == execution_id).values(updated_at=stamp))
@@ -424,7 +424,7 @@ def insert_tree(c: Connection, rows: Sequence[Mapping[str, Any]], user_id: str |
     root = rows[0]
     execution = _new_execution(root["task_tree_id"], root["id"], user_id, owner, until, stamp, webhook)
     c.execute(insert(X), execution)
-    full = [with_defaults({**row, "execution_id": execution["id"]} if row["status"] == "pending" else row)
+    full = [with_defaults({**row, "execution_id": execution["id"]} if row["status"] == TaskStatus.PENDING else row)
             for row in rows]
     if c.dialect.name == "sqlite":
         _sqlite_insert_tasks(c, full)
@@ -450,7 +450,7 @@ def renew(c: Connection, owner: str, task_ids: Sequence[str], execution_ids: Seq
     """Extend this instance's leases; returns the task and execution ids it still holds."""
     tasks: set[str] = set()
     for start in range(0, len(task_ids), 500):
-        query = (update(T).where(T.c.id.in_(task_ids[start:start + 500]), T.c.status == "in_progress",
+        query = (update(T).where(T.c.id.in_(task_ids[start:start + 500]), T.c.status == TaskStatus.IN_PROGRESS.value,
                                  T.c.lease_owner == owner).values(lease_expires_at=until).returning(T.c.id))
         tasks.update(c.execute(query).scalars())
     executions: set[str] = set()
@@ -463,7 +463,7 @@ def renew(c: Connection, owner: str, task_ids: Sequence[str], execution_ids: Seq
 
 def expired_tasks(c: Connection, now: str | None) -> list[Row]:
     """Tasks in progress whose lease ran out before `now` (None: every task in progress)."""
-    query = select(T).where(T.c.status == "in_progress")
+    query = select(T).where(T.c.status == TaskStatus.IN_PROGRESS.value)
     if now is not None:
         query = query.where((T.c.lease_expires_at.is_(None)) | (T.c.lease_expires_at < now))
     return [dict(row._mapping) for row in c.execute(query)]
@@ -471,7 +471,7 @@ def expired_tasks(c: Connection, now: str | None) -> list[Row]:
 
 def interrupt(c: Connection, row: Mapping[str, Any], values: Mapping[str, Any]) -> bool:
     """End an attempt whose instance is gone: compare-and-set on the token that attempt held."""
-    query = (update(T).where(T.c.id == row["id"], T.c.status == "in_progress",
+    query = (update(T).where(T.c.id == row["id"], T.c.status == TaskStatus.IN_PROGRESS.value,
                              T.c.lease_owner.is_(row["lease_owner"]) if row["lease_owner"] is None
                              else T.c.lease_owner == row["lease_owner"],
                              T.c.lease_epoch == row["lease_epoch"]).values(**values))
@@ -507,8 +507,8 @@ def release(c: Connection, owner: str, execution_ids: Sequence[str], stamp: str,
     over = T.c.interruptions + 1 > max_interruptions
     limit_error = (f"{error}; the task was interrupted more often than SERVICE_MAX_INTERRUPTIONS "
                    f"({max_interruptions}) allows, so it is not run again")
-    query = (update(T).where(T.c.status == "in_progress", T.c.lease_owner == owner)
-             .values(status=case((over, "failed"), else_="pending"), error=case((over, limit_error), else_=error),
+    query = (update(T).where(T.c.status == TaskStatus.IN_PROGRESS.value, T.c.lease_owner == owner)
+             .values(status=case((over, TaskStatus.FAILED.value), else_=TaskStatus.PENDING.value), error=case((over, limit_error), else_=error),
                      completed_at=case((over, stamp), else_=None), updated_at=stamp, lease_owner=None,
                      lease_expires_at=None, attempt=case((over, T.c.attempt), else_=T.c.attempt - 1),
                      interruptions=T.c.interruptions + 1)

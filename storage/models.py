@@ -7,6 +7,7 @@ they sort correctly as text on every backend and go to the wire unchanged.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, LargeBinary, String, Text, text
@@ -17,11 +18,22 @@ class Base(DeclarativeBase):
     pass
 
 
-TASK_STATUSES = ("pending", "in_progress", "completed", "failed", "cancelled")
+class TaskStatus(StrEnum):
+    """A task's status: the one list of them. A member equals its text ("pending"), so rows,
+    wire values and members compare alike; write `.value` where a plain str must be stored."""
+
+    PENDING = "pending"
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+TASK_STATUSES = tuple(status.value for status in TaskStatus)
 ORIGIN_TYPES = ("own", "clone", "reference", "link", "archive")
 # A task that is not finished yet (SERVICE_MAX_PENDING_PER_USER counts these), and the same as SQL:
 # the partial index below and storage.repository.unfinished_count share the text word for word.
-UNFINISHED_STATUSES = ("pending", "in_progress")
+UNFINISHED_STATUSES = (TaskStatus.PENDING.value, TaskStatus.IN_PROGRESS.value)
 UNFINISHED = f"status IN ({', '.join(repr(s) for s in UNFINISHED_STATUSES)})"
 
 
@@ -43,7 +55,7 @@ class Task(Base):
     inputs: Mapped[dict] = mapped_column(JSON, default=dict)
     params: Mapped[dict] = mapped_column(JSON, default=dict)
     schemas: Mapped[dict] = mapped_column(JSON, default=dict)
-    status: Mapped[str] = mapped_column(String(16), default="pending")
+    status: Mapped[str] = mapped_column(String(16), default=TaskStatus.PENDING.value)
     progress: Mapped[float] = mapped_column(Float, default=0.0)
     result: Mapped[object | None] = mapped_column(JSON, nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
@@ -218,7 +230,7 @@ TASK_FIELDS = (
 # What a new task row holds where its definition says nothing (executemany needs every key).
 _DEFAULTS: dict[str, Any] = {
     "description": None, "user_id": None, "parent_id": None, "priority": 1, "dependencies": [],
-    "inputs": {}, "params": {}, "schemas": {}, "status": "pending", "progress": 0.0,
+    "inputs": {}, "params": {}, "schemas": {}, "status": TaskStatus.PENDING.value, "progress": 0.0,
     "result": None, "error": None, "started_at": None, "completed_at": None,
     "product_id": None, "token_success": 0, "token_failed": 0, "original_task_id": None,
     "has_copy": False, "has_references": False, "origin_type": "own", "extra": {},

@@ -15,15 +15,10 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from taskgrove.storage import jsonvalues, sharing
+from taskgrove.storage import fields, jsonvalues, sharing
 from taskgrove.storage.jsonvalues import Unreadable
-from taskgrove.storage.models import JSON_COLUMNS, TASK_FIELDS, TASK_STATUSES
+from taskgrove.storage.models import JSON_COLUMNS, TASK_FIELDS, TaskStatus
 
-MAX_NAME = 1024
-MAX_ID = 64
-MAX_USER = 255
-MAX_TIMESTAMP = 40  # the width of the timestamp columns
-MAX_COUNTER = 2**31 - 1  # token counters are 32-bit integer columns
 # SERVICE_MAX_TREE_TASKS default: the most tasks one create, copy or clone may write.
 DEFAULT_MAX_TREE_TASKS = 10_000
 # The JSON columns a task shows (its wire fields, and `extra` merged into them): a value that
@@ -31,11 +26,6 @@ DEFAULT_MAX_TREE_TASKS = 10_000
 SHOWN_JSON = tuple(field for field in (*TASK_FIELDS, "extra") if field in JSON_COLUMNS)
 # Float columns on the wire: a stored NaN or infinity is reported like an unreadable JSON value.
 FLOAT_COLUMNS = ("progress", "timeout_seconds")
-# Per-field limits of the optional string fields, from the column widths in storage.models.
-FIELD_LIMITS = {
-    "started_at": MAX_TIMESTAMP, "completed_at": MAX_TIMESTAMP, "original_task_id": MAX_ID,
-    "product_id": MAX_USER, "description": 1_000_000, "error": 1_000_000,
-}
 
 
 class TreeError(ValueError):
@@ -119,74 +109,19 @@ def _short(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def _check_str(value: Any, field: str, limit: int, who: str, *, required: bool = False) -> str | None:
-    if value is None:
-        if required:
-            raise TreeError(f"{who}: {field} is required")
-        return None
-    if not isinstance(value, str):
-        raise TreeError(f"{who}: {field} must be a string, got {type(value).__name__}")
-    if "\x00" in value:
-        raise TreeError(f"{who}: {field} must not contain NUL characters")
-    if required and not value.strip():
-        raise TreeError(f"{who}: {field} must not be empty")
-    if len(value) > limit:
-        raise TreeError(f"{who}: {field} is longer than {limit} characters")
+def _checked(raw: Mapping[str, Any], field: str, who: str, default: Any = None) -> Any:
+    """`raw[field]` (or `default` when absent) once its rule in storage.fields passes."""
+    value = raw.get(field, default)
+    if (problem := fields.problem(field, value)) is not None:
+        raise TreeError(f"{who}: {problem}")
     return value
-
-
-def check_priority(value: Any) -> str | None:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 3:
-        return f"priority must be an integer from 0 (urgent) to 3 (low), got {value!r}"
-    return None
-
-
-def check_progress(value: Any) -> str | None:
-    # Compared without float(): an integer like 10**400 has no float and must not raise.
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-        shown = repr(value) if not isinstance(value, int) or abs(value) < 10**20 else "a huge integer"
-        return f"progress must be a number from 0.0 to 1.0, got {shown}"[:300]
-    return None
 
 
 def check_value(field: str, value: Any) -> str | None:
     """What is wrong with `value` for one settable task field (tasks.clone reset_fields), or None."""
     if (bad := jsonvalues.problem(value, field)) is not None:
         return bad
-    if field == "status":
-        return check_status(value)
-    if field == "priority":
-        return check_priority(value)
-    if field == "progress":
-        return check_progress(value)
-    if field in ("token_success", "token_failed"):
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNTER:
-            return f"{field} must be an integer from 0 to {MAX_COUNTER}, got {value!r}"[:300]
-        return None
-    if field in ("inputs", "params", "schemas"):
-        return None if isinstance(value, Mapping) else f"{field} must be an object, got {type(value).__name__}"
-    if field == "result":
-        return None
-    try:
-        _check_str(value, field, MAX_NAME if field == "name" else FIELD_LIMITS[field], field,
-                   required=field == "name")
-    except TreeError as exc:
-        return str(exc).removeprefix(f"{field}: ")
-    return None
-
-
-def check_timeout(value: Any) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_TIMEOUT:
-        return f"timeout_seconds must be a number of seconds above 0 and at most {MAX_TIMEOUT:g}, or null"
-    return None
-
-
-def check_status(value: Any) -> str | None:
-    if value not in TASK_STATUSES:
-        return f"status must be one of {', '.join(TASK_STATUSES)}, got {value!r}"
-    return None
+    return fields.problem(field, value)
 
 
 def normalize_dependencies(value: Any, who: str) -> list[dict[str, Any]]:
@@ -209,12 +144,10 @@ def normalize_dependencies(value: Any, who: str) -> list[dict[str, Any]]:
     return deps
 
 
-def _object(value: Any, field: str, who: str) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise TreeError(f"{who}: {field} must be an object, got {type(value).__name__}")
-    return dict(value)
+def _object(raw: Mapping[str, Any], field: str, who: str) -> dict[str, Any]:
+    """An object field at creation: absent or null means empty."""
+    value = raw.get(field)
+    return {} if value is None else dict(_checked(raw, field, who))
 
 
 # --- cycles and reachability ----------------------------------------------------------------
@@ -264,7 +197,6 @@ INPUT_FIELDS = {
     "retry", "timeout_seconds", "concurrency", "rate_limit",
     "attempt", "next_attempt_at", "interruptions",  # read-only: ignored at creation
 }
-MAX_TIMEOUT = 7 * 86_400.0
 
 
 def prepare_new_tree(raw_tasks: list[dict[str, Any]], default_user: str | None = None, *,
@@ -278,8 +210,8 @@ def prepare_new_tree(raw_tasks: list[dict[str, Any]], default_user: str | None =
         who = label(raw, index)
         if not values_checked:
             check_values(raw, who)
-        _check_str(raw.get("name"), "name", MAX_NAME, who, required=True)
-        task_id = _check_str(raw.get("id"), "id", MAX_ID, who)
+        _checked(raw, "name", who)
+        task_id = _checked(raw, "id", who)
         if task_id is not None and not task_id.strip():
             raise TreeError(f"{who}: id must not be empty")
         task_id = task_id or new_id()
@@ -336,40 +268,23 @@ def check_values(task: Mapping[str, Any], who: str) -> None:
 
 
 def _row_from_input(raw: Mapping[str, Any], task_id: str, who: str) -> dict[str, Any]:
-    priority = raw.get("priority", 1)
-    if (problem := check_priority(priority)) is not None:
-        raise TreeError(f"{who}: {problem}")
-    progress = raw.get("progress", 0.0)
-    if (problem := check_progress(progress)) is not None:
-        raise TreeError(f"{who}: {problem}")
-    status = raw.get("status", "pending")
-    if (problem := check_status(status)) is not None:
-        raise TreeError(f"{who}: {problem}")
-    if status == "in_progress":  # only the engine puts a task in progress, by claiming it
+    """One task's row: every field checked by its rule in storage.fields, defaults filled in."""
+    priority = _checked(raw, "priority", who, 1)
+    progress = _checked(raw, "progress", who, 0.0)
+    status = _checked(raw, "status", who, TaskStatus.PENDING.value)
+    if status == TaskStatus.IN_PROGRESS:  # only the engine puts a task in progress, by claiming it
         raise TreeError(f"{who}: status 'in_progress' cannot be given at creation")
-    schemas = _object(raw.get("schemas"), "schemas", who)
+    schemas = _object(raw, "schemas", who)
     if schemas and not isinstance(schemas.get("method"), str) and not isinstance(schemas.get("type"), str):
         raise TreeError(f"{who}: schemas.method (the executor id) is required when schemas is given")
-    origin = raw.get("origin_type", "own")
-    if origin not in ("own", "clone", "reference", "link", "archive"):
-        raise TreeError(f"{who}: origin_type must be one of own, clone, reference, link, archive")
-    error = raw.get("error")
-    if error is not None and not isinstance(error, str):
-        raise TreeError(f"{who}: error must be a string or null")
-    counters = {}
-    for field in ("token_success", "token_failed"):
-        value = raw.get(field, 0)
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNTER:
-            raise TreeError(f"{who}: {field} must be an integer from 0 to {MAX_COUNTER}")
-        counters[field] = value
-    for field in ("started_at", "completed_at", "original_task_id", "product_id", "description", "error"):
-        _check_str(raw.get(field), field, FIELD_LIMITS[field], who)
-    if (problem := check_timeout(raw.get("timeout_seconds"))) is not None:
-        raise TreeError(f"{who}: {problem}")
-    if raw.get("retry") is not None and not isinstance(raw.get("retry"), Mapping):
-        raise TreeError(f"{who}: retry must be an object such as {{\"max_attempts\": 3}}")
-    inputs = _object(raw.get("inputs"), "inputs", who)
-    user_id = _check_str(raw.get("user_id"), "user_id", MAX_USER, who)
+    origin = _checked(raw, "origin_type", who, "own")
+    _checked(raw, "error", who)
+    counters = {field: _checked(raw, field, who, 0) for field in ("token_success", "token_failed")}
+    for field in ("started_at", "completed_at", "original_task_id", "product_id", "description",
+                  "timeout_seconds", "retry"):
+        _checked(raw, field, who)
+    inputs = _object(raw, "inputs", who)
+    user_id = _checked(raw, "user_id", who)
     try:
         limits = {"concurrency": sharing.concurrency(raw.get("concurrency"), user_id, inputs),
                   "rate_limit": sharing.rate_limit(raw.get("rate_limit"), user_id, inputs)}
@@ -381,16 +296,16 @@ def _row_from_input(raw: Mapping[str, Any], task_id: str, who: str) -> dict[str,
         "name": raw["name"],
         "description": raw.get("description"),
         "user_id": user_id,
-        "parent_id": _check_str(raw.get("parent_id"), "parent_id", MAX_ID, who),
+        "parent_id": _checked(raw, "parent_id", who),
         "priority": priority,
         "dependencies": normalize_dependencies(raw.get("dependencies"), who),
         "inputs": inputs,
-        "params": _object(raw.get("params"), "params", who),
+        "params": _object(raw, "params", who),
         "schemas": schemas,
         "status": status,
         "progress": float(progress),
         "result": raw.get("result"),
-        "error": error,
+        "error": raw.get("error"),
         "started_at": raw.get("started_at"),
         "completed_at": raw.get("completed_at"),
         "product_id": raw.get("product_id"),
@@ -554,7 +469,7 @@ def transitive(start: Iterable[str], edges: Mapping[str, Iterable[str]]) -> set[
 # --- copy and clone -------------------------------------------------------------------------
 
 RESETTABLE = {
-    "status": "pending",
+    "status": TaskStatus.PENDING.value,
     "progress": 0.0,
     "result": None,
     "error": None,
@@ -688,7 +603,7 @@ def reset_values(reset_fields: Any) -> dict[str, Any]:
         for field, value in reset_fields.items():
             if (problem := check_value(field, value)) is not None:
                 raise TreeError(f"reset_fields: {problem}")
-        if reset_fields.get("status") == "in_progress":
+        if reset_fields.get("status") == TaskStatus.IN_PROGRESS:
             raise TreeError("reset_fields: status 'in_progress' cannot be given to a clone")
         return {**RESETTABLE, **dict(reset_fields)}
     raise TreeError("reset_fields must be an array of field names or an object of field values")
