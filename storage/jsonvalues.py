@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
@@ -220,12 +220,17 @@ def problem(value: Any, where: str, max_depth: int | None = None, *, numbers: bo
 
 
 def _path(where: str, place: Any) -> str:
-    """The text of a place: `where` then `.key` for object members and `[i]` for list items."""
-    parts: list[str] = []
+    """The text of a place given as links to its parent's ((parent, key) or None)."""
+    keys: list[Any] = []
     while place is not None:
         place, key = place
-        parts.append(f"[{key}]" if isinstance(key, int) else f".{_key(key)}")
-    return where + "".join(reversed(parts))
+        keys.append(key)
+    return path_of(where, reversed(keys))
+
+
+def path_of(where: str, keys: Iterable[Any]) -> str:
+    """The text of a place: `where` then `.key` for object members and `[i]` for list items."""
+    return where + "".join(f"[{key}]" if isinstance(key, int) else f".{_key(str(key))}" for key in keys)
 
 
 def _is_unicode(text: str) -> bool:
