@@ -414,3 +414,18 @@ async def test_our_cancel_refuses_a_nul_task_id(client: Client) -> None:
         answer = await raw(client, {"jsonrpc": "2.0", "id": 6, "method": "cancel", **body})
         assert answer["error"] == {"code": -32602, "message": "task_id must not contain NUL characters",
                                    "data": "task_id must not contain NUL characters"}, answer
+
+
+async def test_rest_bodies_pass_the_same_gate(client: Client) -> None:
+    """The A2A REST routes parse and check bodies with storage.jsonvalues too: 400 in its words."""
+    def message(data: str) -> str:
+        return '{"message": {"role": "ROLE_USER", "messageId": "m", "parts": [{"data": {"v": ' + data + '}}]}}'
+
+    for data, words in (("NaN", "body is not valid JSON: NaN is not a JSON value"),
+                        ("[1e400]", "body.message.parts[0].data.v[0] is not a finite number"),
+                        ("[" * 90 + "]" * 90, "is nested deeper than 90 levels")):
+        response = await client.http.post("/a2a/message:send", content=message(data),
+                                          headers={"Content-Type": "application/json", **V1})
+        assert response.status_code == 400, response.text
+        error = response.json()["error"]
+        assert error["status"] == "INVALID_ARGUMENT" and words in error["message"], error
