@@ -102,9 +102,10 @@ def _llm_key(headers: Mapping[str, str]) -> tuple[str | None, str | None]:
 
 def _payload(body: bytes) -> Any:
     """The decoded body, None when it is not JSON: parsed by the same function as dispatch, so
-    a NaN id or a deep body is never a reason to fail here."""
+    a NaN id or a deep body is never a reason to fail here (agent.bodylimit applied
+    SERVICE_MAX_JSON_DEPTH before; here only the gate's ceiling)."""
     try:
-        return jsonvalues.loads(body).value
+        return jsonvalues.loads(body, jsonvalues.STORED_MAX_DEPTH).value
     except jsonvalues.JsonTextError:
         return None
 

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from taskgrove.storage import jsonvalues
+
 
 class SettingsError(ValueError):
     """A configuration value is unusable; the message names the variable."""
@@ -283,8 +285,8 @@ class Settings:
     # Largest request body on any HTTP surface (HTTP 413 beyond), and the per-message limit of
     # GraphQL WebSocket messages (closed with 1009 beyond).
     max_request_bytes: int = 16 * 1024 * 1024
-    # Deepest JSON nesting accepted in a request (see storage.jsonvalues.DEFAULT_MAX_DEPTH for why 100).
-    max_json_depth: int = 100
+    # Deepest JSON nesting accepted in a request (storage.jsonvalues says why 100, and why at most 500).
+    max_json_depth: int = jsonvalues.DEFAULT_MAX_DEPTH
     # Most tasks one tasks.create, tasks.copy or tasks.clone may write.
     max_tree_tasks: int = 10_000
     # Most calls in one JSON-RPC batch.
@@ -360,7 +362,8 @@ class Settings:
             quota_exempt_admins=_bool(env, "SERVICE_QUOTA_EXEMPT_ADMINS", True),
             # input limits
             max_request_bytes=_int(env, "SERVICE_MAX_REQUEST_BYTES", 16 * 1024 * 1024, 1024, 2**31 - 1),
-            max_json_depth=_int(env, "SERVICE_MAX_JSON_DEPTH", 100, 4, 500),
+            max_json_depth=_int(env, "SERVICE_MAX_JSON_DEPTH", jsonvalues.DEFAULT_MAX_DEPTH, 4,
+                                jsonvalues.STORED_MAX_DEPTH),
             max_tree_tasks=_int(env, "SERVICE_MAX_TREE_TASKS", 10_000, 1, 1_000_000),
             max_batch=_int(env, "SERVICE_MAX_BATCH", 100, 1, 100_000),
             max_ws_message_bytes=_int(env, "SERVICE_MAX_WS_MESSAGE_BYTES", 64 * 1024, 256, 2**31 - 1),

@@ -151,7 +151,7 @@ def parse_message(raw: str | bytes | None, max_bytes: int = 64 * 1024,
         raise ValueError(f"Unknown action {shown}: expected one of {', '.join(ACTIONS)}")
     task_id = payload.get("task_id")
     if isinstance(task_id, str) and not jsonvalues.is_valid_text(task_id):
-        raise ValueError("task_id is not valid Unicode text (it holds a lone surrogate such as \\ud800)")
+        raise ValueError(f"task_id {jsonvalues.NOT_UNICODE}")
     if action == "ping":
         return action, task_id if isinstance(task_id, str) and len(task_id) <= 255 else None
     if not isinstance(task_id, str) or not task_id.strip():

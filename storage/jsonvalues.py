@@ -7,8 +7,29 @@ So every surface parses request text with `loads`, every write is checked with `
 stored JSON column is read with `read_stored` (which never raises), and replies are encoded with
 `dumps`, which never fails on depth. The rule lives here once, whatever the surface.
 
+Every surface uses it: `/tasks` and `/system` (agent.rpc.jsonrpc), `/` and the A2A REST routes
+(agent.a2a.envelope parses with `loads` and checks with `problem`, so `/` and `/tasks` word each
+mistake alike), GraphQL over HTTP and WebSocket, the event WebSocket, MCP, and the writes of
+storage.trees and the service. Executors' results go through storage.values.storable, which
+converts as it checks (dates to text, size, shared structures) but refuses a scalar in the words
+of this module (NOT_FINITE, NOT_UNICODE) at the place `path_of` names.
+
 Nothing here recurses: depth is measured on the text before parsing, and values are walked with
-an explicit stack.
+an explicit stack (`problem`; `_sanitized` and `_iter_encode` repair and encode without recursion).
+
+The depth limits, and why each exists:
+- SERVICE_MAX_JSON_DEPTH (settings.max_json_depth, default DEFAULT_MAX_DEPTH = 100): the deepest
+  request body, applied to every HTTP body by agent.bodylimit before any surface and to each
+  WebSocket message by `loads`. Surfaces that parse a body again after bodylimit pass
+  STORED_MAX_DEPTH, so the setting is applied once.
+- STORED_MAX_DEPTH = 500: the ceiling. The setting may not exceed it; values written by
+  storage.trees and the service are checked against it and stored values are read back within
+  it, so whatever a request may carry can be stored, read and sent back (Python's json,
+  graphql-core and most clients fail near 1000).
+- agent.a2a.envelope.MAX_DEPTH = 90: an A2A data part becomes a protobuf Struct, which the SDK
+  cannot build past 100 levels; A2A requests are held to it in addition to the setting.
+- SERVICE_MAX_RESULT_DEPTH (settings.max_result_depth): executors' results (storage.values).
+(SERVICE_GRAPHQL_MAX_DEPTH bounds a query's selections, not a JSON value.)
 """
 
 from __future__ import annotations
@@ -16,7 +37,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
@@ -220,12 +241,17 @@ def problem(value: Any, where: str, max_depth: int | None = None, *, numbers: bo
 
 
 def _path(where: str, place: Any) -> str:
-    """The text of a place: `where` then `.key` for object members and `[i]` for list items."""
-    parts: list[str] = []
+    """The text of a place given as links to its parent's ((parent, key) or None)."""
+    keys: list[Any] = []
     while place is not None:
         place, key = place
-        parts.append(f"[{key}]" if isinstance(key, int) else f".{_key(key)}")
-    return where + "".join(reversed(parts))
+        keys.append(key)
+    return path_of(where, reversed(keys))
+
+
+def path_of(where: str, keys: Iterable[Any]) -> str:
+    """The text of a place: `where` then `.key` for object members and `[i]` for list items."""
+    return where + "".join(f"[{key}]" if isinstance(key, int) else f".{_key(str(key))}" for key in keys)
 
 
 def _is_unicode(text: str) -> bool:

@@ -12,6 +12,8 @@ import math
 from collections.abc import Generator, Mapping
 from typing import Any
 
+from taskgrove.storage import jsonvalues
+
 _SCALAR_BYTES = 8  # what a number, true, false or null costs in the estimate
 
 
@@ -140,43 +142,52 @@ def _steps(value: Any, max_depth: int, max_bytes: int, what: str) -> Generator[N
     done, and remembered by identity, so a structure referenced many times (an aggregate of
     aggregates) is walked once and its repetitions are counted by arithmetic, never expanded.
     Containers that already are plain JSON are returned as they are, so that sharing survives
-    into the next task's result and the next check.
+    into the next task's result and the next check. A scalar the gate refuses is named by its
+    place (`result.v[2]`), in the gate's words (storage.jsonvalues).
     """
     if not isinstance(value, (Mapping, list, tuple)):
-        plain, size = _leaf(value, what)
+        try:
+            plain, size = _leaf(value)
+        except _Refused as exc:
+            raise Unstorable(f"the {what} {exc.reason}") from None
         _check_size(size, max_bytes, what)
         return plain
     done: dict[int, tuple[Any, int, int]] = {}  # id(container) -> (JSON form, size, height)
     stack = [_Frame(value, None)]
     steps = 0
-    while True:
-        steps += 1
-        if steps % STEPS_PER_SLICE == 0:
-            yield
-        frame = stack[-1]
-        entry = next(frame.items, None)
-        if entry is None:  # this container is complete
-            stack.pop()
-            plain = frame.finished()
-            done[id(frame.source)] = (plain, frame.size, frame.height)
-            if not stack:
-                return plain
-            _add(stack[-1], frame.key, frame.source, plain, frame.size, frame.height, max_bytes, what)
-            continue
-        key, item = entry
-        if frame.is_map:
-            frame.size += _text_bytes(key if isinstance(key, str) else str(key), what) + 4
-        if isinstance(item, (Mapping, list, tuple)):
-            seen = done.get(id(item))
-            if seen is not None:
-                _add(frame, key, item, seen[0], seen[1], seen[2], max_bytes, what)
-            elif len(stack) >= max_depth:
-                raise Unstorable(_too_deep(what, max_depth))
-            else:
-                stack.append(_Frame(item, key))
-            continue
-        plain, size = _leaf(item, what)
-        _add(frame, key, item, plain, size, 0, max_bytes, what)
+    key: Any = None
+    try:
+        while True:
+            steps += 1
+            if steps % STEPS_PER_SLICE == 0:
+                yield
+            frame = stack[-1]
+            entry = next(frame.items, None)
+            if entry is None:  # this container is complete
+                stack.pop()
+                plain = frame.finished()
+                done[id(frame.source)] = (plain, frame.size, frame.height)
+                if not stack:
+                    return plain
+                _add(stack[-1], frame.key, frame.source, plain, frame.size, frame.height, max_bytes, what)
+                continue
+            key, item = entry
+            if frame.is_map:
+                frame.size += _key_bytes(key) + 4
+            if isinstance(item, (Mapping, list, tuple)):
+                seen = done.get(id(item))
+                if seen is not None:
+                    _add(frame, key, item, seen[0], seen[1], seen[2], max_bytes, what)
+                elif len(stack) >= max_depth:
+                    raise Unstorable(_too_deep(what, max_depth))
+                else:
+                    stack.append(_Frame(item, key))
+                continue
+            plain, size = _leaf(item)
+            _add(frame, key, item, plain, size, 0, max_bytes, what)
+    except _Refused as exc:
+        keys = [f.key for f in stack[1:]] + ([key] if exc.inside else [])
+        raise Unstorable(f"the {jsonvalues.path_of(what, keys)} {exc.reason}") from None
 
 
 def _add(frame: _Frame, key: Any, item: Any, plain: Any, size: int, height: int, max_bytes: int,
@@ -188,18 +199,35 @@ def _add(frame: _Frame, key: Any, item: Any, plain: Any, size: int, height: int,
     _check_size(frame.size, max_bytes, what)
 
 
-def _leaf(item: Any, what: str) -> tuple[Any, int]:
+class _Refused(Exception):
+    """A scalar (inside=True) or a key of the current container the gate refuses; `reason` in
+    the gate's words, the place is added by the walk."""
+
+    def __init__(self, reason: str, inside: bool = True) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.inside = inside
+
+
+def _leaf(item: Any) -> tuple[Any, int]:
     """A scalar as stored, and what it costs."""
     if isinstance(item, str):
-        return item, _text_bytes(item, what) + 2
+        return item, _text_bytes(item) + 2
     if item is None or isinstance(item, (bool, int)):
         return item, _SCALAR_BYTES
     if isinstance(item, float):
         if not math.isfinite(item):
-            raise Unstorable(f"the {what} holds a number that is not finite ({item!r}); JSON has no such number")
+            raise _Refused(jsonvalues.NOT_FINITE)
         return item, _SCALAR_BYTES
     text = str(item)  # dates, decimals, sets...: stored as their text
-    return text, _text_bytes(text, what) + 2
+    return text, _text_bytes(text) + 2
+
+
+def _key_bytes(key: Any) -> int:
+    try:
+        return _text_bytes(key if isinstance(key, str) else str(key))
+    except _Refused:
+        raise _Refused(f"has a key that {jsonvalues.NOT_UNICODE}", inside=False) from None
 
 
 def _check_size(size: int, max_bytes: int, what: str) -> None:
@@ -208,13 +236,13 @@ def _check_size(size: int, max_bytes: int, what: str) -> None:
                          f"store large data elsewhere and return a reference to it")
 
 
-def _text_bytes(text: str, what: str) -> int:
+def _text_bytes(text: str) -> int:
     if text.isascii():
         return len(text)
     try:
         return len(text.encode("utf-8"))
     except UnicodeEncodeError:
-        raise Unstorable(f"the {what} holds a string that is not valid Unicode (a lone surrogate)") from None
+        raise _Refused(jsonvalues.NOT_UNICODE) from None
 
 
 def _too_deep(what: str, limit: int) -> str:

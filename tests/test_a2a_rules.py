@@ -293,7 +293,28 @@ async def test_parse_errors_are_said_in_our_words(client: Client) -> None:
         assert_our_words(answer["error"])
     answer = (await client.http.post("/", content=b'{"jsonrpc": "2.0", "id": 1, "method": ',
                                      headers={"Content-Type": "application/json"})).json()
-    assert "line 1, column" in answer["error"]["data"]
+    assert "at line 1 column 39" in answer["error"]["data"]
+
+
+@pytest.mark.parametrize("body, code, words", [
+    (b'\xff\xfe{"jsonrpc": "2.0"}', -32700, "body is not valid JSON: it is not UTF-8 text (bad byte at offset 0)"),
+    (b'{"jsonrpc": "2.0", "id": 1, "method": ', -32700, "a value is missing or not JSON at line 1 column 39"),
+    (b'{"jsonrpc": "2.0", "id": 1, "method": "tasks.get", "params": {"task_id": NaN}}', -32700,
+     "body is not valid JSON: NaN is not a JSON value (write numbers as finite decimals, or send a string)"),
+    (b'{"jsonrpc": "2.0", "id": 1, "method": "tasks.get", "params": {"task_id": "\\ud800"}}', -32700,
+     "body is not valid JSON: params.task_id is not valid Unicode text"),
+    (b'{"jsonrpc": "2.0", "id": 1, "method": "tasks.get", "params": {"task_id": "x", "v": [1e400]}}', -32602,
+     "params.v[0] is not a finite number (NaN, Infinity and numbers beyond about 1.8e308 cannot be stored)"),
+])
+async def test_root_and_tasks_word_each_mistake_alike(client: Client, body: bytes, code: int, words: str) -> None:
+    """One gate for JSON values (storage.jsonvalues): `/` says what `/tasks` says."""
+    said = []
+    for path in ("/", "/tasks"):
+        response = await client.http.post(path, content=body, headers={"Content-Type": "application/json"})
+        error = response.json()["error"]
+        assert error["code"] == code, (path, error)
+        said.append(error["data"] if code == -32700 else error["message"])
+    assert said[0] == said[1] and words in said[0], said
 
 
 async def test_an_a2a_notification_is_executed_and_not_answered(client: Client) -> None:
@@ -393,3 +414,18 @@ async def test_our_cancel_refuses_a_nul_task_id(client: Client) -> None:
         answer = await raw(client, {"jsonrpc": "2.0", "id": 6, "method": "cancel", **body})
         assert answer["error"] == {"code": -32602, "message": "task_id must not contain NUL characters",
                                    "data": "task_id must not contain NUL characters"}, answer
+
+
+async def test_rest_bodies_pass_the_same_gate(client: Client) -> None:
+    """The A2A REST routes parse and check bodies with storage.jsonvalues too: 400 in its words."""
+    def message(data: str) -> str:
+        return '{"message": {"role": "ROLE_USER", "messageId": "m", "parts": [{"data": {"v": ' + data + '}}]}}'
+
+    for data, words in (("NaN", "body is not valid JSON: NaN is not a JSON value"),
+                        ("[1e400]", "body.message.parts[0].data.v[0] is not a finite number"),
+                        ("[" * 90 + "]" * 90, "is nested deeper than 90 levels")):
+        response = await client.http.post("/a2a/message:send", content=message(data),
+                                          headers={"Content-Type": "application/json", **V1})
+        assert response.status_code == 400, response.text
+        error = response.json()["error"]
+        assert error["status"] == "INVALID_ARGUMENT" and words in error["message"], error

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from taskgrove.storage import values
 from taskgrove.storage.executions import _json_text
+from taskgrove.storage import jsonvalues
 from taskgrove.storage.values import Unstorable, storable
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2 ** 70), max_value=2 ** 70),
@@ -64,12 +65,24 @@ def test_typical_results_take_the_shortcut_and_come_back_unchanged(value: Any) -
 def test_what_the_shortcut_leaves_to_the_walk() -> None:
     limits = {"max_depth": 100, "max_bytes": 1 << 24}
     assert not values._small_and_plain({"n": math.nan}, 100, 1 << 24)
-    with pytest.raises(Unstorable, match="not finite"):
+    with pytest.raises(Unstorable, match="is not a finite number"):
         storable({"n": math.nan}, **limits)
     with pytest.raises(Unstorable, match="lone surrogate"):
         storable({"s": "\ud800"}, **limits)
     assert storable((1, 2), **limits) == [1, 2]
     assert storable({1: "a"}, **limits) == {"1": "a"}
+
+
+def test_a_refused_scalar_is_named_by_its_place_in_the_gates_words() -> None:
+    limits = {"max_depth": 100, "max_bytes": 1 << 24}
+    cases = [({"v": [1, math.inf]}, "the result.v[1] " + jsonvalues.NOT_FINITE),
+             ({"a": {"b\ud800": 1}}, "the result.a has a key that " + jsonvalues.NOT_UNICODE),
+             ([{"s": "\udfff"}] * 3, "the result[0].s " + jsonvalues.NOT_UNICODE),
+             (math.nan, "the result " + jsonvalues.NOT_FINITE)]
+    for value, said in cases:
+        with pytest.raises(Unstorable) as refused:
+            storable(value, **limits)
+        assert str(refused.value) == said
 
 
 def test_json_texts_shared_within_an_insert_are_json_dumps_texts() -> None:

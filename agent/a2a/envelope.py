@@ -4,9 +4,10 @@ The SDK's JSON-RPC app trusts its input more than a public endpoint may: it answ
 with `id: null`, lets `1e400` reach protobuf (an internal error), and puts pydantic or protobuf
 text into error data. So every request on `/` is parsed and its envelope checked here first:
 
-- the body must be JSON (NaN, Infinity and lone surrogates are not): -32700;
+- the body must be JSON (NaN, Infinity and lone surrogates are not): -32700, in the words of
+  storage.jsonvalues (the one gate for JSON values, shared with `/tasks`);
 - `id` must be a string, a finite number or null, else -32600 with `id: null`;
-- no value anywhere may be a non-finite number: -32602 naming where it is.
+- no value anywhere may be a non-finite number (`1e400`): -32602 naming where it is.
 
 Errors are rendered by wire: an A2A 1.0 request (a PascalCase method such as `SendMessage`) gets
 the 1.0 error object (`data` is a list of `google.rpc.ErrorInfo` details, as the SDK builds it),
@@ -16,9 +17,7 @@ a 0.3 request (`message/send`, ...) and everything else gets `{code, message, da
 
 from __future__ import annotations
 
-import json
 import math
-import re
 from typing import Any
 
 from a2a.utils.error_handlers import build_error_details
@@ -32,6 +31,7 @@ from taskgrove.agent.errors import (
     PARSE_ERROR,
     RpcError,
 )
+from taskgrove.storage import jsonvalues
 
 WIRE_1_0 = "1.0"
 WIRE_0_3 = "0.3"
@@ -71,32 +71,17 @@ def valid_id(value: Any) -> bool:
     return isinstance(value, float) and math.isfinite(value)
 
 
-def parse(body: bytes) -> Any:
-    """The JSON body, or EnvelopeError: -32700 when the text is not JSON, said in our words.
+def parse(body: bytes) -> jsonvalues.Parsed:
+    """The JSON body, or EnvelopeError -32700 when the text is not JSON: parsed by
+    storage.jsonvalues.loads, so `/` words every such mistake as `/tasks` does.
 
-    Not JSON: bytes that are not UTF-8, a syntax error (its line and column are given), NaN or
-    Infinity (RFC 8259 has neither), a string holding a lone surrogate escape (it can be neither
-    stored nor sent back as UTF-8).
+    The depth limit of the request (SERVICE_MAX_JSON_DEPTH) was applied to the body by
+    agent.bodylimit before any surface; here only the gate's ceiling applies (see jsonvalues).
     """
     try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise EnvelopeError(PARSE_ERROR, "Parse error", f"the body is not UTF-8 text (byte {exc.start})") from None
-    try:
-        payload = json.loads(text, parse_constant=_no_constant)
-    except _ConstantError as exc:
-        raise EnvelopeError(PARSE_ERROR, "Parse error", f"{exc} is not a JSON value (RFC 8259)") from None
-    except RecursionError:
-        raise EnvelopeError(INVALID_REQUEST, "Invalid Request",
-                            "the body nests arrays and objects too deeply to be read") from None
-    except json.JSONDecodeError as exc:
-        raise EnvelopeError(PARSE_ERROR, "Parse error",
-                            f"the body is not valid JSON (line {exc.lineno}, column {exc.colno})") from None
-    where = lone_surrogate(payload, "body")
-    if where is not None:
-        raise EnvelopeError(PARSE_ERROR, "Parse error",
-                            f"{where} holds a lone surrogate escape (not valid Unicode text)")
-    return payload
+        return jsonvalues.loads(body, jsonvalues.STORED_MAX_DEPTH)
+    except jsonvalues.JsonTextError as exc:
+        raise EnvelopeError(PARSE_ERROR, "Parse error", str(exc)) from None
 
 
 # A request is at most this deep. An A2A data part becomes a protobuf Struct, which the SDK cannot
@@ -105,52 +90,10 @@ def parse(body: bytes) -> Any:
 MAX_DEPTH = 90
 
 
-def depth_of(value: Any) -> int:
-    """How deeply arrays and objects nest in `value` (iterative)."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            deepest = max(deepest, depth)
-            stack.extend((v, depth + 1) for v in item.values())
-        elif isinstance(item, list):
-            deepest = max(deepest, depth)
-            stack.extend((v, depth + 1) for v in item)
-    return deepest
-
-
-class _ConstantError(ValueError):
-    pass
-
-
-def _no_constant(name: str) -> Any:
-    raise _ConstantError(name)
-
-
-def lone_surrogate(value: Any, root: str) -> str | None:
-    """The path of the first string (or key) holding a lone surrogate, else None (iterative)."""
-    stack: list[tuple[Any, str]] = [(value, root)]
-    while stack:
-        item, path = stack.pop()
-        if isinstance(item, str):
-            if _SURROGATE.search(item):
-                return path
-        elif isinstance(item, dict):
-            for key, child in item.items():
-                if _SURROGATE.search(key):
-                    return f"{path} (a key)"
-                stack.append((child, f"{path}.{key}"))
-        elif isinstance(item, list):
-            stack.extend((v, f"{path}[{i}]") for i, v in enumerate(item))
-    return None
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def check_request(message: Any) -> None:
-    """Envelope rules of one request object (also each member of a batch)."""
+def check_request(message: Any, suspect: bool = True) -> None:
+    """Envelope rules of one request object (also each member of a batch). `suspect`: the
+    document may hold a number that overflowed (jsonvalues.Parsed.suspect); only then are the
+    params walked."""
     if not isinstance(message, dict):
         raise EnvelopeError(INVALID_REQUEST, "Invalid Request", "a request must be a JSON object")
     id_ = message.get("id")
@@ -164,25 +107,9 @@ def check_request(message: Any) -> None:
     params = message.get("params")
     if params is not None and not isinstance(params, (dict, list)):
         raise EnvelopeError(INVALID_REQUEST, "Invalid Request", "params must be an object or an array", id_)
-    where = bad_value(params, "params")
-    if where is not None:
-        raise EnvelopeError(INVALID_PARAMS, "Invalid params",
-                            f"{where} is not a finite number; JSON numbers must fit a double", id_)
-
-
-def bad_value(value: Any, root: str) -> str | None:
-    """The path of the first non-finite number in `value` (iterative: any depth), else None."""
-    stack: list[tuple[Any, str]] = [(value, root)]
-    while stack:
-        item, path = stack.pop()
-        if isinstance(item, float):
-            if not math.isfinite(item):
-                return path
-        elif isinstance(item, dict):
-            stack.extend((v, f"{path}.{k}") for k, v in item.items())
-        elif isinstance(item, list):
-            stack.extend((v, f"{path}[{i}]") for i, v in enumerate(item))
-    return None
+    found = jsonvalues.problem(params, "params") if suspect else None
+    if found is not None:
+        raise EnvelopeError(INVALID_PARAMS, "Invalid params", found, id_)
 
 
 def error_body(wire: str, id_: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:

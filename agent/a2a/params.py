@@ -19,8 +19,9 @@ from a2a.types.a2a_pb2 import Role, TaskState
 from google.protobuf.json_format import ParseDict, ParseError
 from pydantic import ValidationError
 
-from taskgrove.agent.a2a.envelope import MAX_DEPTH, EnvelopeError, depth_of
+from taskgrove.agent.a2a.envelope import MAX_DEPTH, EnvelopeError
 from taskgrove.agent.errors import INVALID_PARAMS
+from taskgrove.storage import jsonvalues
 
 VERSION_NOT_SUPPORTED = -32009
 MAX_FIELDS = 5  # a reply names at most this many bad fields
@@ -30,9 +31,10 @@ _PARSE_FIELD = re.compile(r"Failed to parse (\w+) field")
 def check_params(method: str, message: dict[str, Any]) -> None:
     """Raise EnvelopeError(-32602) when the params do not fit the method's request type."""
     id_ = message.get("id")
-    if depth_of(message.get("params")) > MAX_DEPTH - 1:
-        raise _invalid(f"{method}: params nest arrays and objects deeper than {MAX_DEPTH - 1} levels "
-                       "(a data part becomes a protobuf Struct, which has a depth limit)", id_)
+    # check_request refused what else the gate refuses, so only the depth can be found here.
+    found = jsonvalues.problem(message.get("params"), "params", MAX_DEPTH - 1)
+    if found is not None:
+        raise _invalid(f"{method}: {found} (a data part becomes a protobuf Struct, which has a depth limit)", id_)
     where = nul_in_names(message.get("params"), "params")
     if where is not None:
         raise _invalid(f"{method}: {where} must not contain NUL characters", id_)

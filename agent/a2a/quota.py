@@ -45,7 +45,7 @@ def error_answer(wire: str, id_: Any, exc: QuotaExceeded) -> dict[str, Any]:
 def refuse_all(body: bytes, exc: QuotaExceeded, request: Request) -> JSONResponse:
     """Every call of a POST `/` body refused (the request rate): 429, each call in its wire's form."""
     try:
-        payload = parse(body)
+        payload = parse(body).value
     except EnvelopeError:
         payload = None
     batch = isinstance(payload, list) and bool(payload)

@@ -36,8 +36,6 @@ from taskgrove.agent.a2a.envelope import (
     MAX_DEPTH,
     WIRE_1_0,
     EnvelopeError,
-    bad_value,
-    depth_of,
     parse,
 )
 from taskgrove.agent.a2a.extras import explicitly_blocking, push_extras
@@ -48,6 +46,7 @@ from taskgrove.agent.a2a.wire import restore_ints
 from taskgrove.agent.auth import AuthError
 from taskgrove.agent.edge import call_context, json_media_type
 from taskgrove.agent.errors import RpcError
+from taskgrove.storage import jsonvalues
 
 if TYPE_CHECKING:  # pragma: no cover
     from taskgrove.agent.container import Services
@@ -96,15 +95,13 @@ def _guarded(services: "Services", endpoint: Endpoint) -> Endpoint:
         payload: Any = None
         if body.strip():
             try:
-                payload = parse(body)
+                parsed = parse(body)
             except EnvelopeError as exc:
-                return rest_error(400, "INVALID_ARGUMENT", f"the body is not valid JSON: {exc.data}")
-            if depth_of(payload) > MAX_DEPTH:
-                return rest_error(400, "INVALID_ARGUMENT",
-                                  f"the body nests arrays and objects deeper than {MAX_DEPTH} levels")
-            where = bad_value(payload, "body")
-            if where is not None:
-                return rest_error(400, "INVALID_ARGUMENT", f"{where} is not a finite number; JSON numbers must fit a double")
+                return rest_error(400, "INVALID_ARGUMENT", str(exc.data))
+            payload = parsed.value
+            found = jsonvalues.problem(payload, "body", MAX_DEPTH)  # one walk: depth and numbers
+            if found is not None:
+                return rest_error(400, "INVALID_ARGUMENT", found)
         where = nul_in_names({"path": dict(request.path_params), "query": dict(request.query_params.multi_items()),
                               "body": payload}, "request")
         if where is not None:  # the JSON-RPC rule of agent.a2a.params, for the ids in paths and queries

@@ -91,13 +91,14 @@ def agent_endpoint(services: "Services", methods: dict[str, Handler],
         if (refusal := services.admission.admit_request(ctx, body)) is not None:
             return quota.refuse_all(body, refusal, request)
         try:
-            payload = parse(body)
+            parsed = parse(body)
         except EnvelopeError as exc:
             return JSONResponse(envelope_error_body(wire_of(None, request.headers), exc))
+        payload = parsed.value
         if isinstance(payload, list):
-            return await _batch(request, payload, ctx, methods, relay)
+            return await _batch(request, payload, ctx, methods, relay, parsed.suspect)
         try:
-            check_request(payload)
+            check_request(payload, parsed.suspect)
         except EnvelopeError as exc:
             method = payload.get("method") if isinstance(payload, dict) else None
             return JSONResponse(envelope_error_body(wire_of(method, request.headers), exc))
@@ -151,7 +152,7 @@ def _refuse_all(body: bytes, exc: RpcError, request: Request, status_code: int =
     or no call that can be read): the A2A TCK (JSONRPC-SSE-002) wants ContentTypeNotSupportedError
     (-32005) for a body not declared as JSON, where our own methods say -32600."""
     try:
-        payload = parse(body)
+        payload = parse(body).value
     except EnvelopeError:
         payload = None
     calls = payload if isinstance(payload, list) and payload else [payload]
@@ -184,7 +185,7 @@ async def _sdk_call(request: Request, payload: dict[str, Any], ctx: CallContext,
 
 
 async def _batch(request: Request, payload: list[Any], ctx: CallContext, methods: dict[str, Handler],
-                 relay: Relay) -> Response:
+                 relay: Relay, suspect: bool) -> Response:
     """A JSON-RPC batch: every method of `/` works inside it, A2A methods included.
 
     Members run one after the other; a streaming method contributes its first event (a batch
@@ -199,7 +200,7 @@ async def _batch(request: Request, payload: list[Any], ctx: CallContext, methods
     answers: list[Any] = []
     for member in payload:
         try:
-            check_request(member)
+            check_request(member, suspect)
         except EnvelopeError as exc:
             method = member.get("method") if isinstance(member, dict) else None
             answers.append(envelope_error_body(wire_of(method, request.headers), exc))

@@ -141,7 +141,7 @@ def _envelope_problem(message: dict[str, Any], suspect: bool) -> tuple[int, str]
     if not isinstance(method, str) or not method:
         return INVALID_REQUEST, "method must be a non-empty string"
     if not jsonvalues.is_valid_text(method):
-        return INVALID_REQUEST, "method is not valid Unicode text (it holds a lone surrogate)"
+        return INVALID_REQUEST, f"method {jsonvalues.NOT_UNICODE}"
     params = message.get("params", {})
     if params is not None and not isinstance(params, (dict, list)):
         return INVALID_REQUEST, "params must be an object or an array"

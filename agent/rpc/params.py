@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from taskgrove.agent.errors import invalid_params
-from taskgrove.storage.jsonvalues import is_valid_text
+from taskgrove.storage.jsonvalues import NOT_UNICODE, is_valid_text
 
 _MISSING = object()
 
@@ -39,7 +39,7 @@ def checked_text(value: str, name: str, max_length: int = 10_000) -> str:
     if "\x00" in value:
         raise invalid_params(f"{name} must not contain NUL characters")
     if not is_valid_text(value):  # GraphQL's own escapes reach here without the JSON gate
-        raise invalid_params(f"{name} is not valid Unicode text (it holds a lone surrogate such as \\ud800)")
+        raise invalid_params(f"{name} {NOT_UNICODE}")
     return value
 
 
@@ -75,8 +75,9 @@ def string_list(params: Mapping[str, Any], name: str, *, aliases: Sequence[str] 
         value = [value]
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise invalid_params(f"{name} must be an array of non-empty strings")
-    if not all(is_valid_text(v) for v in value):
-        raise invalid_params(f"{name} holds a string that is not valid Unicode text (a lone surrogate)")
+    for index, item in enumerate(value):
+        if not is_valid_text(item):
+            raise invalid_params(f"{name}[{index}] {NOT_UNICODE}")
     return value
 
 
