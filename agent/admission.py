@@ -62,10 +62,13 @@ class RequestRate:
 
     def take(self, key: Hashable, now: float) -> float:
         """0.0 when one request of `key` may go now (and counts it), else the seconds to wait."""
-        after = max(self._due.get(key, now), now) + self.interval
-        if after - now > self.window:
-            return after - now - self.window
-        self._due[key] = after
+        due = max(self._due.get(key, now), now)
+        # (due - now) first: 0.0 exactly for a key with a full bucket, so its request is never
+        # refused by rounding (now + interval - now can come out a hair above interval).
+        wait = (due - now) + self.interval - self.window
+        if wait > 0:
+            return wait
+        self._due[key] = due + self.interval
         if len(self._due) > self.max_keys:
             self._forget(now)
         return 0.0

@@ -368,6 +368,16 @@ def test_request_rate_allows_the_burst_then_the_rate() -> None:
     assert [rate.take("a", 110.0) for _ in range(2)] == [0.0, 0.0]
 
 
+@hsettings(max_examples=300, deadline=None)
+@given(now=st.floats(min_value=0.0, max_value=1e9, allow_nan=False), per_second=st.sampled_from([0.01, 0.3, 1.0, 7.0, 200.0]))
+def test_a_new_key_with_a_burst_of_one_is_never_refused_by_rounding(now: float, per_second: float) -> None:
+    """The first request of a key is allowed whatever the clock reads (found when `now + 100 - now`
+    came out above 100 and a fresh user's first request was a 429)."""
+    rate = RequestRate(per_second, 1)
+    assert rate.take("fresh", now) == 0.0
+    assert rate.take("fresh", now) > 0.0  # and the burst of one is spent
+
+
 def test_request_rate_memory_is_bounded_and_idle_keys_go_first() -> None:
     rate = RequestRate(per_second=1.0, burst=1, max_keys=100)
     for i in range(100):
