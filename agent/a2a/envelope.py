@@ -84,6 +84,23 @@ def parse(body: bytes) -> jsonvalues.Parsed:
         raise EnvelopeError(PARSE_ERROR, "Parse error", str(exc)) from None
 
 
+def calls_of(body: bytes, headers: Any = None) -> tuple[list[tuple[str, Any, Any]], bool]:
+    """Each call of a body as (wire, id to echo, method), and whether the body was a batch: what
+    an answer refusing every call needs. An id is echoed only when valid; a body that cannot be
+    read is one call with neither id nor method."""
+    try:
+        payload = parse(body).value
+    except EnvelopeError:
+        payload = None
+    batch = isinstance(payload, list) and bool(payload)
+    calls = []
+    for call in payload if batch else [payload]:
+        id_ = call.get("id") if isinstance(call, dict) else None
+        method = call.get("method") if isinstance(call, dict) else None
+        calls.append((wire_of(method, headers), id_ if valid_id(id_) else None, method))
+    return calls, batch
+
+
 # A request is at most this deep. An A2A data part becomes a protobuf Struct, which the SDK cannot
 # build or render past 100 levels (an internal error deep inside it); the envelope and the message
 # around a data part take about 8 of them.

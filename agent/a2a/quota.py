@@ -21,7 +21,7 @@ from a2a.utils.error_handlers import A2A_DOMAIN, ERROR_INFO_TYPE
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from taskgrove.agent.a2a.envelope import EnvelopeError, WIRE_1_0, parse, valid_id, wire_of
+from taskgrove.agent.a2a.envelope import WIRE_1_0, calls_of
 from taskgrove.agent.errors import QuotaExceeded
 from taskgrove.agent.rpc.jsonrpc import CallContext
 
@@ -44,16 +44,8 @@ def error_answer(wire: str, id_: Any, exc: QuotaExceeded) -> dict[str, Any]:
 
 def refuse_all(body: bytes, exc: QuotaExceeded, request: Request) -> JSONResponse:
     """Every call of a POST `/` body refused (the request rate): 429, each call in its wire's form."""
-    try:
-        payload = parse(body).value
-    except EnvelopeError:
-        payload = None
-    batch = isinstance(payload, list) and bool(payload)
-    answers = []
-    for call in payload if batch else [payload]:
-        id_ = call.get("id") if isinstance(call, dict) else None
-        method = call.get("method") if isinstance(call, dict) else None
-        answers.append(error_answer(wire_of(method, request.headers), id_ if valid_id(id_) else None, exc))
+    calls, batch = calls_of(body, request.headers)
+    answers = [error_answer(wire, id_, exc) for wire, id_, _ in calls]
     return JSONResponse(answers if batch else answers[0], status_code=429, headers=exc.headers)
 
 

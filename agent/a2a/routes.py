@@ -26,11 +26,11 @@ from taskgrove.agent.a2a import quota
 from taskgrove.agent.a2a.calls import BLOCKING_KEY, CALL_KEY, PUSH_KEY, CallerContextBuilder
 from taskgrove.agent.a2a.envelope import (
     EnvelopeError,
+    calls_of,
     check_request,
     envelope_error_body,
     error_body,
     parse,
-    valid_id,
     wire_of,
 )
 from taskgrove.agent.a2a.handler import TaskgroveRequestHandler, build_surface
@@ -151,19 +151,10 @@ def _refuse_all(body: bytes, exc: RpcError, request: Request, status_code: int =
     `a2a_code`: the code instead of exc's for every call that is not one of `ours` (an A2A call,
     or no call that can be read): the A2A TCK (JSONRPC-SSE-002) wants ContentTypeNotSupportedError
     (-32005) for a body not declared as JSON, where our own methods say -32600."""
-    try:
-        payload = parse(body).value
-    except EnvelopeError:
-        payload = None
-    calls = payload if isinstance(payload, list) and payload else [payload]
-    answers = []
-    for call in calls:
-        id_ = call.get("id") if isinstance(call, dict) else None
-        method = call.get("method") if isinstance(call, dict) else None
-        code = exc.code if a2a_code is None or (isinstance(method, str) and method in ours) else a2a_code
-        answers.append(error_body(wire_of(method, request.headers), id_ if valid_id(id_) else None,
-                                  code, exc.message, exc.data))
-    return JSONResponse(answers if isinstance(payload, list) and payload else answers[0], status_code=status_code)
+    calls, batch = calls_of(body, request.headers)
+    answers = [error_body(wire, id_, exc.code if a2a_code is None or (isinstance(method, str) and method in ours)
+                          else a2a_code, exc.message, exc.data) for wire, id_, method in calls]
+    return JSONResponse(answers if batch else answers[0], status_code=status_code)
 
 
 async def _sdk_call(request: Request, payload: dict[str, Any], ctx: CallContext, relay: Relay) -> Response:
