@@ -31,8 +31,8 @@ class TaskStatus(StrEnum):
 
 TASK_STATUSES = tuple(status.value for status in TaskStatus)
 ORIGIN_TYPES = ("own", "clone", "reference", "link", "archive")
-# A task that is not finished yet (SERVICE_MAX_PENDING_PER_USER counts these), and the same as SQL:
-# the partial index below and storage.repository.unfinished_count share the text word for word.
+# A task that is not finished yet (SERVICE_MAX_PENDING_PER_USER counts these), and the same as SQL
+# (storage.statements.UNFINISHED_OF_USER).
 UNFINISHED_STATUSES = (TaskStatus.PENDING.value, TaskStatus.IN_PROGRESS.value)
 UNFINISHED = f"status IN ({', '.join(repr(s) for s in UNFINISHED_STATUSES)})"
 
@@ -99,15 +99,14 @@ class Task(Base):
     __table_args__ = (
         Index("ix_tasks_parent_id", "parent_id"),
         Index("ix_tasks_user_id", "user_id"),
-        Index("ix_tasks_status", "status"),
+        # Status first: lists and counts by status use the prefix; SERVICE_MAX_PENDING_PER_USER counts
+        # a user's unfinished tasks as two ranges of it (agent/admission.py, migration 0007).
+        Index("ix_tasks_status_user", "status", "user_id"),
         Index("ix_tasks_created_at", "created_at"),
         Index("ix_tasks_task_tree_id", "task_tree_id"),
         Index("ix_tasks_execution_id", "execution_id"),
         Index("ix_tasks_concurrency_key", "concurrency_key", "status", sqlite_where=text("concurrency_key IS NOT NULL"),
               postgresql_where=text("concurrency_key IS NOT NULL")),
-        # The unfinished tasks' users: SERVICE_MAX_PENDING_PER_USER counts through it (agent/admission.py).
-        Index("ix_tasks_user_unfinished", "user_id", "status", sqlite_where=text(UNFINISHED),
-              postgresql_where=text(UNFINISHED)),
     )
 
 

@@ -171,7 +171,7 @@ class TaskRepository:
 
     async def unfinished_count(self, user_id: str | None, at_most: int) -> int:
         """Tasks of `user_id` (None: the tasks without one) that are pending or in progress,
-        counted up to `at_most` only: a range of ix_tasks_user_unfinished, so the cost is bounded
+        counted up to `at_most` only: two ranges of ix_tasks_status_user, so the cost is bounded
         by the quota however many tasks the user ever had (SERVICE_MAX_PENDING_PER_USER)."""
         statement, args = (S.UNFINISHED_OF_NOBODY, (at_most,)) if user_id is None else \
             (S.UNFINISHED_OF_USER, (user_id, at_most))

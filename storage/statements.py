@@ -89,8 +89,7 @@ def task_listing(by_user: bool, by_status: bool) -> Statement:
                      form("postgresql"))
 
 
-# Its WHERE holds the partial index's own condition (models.UNFINISHED), which is how SQLite and
-# PostgreSQL know ix_tasks_user_unfinished has every row asked for.
+# Two covering ranges of ix_tasks_status_user (status, user_id), one per unfinished status.
 UNFINISHED_OF_USER = Statement(
     "Unfinished tasks of a user, counted up to a bound. Args: user_id, at_most.",
     f"SELECT count(*) AS n FROM (SELECT 1 FROM tasks WHERE user_id = ?1 AND {UNFINISHED} LIMIT ?2) AS unfinished",

@@ -109,14 +109,6 @@ def _short(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def _checked(raw: Mapping[str, Any], field: str, who: str, default: Any = None) -> Any:
-    """`raw[field]` (or `default` when absent) once its rule in storage.fields passes."""
-    value = raw.get(field, default)
-    if (problem := fields.problem(field, value)) is not None:
-        raise TreeError(f"{who}: {problem}")
-    return value
-
-
 def check_value(field: str, value: Any) -> str | None:
     """What is wrong with `value` for one settable task field (tasks.clone reset_fields), or None."""
     if (bad := jsonvalues.problem(value, field)) is not None:
@@ -142,12 +134,6 @@ def normalize_dependencies(value: Any, who: str) -> list[dict[str, Any]]:
             raise TreeError(f"{who}: dependency '{dep_id}' required must be true or false")
         deps.append({"id": dep_id, "required": required})
     return deps
-
-
-def _object(raw: Mapping[str, Any], field: str, who: str) -> dict[str, Any]:
-    """An object field at creation: absent or null means empty."""
-    value = raw.get(field)
-    return {} if value is None else dict(_checked(raw, field, who))
 
 
 # --- cycles and reachability ----------------------------------------------------------------
@@ -210,8 +196,8 @@ def prepare_new_tree(raw_tasks: list[dict[str, Any]], default_user: str | None =
         who = label(raw, index)
         if not values_checked:
             check_values(raw, who)
-        _checked(raw, "name", who)
-        task_id = _checked(raw, "id", who)
+        _check_given(raw, who)
+        task_id = raw.get("id")
         if task_id is not None and not task_id.strip():
             raise TreeError(f"{who}: id must not be empty")
         task_id = task_id or new_id()
@@ -267,24 +253,33 @@ def check_values(task: Mapping[str, Any], who: str) -> None:
             raise TreeError(f"{who}: {found}")
 
 
+# Fields whose null means "absent" at creation (an empty object), not a value their rule judges.
+_NULL_IS_EMPTY = frozenset({"inputs", "params", "schemas"})
+
+
+def _check_given(raw: Mapping[str, Any], who: str) -> None:
+    """Every field the client gave, checked by its rule in storage.fields. Only given fields: an
+    absent one takes its default, which its rule accepts (a task usually sends 3-5 of the ~20)."""
+    rules = fields.RULES
+    for field, value in raw.items():
+        check = rules.get(field)
+        if check is not None and (value is not None or field not in _NULL_IS_EMPTY) \
+                and (problem := check(value)) is not None:
+            raise TreeError(f"{who}: {problem}")
+    if "name" not in raw:
+        raise TreeError(f"{who}: {fields.problem('name', None)}")
+
+
 def _row_from_input(raw: Mapping[str, Any], task_id: str, who: str) -> dict[str, Any]:
-    """One task's row: every field checked by its rule in storage.fields, defaults filled in."""
-    priority = _checked(raw, "priority", who, 1)
-    progress = _checked(raw, "progress", who, 0.0)
-    status = _checked(raw, "status", who, TaskStatus.PENDING.value)
+    """One task's row from fields already checked by _check_given, defaults filled in."""
+    status = raw.get("status", TaskStatus.PENDING.value)
     if status == TaskStatus.IN_PROGRESS:  # only the engine puts a task in progress, by claiming it
         raise TreeError(f"{who}: status 'in_progress' cannot be given at creation")
-    schemas = _object(raw, "schemas", who)
+    schemas = raw.get("schemas") or {}
     if schemas and not isinstance(schemas.get("method"), str) and not isinstance(schemas.get("type"), str):
         raise TreeError(f"{who}: schemas.method (the executor id) is required when schemas is given")
-    origin = _checked(raw, "origin_type", who, "own")
-    _checked(raw, "error", who)
-    counters = {field: _checked(raw, field, who, 0) for field in ("token_success", "token_failed")}
-    for field in ("started_at", "completed_at", "original_task_id", "product_id", "description",
-                  "timeout_seconds", "retry"):
-        _checked(raw, field, who)
-    inputs = _object(raw, "inputs", who)
-    user_id = _checked(raw, "user_id", who)
+    inputs = dict(raw.get("inputs") or {})
+    user_id = raw.get("user_id")
     try:
         limits = {"concurrency": sharing.concurrency(raw.get("concurrency"), user_id, inputs),
                   "rate_limit": sharing.rate_limit(raw.get("rate_limit"), user_id, inputs)}
@@ -296,27 +291,28 @@ def _row_from_input(raw: Mapping[str, Any], task_id: str, who: str) -> dict[str,
         "name": raw["name"],
         "description": raw.get("description"),
         "user_id": user_id,
-        "parent_id": _checked(raw, "parent_id", who),
-        "priority": priority,
+        "parent_id": raw.get("parent_id"),
+        "priority": raw.get("priority", 1),
         "dependencies": normalize_dependencies(raw.get("dependencies"), who),
         "inputs": inputs,
-        "params": _object(raw, "params", who),
-        "schemas": schemas,
+        "params": dict(raw.get("params") or {}),
+        "schemas": dict(schemas),
         "status": status,
-        "progress": float(progress),
+        "progress": float(raw.get("progress", 0.0)),
         "result": raw.get("result"),
         "error": raw.get("error"),
         "started_at": raw.get("started_at"),
         "completed_at": raw.get("completed_at"),
         "product_id": raw.get("product_id"),
         "original_task_id": raw.get("original_task_id"),
-        "origin_type": origin,
+        "origin_type": raw.get("origin_type", "own"),
         "has_copy": bool(raw.get("has_copy", False)),
         "has_references": bool(raw.get("has_references", False)),
         "retry": raw.get("retry"),  # completed from the service defaults by the caller
         "timeout_seconds": None if raw.get("timeout_seconds") is None else float(raw["timeout_seconds"]),
         "extra": {k: v for k, v in raw.items() if k not in INPUT_FIELDS},
-        **counters,
+        "token_success": raw.get("token_success", 0),
+        "token_failed": raw.get("token_failed", 0),
         **limits,
     }
 

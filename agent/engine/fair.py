@@ -23,28 +23,36 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 # One runnable task as the engine schedules it: (priority, created_at, task id, tree id).
 Item = tuple[int, str, str, str]
 
 
-@dataclass(slots=True)
 class _Tree:
-    tasks: list[Item] = field(default_factory=list)  # heap by (priority, created_at, id)
-    served: int = 0  # turns this tree had in the user's round-robin
+    """One tree's runnable tasks of one user. Only trees with tasks are kept."""
+
+    __slots__ = ("tasks", "served")
+
+    def __init__(self, item: Item, served: int) -> None:
+        self.tasks: list[Item] = [item]  # heap by (priority, created_at, id)
+        self.served = served  # turns this tree had in the user's round-robin
 
 
-@dataclass(slots=True)
 class _User:
-    trees: dict[str, _Tree] = field(default_factory=dict)
-    # Heap of (head priority, served, arrival, tree id); an entry is valid only while it matches
-    # the tree's current head priority and turn count (stale entries are skipped when popped).
-    order: list[tuple[int, int, int, str]] = field(default_factory=list)
-    clock: int = 0  # the round the user's round-robin is in
-    size: int = 0
-    last_served: int = 0
+    """One user's queued trees. Only users with tasks are kept."""
+
+    __slots__ = ("trees", "order", "clock", "size", "last_served")
+
+    def __init__(self) -> None:
+        self.trees: dict[str, _Tree] = {}
+        # Heap of (head priority, served, arrival, tree id), kept only while the user has two trees
+        # or more (with one there is nothing to order). An entry is valid only while it matches the
+        # tree's current head priority and turn count (stale entries are skipped when popped).
+        self.order: list[tuple[int, int, int, str]] = []
+        self.clock = 0  # the round the user's round-robin is in
+        self.size = 0
+        self.last_served = 0
 
 
 class FairQueue:
@@ -77,40 +85,49 @@ class FairQueue:
         user = self._users.get(user_id)
         if user is None:
             user = self._users[user_id] = _User()
-        tree = user.trees.get(item[3])
-        if tree is None or not tree.tasks:
-            tree = tree or _Tree()
-            tree.served = max(tree.served, user.clock)  # joins the current round
-            user.trees[item[3]] = tree
-            heapq.heappush(tree.tasks, item)
-            self._enter(user, item[3], tree)
-        else:
-            head = tree.tasks[0]
-            heapq.heappush(tree.tasks, item)
-            if item < head:  # a more urgent head: the tree's place in the order changes
-                self._enter(user, item[3], tree)
         user.size += 1
         self._size += 1
+        trees, tree_id = user.trees, item[3]
+        tree = trees.get(tree_id)
+        if tree is not None:
+            head = tree.tasks[0]
+            heapq.heappush(tree.tasks, item)
+            if item < head and len(trees) > 1:  # a more urgent head: the tree's place in the order changes
+                self._enter(user, tree_id, tree)
+            return
+        tree = _Tree(item, user.clock)  # a tree (re)joins at the round its user is in
+        if not trees:
+            trees[tree_id] = tree
+            return
+        if len(trees) == 1:  # a second tree: from now on the order matters
+            self._reorder(user)
+        trees[tree_id] = tree
+        self._enter(user, tree_id, tree)
 
     def pop(self, running: Mapping[Any, int]) -> tuple[Item, Any] | None:
         """The next task in fair order and its user; `running` counts each user's running tasks
         (the caller adds the tasks it takes in the same pass)."""
-        if not self._users:
+        users = self._users
+        if not users:
             return None
-        user_id = self._next_user(running)
-        user = self._users[user_id]
-        item = self._pop_from(user)
+        if len(users) == 1:
+            user_id, user = next(iter(users.items()))
+        else:
+            user_id = self._next_user(running)
+            user = users[user_id]
+        if len(user.trees) == 1:
+            item = self._take_head(user, *next(iter(user.trees.items())))
+        else:
+            item = self._pop_ordered(user)
         user.last_served = next(self._picks)
         user.size -= 1
         self._size -= 1
         if user.size == 0:
-            del self._users[user_id]
+            del users[user_id]
         return item, user_id
 
     def _next_user(self, running: Mapping[Any, int]) -> Any:
-        """The user to serve next (there is at least one); None is a user too (no user_id)."""
-        if len(self._users) == 1:
-            return next(iter(self._users))
+        """The user to serve next, among two or more; None is a user too (no user_id)."""
         best, best_key = None, None
         for user_id, user in self._users.items():
             key = (running.get(user_id, 0) / self.weights.get(user_id, 1.0), user.last_served)
@@ -121,17 +138,33 @@ class FairQueue:
     def _enter(self, user: _User, tree_id: str, tree: _Tree) -> None:
         heapq.heappush(user.order, (tree.tasks[0][0], tree.served, next(self._arrivals), tree_id))
 
-    def _pop_from(self, user: _User) -> Item:
+    def _reorder(self, user: _User) -> None:
+        """The user's order heap anew, from its trees' heads. Kept only while the user has two
+        trees or more: with one there is nothing to order (the common case: one tree at a time)."""
+        user.order = []
+        for tree_id, tree in user.trees.items():
+            if tree.tasks:
+                self._enter(user, tree_id, tree)
+
+    def _pop_ordered(self, user: _User) -> Item:
+        """The head of the user's next tree in its round-robin (the user has two trees or more)."""
         while True:
             priority, served, _, tree_id = heapq.heappop(user.order)
             tree = user.trees.get(tree_id)
             if tree is None or not tree.tasks or tree.tasks[0][0] != priority or tree.served != served:
                 continue  # stale: the tree changed since this entry was made
-            item = heapq.heappop(tree.tasks)
-            user.clock = max(user.clock, tree.served)
-            tree.served += 1
-            if tree.tasks:
+            item = self._take_head(user, tree_id, tree)
+            if tree.tasks and len(user.trees) > 1:
                 self._enter(user, tree_id, tree)
-            else:
-                del user.trees[tree_id]
             return item
+
+    def _take_head(self, user: _User, tree_id: str, tree: _Tree) -> Item:
+        """The tree's most urgent task; the tree has had one more turn."""
+        item = heapq.heappop(tree.tasks)
+        user.clock = max(user.clock, tree.served)
+        tree.served += 1
+        if not tree.tasks:
+            del user.trees[tree_id]
+            if len(user.trees) == 1:
+                user.order = []  # one tree left: no order to keep (rebuilt if another joins)
+        return item

@@ -18,7 +18,6 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, OperationalError
@@ -47,6 +46,8 @@ WRITE_ATTEMPTS = 5  # a transient database error is retried this often before th
 KEY_RECHECK_SECONDS = 0.5
 
 Write = tuple[str, int, dict[str, Any]]  # (task id, lease epoch, values)
+Limited = tuple[str, TreeRun, Limits]
+_NOBODY: Mapping[Any, int] = {}  # the running counts when one user is queued: the order across users is moot  # a task claimed on its own: (task id, run, its limits)
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -56,21 +57,25 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, (OperationalError, InterfaceError, DisconnectionError, OSError, TimeoutError))
 
 
-@dataclass(slots=True)
 class _Pass:
     """What one pass decided and what the database answered (one object per pass)."""
 
-    stamp: str
-    recorded: list[tuple[Running, dict[str, Any]]]
-    taken: list[tuple[str, TreeRun]]  # claimed in the pass's transaction
-    limited: list[tuple[str, TreeRun, Limits]]  # claimed one by one (concurrency key, rate)
-    ending: list[TreeRun]
-    accepted: set[str] = field(default_factory=set)
-    claimed: dict[str, dict[str, Any]] = field(default_factory=dict)
-    ended: dict[str, str | None] = field(default_factory=dict)
-    verdicts: list[tuple[str, Any]] = field(default_factory=list)
-    stale: dict[str, TreeRun] = field(default_factory=dict)  # runs to re-read from the database
-    touched: dict[int, TreeRun] = field(default_factory=dict)  # runs to settle afterwards
+    __slots__ = ("stamp", "recorded", "taken", "limited", "ending", "touched", "accepted", "claimed", "ended",
+                 "verdicts", "stale")
+
+    def __init__(self, stamp: str, recorded: list[tuple[Running, dict[str, Any]]], taken: list[tuple[str, TreeRun]],
+                 limited: list[Limited], ending: list[TreeRun], touched: dict[int, TreeRun]) -> None:
+        self.stamp = stamp
+        self.recorded = recorded
+        self.taken = taken  # claimed in the pass's transaction
+        self.limited = limited  # claimed one by one (concurrency key, rate)
+        self.ending = ending
+        self.touched = touched  # runs to settle afterwards
+        self.accepted: set[str] = set()
+        self.claimed: dict[str, dict[str, Any]] = {}
+        self.ended: dict[str, str | None] = {}
+        self.verdicts: list[tuple[str, Any]] = []
+        self.stale: dict[str, TreeRun] = {}  # runs to re-read from the database
 
 
 class PassLoop:
@@ -149,20 +154,28 @@ class PassLoop:
         attempts = self.attempts
         outcomes, attempts.outcomes = attempts.outcomes, []
         recorded = [(running, o) for o in outcomes if (running := self._record(o)) is not None]
-        taken = self._take_ready()
-        limited = [(tid, run, lim) for tid, run in taken if (lim := limits_of(run.rows[tid], self.settings))]
-        if limited:
-            special = {tid for tid, _, _ in limited}
-            taken = [(tid, run) for tid, run in taken if tid not in special]
+        taken, limited = self._split_limited(self._take_ready())
+        touched = {id(running.run): running.run for running, _ in recorded}
         # Runs whose last task just ended end in this same transaction.
-        ending = [run for run in {id(r.run): r.run for r, _ in recorded}.values()
+        ending = [run for run in touched.values()
                   if run.is_over() and not run.ending and not run.done.is_set()
                   and self.runs.get(run.tree_id) is run]
         for run in ending:
             run.ending = True
-        batch = _Pass(now_iso(), recorded, taken, limited, ending)
-        batch.touched = {id(running.run): running.run for running, _ in recorded}
-        return batch
+        return _Pass(now_iso(), recorded, taken, limited, ending, touched)
+
+    def _split_limited(self, taken: list[tuple[str, TreeRun]]) -> tuple[list[tuple[str, TreeRun]], list[Limited]]:
+        """Tasks with a concurrency key or a rate are claimed one by one; the rest in the pass's
+        transaction. Most tasks have neither, so they are told apart without a call per task."""
+        limited: list[Limited] = []
+        plain: list[tuple[str, TreeRun]] = []
+        for tid, run in taken:
+            row = run.rows[tid]
+            if (row.get("concurrency") or row.get("rate_limit")) and (lim := limits_of(row, self.settings)):
+                limited.append((tid, run, lim))
+            else:
+                plain.append((tid, run))
+        return plain, limited
 
     async def _write_and_claim(self, batch: _Pass) -> None:
         """The pass's transaction, then the limited claims, each in its own."""
@@ -230,8 +243,10 @@ class PassLoop:
             return None
         run = running.run
         values = outcome["values"]
-        self._key_freed(run.rows[tid])
-        self.waiting_for.pop(tid, None)
+        if self._key_waiters:
+            self._key_freed(run.rows[tid])
+        if self.waiting_for:
+            self.waiting_for.pop(tid, None)
         run.rows[tid].update({k: values[k] for k in ("status", "progress", "result", "error", "completed_at",
                                                      "next_attempt_at") if k in values})
         if values["status"] == "pending":
@@ -323,29 +338,35 @@ class PassLoop:
         if self.stopping:
             return []  # shutting down: what has not started is left for the next start
         free = self.settings.max_concurrency - len(self.running)
+        ready = self.ready
+        if not ready or free <= 0:
+            self.capped = 0
+            return []
         caps = self.settings.executor_concurrency
-        busy = Counter(r.executor_id for r in self.running.values()) if caps else Counter()
+        busy = Counter(r.executor_id for r in self.running.values()) if caps else None
         taken: list[tuple[str, TreeRun]] = []
         seen: set[str] = set()  # a rebuilt run may have queued a task twice
         deferred: list[tuple[tuple[int, str, str, str], Any]] = []
         # Tasks running per user, for the order across users; moot with one user queued (no push
         # happens during the pass, so it stays one).
-        running = Counter(r.row.get("user_id") for r in self.running.values()) if self.ready.users > 1 else Counter()
-        while self.ready and len(taken) < free:
-            item, user_id = self.ready.pop(running)
+        running = Counter(r.row.get("user_id") for r in self.running.values()) if ready.users > 1 else None
+        runs = self.runs
+        while ready and len(taken) < free:
+            item, user_id = ready.pop(running or _NOBODY)
             _, _, tid, tree_id = item
-            run = self.runs.get(tree_id)
+            run = runs.get(tree_id)
             if run is None or tid not in run.queued or tid in seen:
                 continue
             seen.add(tid)
-            if caps:
+            if busy is not None:
                 executor_id = self.registry.wanted(run.rows[tid])
                 cap = caps.get(executor_id or "")
                 if cap is not None and busy[executor_id] >= cap:
                     deferred.append((item, user_id))  # its executor is at its cap: later, when one ends
                     continue
                 busy[executor_id] += 1
-            running[user_id] += 1
+            if running is not None:
+                running[user_id] += 1
             taken.append((tid, run))
         for item, user_id in deferred:
             self.ready.push(item, user_id)
