@@ -31,7 +31,7 @@ from a2a.utils.errors import InvalidParamsError
 from taskgrove.agent.a2a.plan import TreePlan, TreeRequestContext
 from taskgrove.agent.a2a.push import PushTargets
 from taskgrove.agent.a2a.wire import data_message, run_data
-from taskgrove.agent.engine import bus as ev
+from taskgrove.agent.engine import bus
 from taskgrove.agent.engine.bus import Event, Subscription
 from taskgrove.agent.engine.engine import AlreadyRunning, NotExecutable
 from taskgrove.agent.engine.follow import follow_execution
@@ -113,7 +113,7 @@ class TaskTreeAgentExecutor(AgentExecutor):
                 batch = [await anext(events)]
                 # A push config may also be set while the tree runs (tasks/pushNotificationConfig/set).
                 streaming = plan.stream or self._push.enabled(task_id)
-                if streaming and batch[0]["type"] != ev.FINAL:
+                if streaming and batch[0]["type"] != bus.FINAL:
                     delay = last_sent + STATUS_INTERVAL - loop.time()
                     if delay > 0:
                         await asyncio.sleep(delay)
@@ -123,7 +123,7 @@ class TaskTreeAgentExecutor(AgentExecutor):
                 if cancelled is not None:
                     await cancelled.wait()  # cancel() owns the terminal state now
                     return None
-                final = next((e for e in batch if e["type"] == ev.FINAL), None)
+                final = next((e for e in batch if e["type"] == bus.FINAL), None)
                 if final is not None:
                     return final
                 if streaming:

@@ -47,7 +47,7 @@ from taskgrove.agent.a2a.planner import (
 from taskgrove.agent.a2a.push import PushConfigError, PushTarget, PushTargets, check_url, parse_target
 from taskgrove.agent.a2a.wire import restore_ints
 from taskgrove.agent.errors import PERMISSION_DENIED, QuotaExceeded, RpcError
-from taskgrove.agent.rpc import params as p
+from taskgrove.agent.rpc import params as rpc_params
 from taskgrove.agent.rpc.jsonrpc import CallContext
 from taskgrove.storage import jsonvalues
 
@@ -276,7 +276,7 @@ class TreeRequestContextBuilder(RequestContextBuilder):
 
     async def _plan(self, message: Message, metadata: Mapping[str, Any], call: CallContext) -> TreePlan:
         tasks = tasks_in(message)
-        task_id = p.string(metadata, "task_id")
+        task_id = rpc_params.string(metadata, "task_id")
         planner = llm_configured(self._services.settings)
         if tasks is None and task_id is None and planner and texts_of(message):
             check_parts(message, text_allowed=True)
@@ -286,8 +286,8 @@ class TreeRequestContextBuilder(RequestContextBuilder):
             data_text, tasks = found
         check_parts(message, text_allowed=task_id is not None and tasks is None, planner=planner,
                     data_text=data_text)
-        copy_execution = p.boolean(metadata, "copy_execution", False)
-        copy_children = p.boolean(metadata, "copy_children", False)
+        copy_execution = rpc_params.boolean(metadata, "copy_execution", False)
+        copy_children = rpc_params.boolean(metadata, "copy_children", False)
         if tasks is not None and task_id is not None:
             raise InvalidParamsError(message="Give either a data part {tasks: [...]} or metadata.task_id, not both")
         if copy_execution and task_id is None:
