@@ -10,7 +10,7 @@ stored JSON column is read with `read_stored` (which never raises), and replies 
 Every surface uses it: `/tasks` and `/system` (agent.rpc.jsonrpc), `/` and the A2A REST routes
 (agent.a2a.envelope parses with `loads` and checks with `problem`, so `/` and `/tasks` word each
 mistake alike), GraphQL over HTTP and WebSocket, the event WebSocket, MCP, and the writes of
-storage.trees and the service. Executors' results go through storage.values.storable, which
+storage.trees and the service. Executors' results go through storage.results.storable, which
 converts as it checks (dates to text, size, shared structures) but refuses a scalar in the words
 of this module (NOT_FINITE, NOT_UNICODE) at the place `path_of` names.
 
@@ -28,7 +28,7 @@ The depth limits, and why each exists:
   graphql-core and most clients fail near 1000).
 - agent.a2a.envelope.MAX_DEPTH = 90: an A2A data part becomes a protobuf Struct, which the SDK
   cannot build past 100 levels; A2A requests are held to it in addition to the setting.
-- SERVICE_MAX_RESULT_DEPTH (settings.max_result_depth): executors' results (storage.values).
+- SERVICE_MAX_RESULT_DEPTH (settings.max_result_depth): executors' results (storage.results).
 (SERVICE_GRAPHQL_MAX_DEPTH bounds a query's selections, not a JSON value.)
 """
 

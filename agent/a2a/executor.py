@@ -28,7 +28,7 @@ from a2a.server.tasks import TaskStore, TaskUpdater
 from a2a.types.a2a_pb2 import Artifact, Message, Task, TaskState, TaskStatus
 from a2a.utils.errors import InvalidParamsError
 
-from taskgrove.agent.a2a.plan import TreePlan, TreeRequestContext
+from taskgrove.agent.a2a.message_tree import TreePlan, TreeRequestContext
 from taskgrove.agent.a2a.push import PushTargets
 from taskgrove.agent.a2a.wire import data_message, run_data
 from taskgrove.agent.engine import bus

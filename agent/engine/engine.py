@@ -42,7 +42,7 @@ from taskgrove.executors.registry import ExecutorRegistry
 from taskgrove.storage import executions
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.trees import now_iso
-from taskgrove.storage.values import Unstorable, storable
+from taskgrove.storage.results import Unstorable, storable
 
 __all__ = ["AlreadyRunning", "Engine", "NotExecutable"]
 

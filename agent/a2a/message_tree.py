@@ -7,7 +7,7 @@ JSON-RPC error instead of a failed agent task.
 
 The same step reads what a message means: a tree as data (without an LLM, also a text part whose
 whole text is that JSON object), a stored tree by `metadata.task_id`, or (with an LLM) a
-plain-language requirement planned by agent.a2a.planner; and, for a task waiting
+plain-language requirement planned by agent.a2a.plain_language; and, for a task waiting
 in `input-required` with a plan, the follow-up that approves, replaces or refines it. Every part
 must be one of those (ContentTypeNotSupportedError otherwise); a task in any other state takes no
 further message (UnsupportedOperationError).
@@ -34,7 +34,7 @@ from google.protobuf.json_format import MessageToDict
 
 from taskgrove.agent.a2a.calls import PUSH_KEY, call_of, wire_for
 from taskgrove.agent.a2a.card import llm_configured
-from taskgrove.agent.a2a.planner import (
+from taskgrove.agent.a2a.plain_language import (
     REPLY_HINT,
     Draft,
     decision,
