@@ -34,6 +34,7 @@ from taskgrove.agent.engine import bus
 from taskgrove.agent.errors import INTERNAL_ERROR, PERMISSION_DENIED, RpcError, task_not_found
 from taskgrove.agent.rpc.jsonrpc import CallContext
 from taskgrove.storage import jsonvalues
+from taskgrove.storage.status import TaskStatus
 from taskgrove.storage.trees import now_iso
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -108,10 +109,10 @@ def snapshot_message(task: Mapping[str, Any]) -> dict[str, Any]:
         "timestamp": now_iso(),
         "snapshot": True,
     }
-    if status == "completed":
+    if status == TaskStatus.COMPLETED:
         kind = "task_completed"
         data["result"] = task.get("result")
-    elif status in ("failed", "cancelled"):
+    elif status in (TaskStatus.FAILED, TaskStatus.CANCELLED):
         kind = "task_failed"
         data["error"] = task.get("error")
     else:

@@ -50,6 +50,7 @@ from taskgrove.agent.errors import PERMISSION_DENIED, QuotaExceeded, RpcError
 from taskgrove.agent.rpc import params as rpc_params
 from taskgrove.agent.rpc.jsonrpc import CallContext
 from taskgrove.storage import jsonvalues
+from taskgrove.storage.status import TaskStatus
 
 if TYPE_CHECKING:  # pragma: no cover
     from taskgrove.agent.container import Services
@@ -352,7 +353,7 @@ class TreeRequestContextBuilder(RequestContextBuilder):
             assert row is not None
         if row["origin_type"] == "archive":
             raise InvalidParamsError(message=f"Task '{task_id}' is an archive (read-only) and cannot be executed")
-        if row["status"] == "in_progress" or task_id in self._services.engine.running:
+        if row["status"] == TaskStatus.IN_PROGRESS or task_id in self._services.engine.running:
             raise InvalidParamsError(message=f"Task '{task_id}' is already running")
         tree_id = row["task_tree_id"]
         count = len(await repo.tree(tree_id))
