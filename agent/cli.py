@@ -19,6 +19,7 @@ from typing import Any
 from taskgrove.agent.remote import add_groups, is_remote, run_command
 from taskgrove.agent.remote.client import add_connection_options
 from taskgrove.agent.settings import Settings, SettingsError
+from taskgrove.storage.status import TaskStatus
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -142,7 +143,7 @@ async def _run(settings: Settings, path: Path, timeout: float | None) -> int:
         root_id = rows[0]["id"]
         run = await services.engine.execute(root_id, {})
         names = {row["id"]: row["name"] for row in rows}
-        status: dict[str, tuple[str, float]] = {row["id"]: ("pending", 0.0) for row in rows}
+        status: dict[str, tuple[str, float]] = {row["id"]: (TaskStatus.PENDING.value, 0.0) for row in rows}
         sub = services.bus.subscribe(lambda e: e["root_task_id"] == root_id)
 
         def table() -> Table:
@@ -150,7 +151,8 @@ async def _run(settings: Settings, path: Path, timeout: float | None) -> int:
             grid.add_column("task")
             grid.add_column("status")
             grid.add_column("progress", justify="right")
-            colours = {"completed": "green", "failed": "red", "cancelled": "yellow", "in_progress": "cyan"}
+            colours = {TaskStatus.COMPLETED: "green", TaskStatus.FAILED: "red", TaskStatus.CANCELLED: "yellow",
+                       TaskStatus.IN_PROGRESS: "cyan"}
             for tid, (state, progress) in status.items():
                 bar = "#" * int(progress * 20)
                 grid.add_row(names[tid], f"[{colours.get(state, 'white')}]{state}[/]", f"{bar:<20} {progress:>4.0%}")
@@ -173,7 +175,7 @@ async def _run(settings: Settings, path: Path, timeout: float | None) -> int:
                 status[tid] = (final[tid]["status"], final[tid]["progress"])
             live.update(table())
         sub.close()
-        failed = [row for row in final.values() if row["status"] != "completed"]
+        failed = [row for row in final.values() if row["status"] != TaskStatus.COMPLETED]
         for row in failed:
             if row["error"]:
                 console.print(f"[red]{row['name']}:[/red] {row['error']}")

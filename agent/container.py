@@ -13,7 +13,7 @@ from taskgrove.agent.admission import Admission
 from taskgrove.agent.auth import check_settings
 from taskgrove.agent.engine.bus import EventBus
 from taskgrove.agent.engine.engine import Engine
-from taskgrove.agent.generate import GenerateService
+from taskgrove.agent.generate_service import GenerateService
 from taskgrove.agent.keys import KeyConfigService
 from taskgrove.agent.rpc.jsonrpc import Handler
 from taskgrove.agent.idempotency import IdempotentMethods

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from taskgrove.agent.errors import SERVER_ERROR, RpcError, invalid_params, permission_denied
-from taskgrove.agent.rpc import params as p
+from taskgrove.agent.rpc import params as rpc_params
 from taskgrove.agent.rpc.jsonrpc import CallContext, Handler
 from taskgrove.llm.client import PROVIDERS, LLMError, normalize_provider, parse_key_header
 from taskgrove.storage.keys import KeyStore, KeyStoreError
@@ -45,7 +45,7 @@ def detect_key_provider(key: str) -> str | None:
 
 def _provider(params: Mapping[str, Any], *, allow_all: bool) -> str | None:
     """The canonical provider name from params (aliases resolved), None when not given."""
-    raw = p.string(params, "provider", max_length=64)
+    raw = rpc_params.string(params, "provider", max_length=64)
     if raw is None:
         return None
     name = raw.strip().lower()
@@ -100,7 +100,7 @@ class KeyConfigService:
         than silently changing the shared `default` user's keys.
         """
         caller = ctx.caller
-        requested = p.string(params, "user_id", max_length=255)
+        requested = rpc_params.string(params, "user_id", max_length=255)
         if requested is None:
             if caller.authenticated and caller.user_id is not None:
                 return caller.user_id

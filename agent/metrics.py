@@ -15,12 +15,13 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE  # noqa: F401 - re-exported for the route
 
+from taskgrove.storage.status import TASK_STATUSES
+
 # The label sets are closed: an unknown executor id or path never creates a new time series.
 SURFACES = {"tasks": "tasks", "system": "system", "graphql": "graphql", "ws": "ws", "a2a": "a2a",
             "": "a2a", ".well-known": "card", "metrics": "operations", "healthz": "operations",
             "readyz": "operations"}
 HTTP_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
-TASK_STATUSES = ("pending", "in_progress", "completed", "failed", "cancelled")
 REFUSAL_REASONS = ("pending", "rate")
 TOP_USERS = 20  # users named in taskgrove_user_tasks; the rest are summed as `other`
 

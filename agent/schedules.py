@@ -21,7 +21,7 @@ from taskgrove.agent.engine import slots
 from taskgrove.agent.engine.schedule_loop import ScheduleLoop
 from taskgrove.agent.engine.webhooks import WebhookConfig
 from taskgrove.agent.errors import invalid_params, permission_denied
-from taskgrove.agent.rpc import params as p
+from taskgrove.agent.rpc import params as rpc_params
 from taskgrove.agent.rpc.jsonrpc import CallContext
 from taskgrove.agent.settings import Settings
 from taskgrove.storage import schedules as ss
@@ -46,7 +46,7 @@ class ScheduleService:
     # --- helpers --------------------------------------------------------------------------
 
     async def _schedule_for(self, params: Mapping[str, Any], caller: Caller, verb: str) -> dict[str, Any]:
-        schedule_id = p.string(params, "schedule_id", aliases=("id",), required=True)
+        schedule_id = rpc_params.string(params, "schedule_id", aliases=("id",), required=True)
         row = await self.repo.run(ss.get_schedule, schedule_id)
         if row is None:
             raise invalid_params(f"schedule_id: schedule '{schedule_id}' not found")
@@ -81,7 +81,7 @@ class ScheduleService:
         if params.get("interval_seconds") is not None and "cron" not in params:
             spec["cron"] = None
         out: dict[str, Any] = {}
-        out["cron"] = p.string(spec, "cron", max_length=255)
+        out["cron"] = rpc_params.string(spec, "cron", max_length=255)
         interval = spec.get("interval_seconds")
         if interval is not None:
             if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not math.isfinite(interval) \
@@ -93,7 +93,7 @@ class ScheduleService:
         if (out["cron"] is None) == (interval is None):
             raise invalid_params("cron, interval_seconds: give exactly one of them (a five-field cron expression, "
                                  "or an interval of at least 1 second)")
-        out["timezone"] = p.string(spec, "timezone", max_length=64) or "UTC"
+        out["timezone"] = rpc_params.string(spec, "timezone", max_length=64) or "UTC"
         try:
             tz = slots.zone(out["timezone"])
         except ValueError:
@@ -105,15 +105,15 @@ class ScheduleService:
             except ValueError:
                 raise invalid_params(f"cron must be a five-field cron expression (minute hour day-of-month month "
                                      f"day-of-week), got {out['cron']!r}"[:300]) from None
-        out["enabled"] = p.boolean(spec, "enabled", True)
-        out["max_runs"] = p.integer(spec, "max_runs", 0, low=1, high=MAX_RUNS) if spec.get("max_runs") is not None \
-            else None
+        out["enabled"] = rpc_params.boolean(spec, "enabled", True)
+        out["max_runs"] = (rpc_params.integer(spec, "max_runs", 0, low=1, high=MAX_RUNS)
+                           if spec.get("max_runs") is not None else None)
         for key in ("start_at", "end_at"):
             out[key] = _moment(spec, key, tz)
         if out["start_at"] and out["end_at"] and out["end_at"] <= out["start_at"]:
             raise invalid_params(f"end_at must be after start_at ({out['end_at']} is not after {out['start_at']})")
         for key, allowed in (("overlap", OVERLAP), ("catch_up", CATCH_UP)):
-            value = p.string(spec, key, max_length=32) or allowed[0]
+            value = rpc_params.string(spec, key, max_length=32) or allowed[0]
             if value not in allowed:
                 raise invalid_params(f"{key} must be one of {', '.join(allowed)}, got {value!r}"[:300])
             out[key] = value
@@ -134,7 +134,7 @@ class ScheduleService:
 
     async def create(self, params: Any, ctx: CallContext) -> dict[str, Any]:
         params = _obj(params)
-        task_id = p.string(params, "task_id", required=True)
+        task_id = rpc_params.string(params, "task_id", required=True)
         template = await self._template(task_id, ctx.caller)
         spec = await self._spec(params, {})
         now = datetime.now(timezone.utc)
@@ -148,7 +148,7 @@ class ScheduleService:
         return public(row)
 
     async def get(self, params: Any, ctx: CallContext) -> dict[str, Any] | None:
-        schedule_id = p.string(_obj(params), "schedule_id", aliases=("id",), required=True)
+        schedule_id = rpc_params.string(_obj(params), "schedule_id", aliases=("id",), required=True)
         row = await self.repo.run(ss.get_schedule, schedule_id)
         if row is None:
             return None
@@ -158,10 +158,10 @@ class ScheduleService:
 
     async def list(self, params: Any, ctx: CallContext) -> list[dict[str, Any]]:
         params = _obj(params)
-        user_id = p.string(params, "user_id")
-        task_id = p.string(params, "task_id")
-        limit = p.integer(params, "limit", 100, low=1, high=1000)
-        offset = p.integer(params, "offset", 0, low=0, high=10**9)
+        user_id = rpc_params.string(params, "user_id")
+        task_id = rpc_params.string(params, "task_id")
+        limit = rpc_params.integer(params, "limit", 100, low=1, high=1000)
+        offset = rpc_params.integer(params, "offset", 0, low=0, high=10**9)
         if user_id is None and ctx.caller.authenticated and not ctx.caller.unrestricted:
             user_id = ctx.caller.user_id
         rows = await self.repo.run(ss.list_schedules, user_id, task_id, limit, offset)

@@ -23,7 +23,7 @@ from taskgrove.agent.engine.stream import sse_events
 from taskgrove.agent.engine.webhooks import WebhookConfig, deliver_webhooks
 from taskgrove.agent.errors import (INVALID_PARAMS, QuotaExceeded, RpcError, invalid_params, permission_denied,
                                    task_not_found)
-from taskgrove.agent.rpc import params as p
+from taskgrove.agent.rpc import params as rpc_params
 from taskgrove.agent.rpc.jsonrpc import CallContext, StreamReply
 from taskgrove.agent.settings import Settings
 from taskgrove.executors.registry import ExecutorRegistry
@@ -188,7 +188,7 @@ class TaskService:
         return run
 
     async def get(self, params: Any, ctx: CallContext) -> dict[str, Any] | None:
-        task_id = p.string(_obj(params), "task_id", aliases=("id",), required=True)
+        task_id = rpc_params.string(_obj(params), "task_id", aliases=("id",), required=True)
         row = await self.repo.get(task_id)
         if row is None:
             return None
@@ -203,18 +203,18 @@ class TaskService:
 
     async def list(self, params: Any, ctx: CallContext) -> list[dict[str, Any]]:
         params = _obj(params)
-        user_id = p.string(params, "user_id")
-        status = p.string(params, "status")
+        user_id = rpc_params.string(params, "user_id")
+        status = rpc_params.string(params, "status")
         if status is not None and status not in (*TASK_STATUSES, "deleted"):
             raise invalid_params(f"status must be one of {', '.join((*TASK_STATUSES, 'deleted'))}, got '{status}'")
-        limit = p.integer(params, "limit", 100, low=1, high=1000)
-        offset = p.integer(params, "offset", 0, low=0, high=10**9)
+        limit = rpc_params.integer(params, "limit", 100, low=1, high=1000)
+        offset = rpc_params.integer(params, "offset", 0, low=0, high=10**9)
         if user_id is None and ctx.caller.authenticated and not ctx.caller.unrestricted:
             user_id = ctx.caller.user_id
         if status == "deleted":
             return []  # deletion is physical: deleted tasks never appear in lists
-        root_only = p.boolean(params, "root_only", False)
-        search = p.string(params, "search")
+        root_only = rpc_params.boolean(params, "root_only", False)
+        search = rpc_params.string(params, "search")
         if search is not None:
             search = search.strip()[:255] or None
         rows = await self.repo.list(user_id=user_id, status=status, limit=limit, offset=offset,
@@ -227,7 +227,7 @@ class TaskService:
         return listed
 
     async def children(self, params: Any, ctx: CallContext) -> list[dict[str, Any]]:
-        parent_id = p.string(_obj(params), "parent_id", aliases=("task_id",), required=True)
+        parent_id = rpc_params.string(_obj(params), "parent_id", aliases=("task_id",), required=True)
         parent = await self.repo.get(parent_id)
         if parent is None:
             raise task_not_found(parent_id)
@@ -237,7 +237,7 @@ class TaskService:
         return [public(r) for r in rows if ctx.caller.can_access(r["user_id"])]
 
     async def tree(self, params: Any, ctx: CallContext) -> dict[str, Any]:
-        task_id = p.string(_obj(params), "task_id", aliases=("root_id", "id"), required=True)
+        task_id = rpc_params.string(_obj(params), "task_id", aliases=("root_id", "id"), required=True)
         row = await self._task_for(task_id, ctx.caller)
         rows = await self.repo.tree(row["task_tree_id"])
         return trees.nest(rows, row["task_tree_id"])
@@ -246,7 +246,7 @@ class TaskService:
 
     async def update(self, params: Any, ctx: CallContext) -> dict[str, Any]:
         params = _obj(params)
-        task_id = p.string(params, "task_id", aliases=("id",), required=True)
+        task_id = rpc_params.string(params, "task_id", aliases=("id",), required=True)
         async with self.repo.transaction() as conn:
             if "dependencies" in params:  # the cycle check and the write: one decision per tree
                 await self.repo.serialise_tree(task_id, conn)
@@ -333,7 +333,7 @@ class TaskService:
         return problems, deps
 
     async def delete(self, params: Any, ctx: CallContext) -> dict[str, Any]:
-        task_id = p.string(_obj(params), "task_id", aliases=("id",), required=True)
+        task_id = rpc_params.string(_obj(params), "task_id", aliases=("id",), required=True)
         async with self.repo.transaction() as conn:
             # "nothing depends on it" and the delete: one decision, or a dependency added meanwhile
             # would name a task that is gone.
@@ -370,8 +370,8 @@ class TaskService:
 
     async def copy(self, params: Any, ctx: CallContext) -> dict[str, Any]:
         params = _obj(params)
-        task_id = p.string(params, "task_id", aliases=("id",), required=True)
-        with_children = p.boolean(params, "children", False)
+        task_id = rpc_params.string(params, "task_id", aliases=("id",), required=True)
+        with_children = rpc_params.boolean(params, "children", False)
         copies = await self.copy_tree(task_id, with_children, ctx.caller)
         return trees.nest(copies, copies[0]["id"])
 
@@ -400,14 +400,14 @@ class TaskService:
 
     async def clone(self, params: Any, ctx: CallContext) -> dict[str, Any]:
         params = _obj(params)
-        task_id = p.string(params, "task_id", aliases=("id",), required=True)
-        mode = p.string(params, "origin_type") or "copy"
+        task_id = rpc_params.string(params, "task_id", aliases=("id",), required=True)
+        mode = rpc_params.string(params, "origin_type") or "copy"
         if mode not in CLONE_MODES:
             raise invalid_params(f"origin_type must be one of {', '.join(CLONE_MODES)}, got '{mode}'")
-        recursive = p.boolean(params, "recursive", True)
-        with_children = p.boolean(params, "_recursive", False, aliases=("children",))
-        link_ids = p.string_list(params, "link_task_ids") or []
-        save = p.boolean(params, "save", True)
+        recursive = rpc_params.boolean(params, "recursive", True)
+        with_children = rpc_params.boolean(params, "_recursive", False, aliases=("children",))
+        link_ids = rpc_params.string_list(params, "link_task_ids") or []
+        save = rpc_params.boolean(params, "save", True)
         if mode == "mixed" and not link_ids:
             raise invalid_params("origin_type 'mixed' needs link_task_ids: the ids to link instead of copy")
         try:
@@ -476,10 +476,10 @@ class TaskService:
 
     async def execute(self, params: Any, ctx: CallContext) -> Any:
         params = _obj(params)
-        task_id = p.string(params, "task_id", aliases=("id",), required=True)
-        streaming = p.boolean(params, "use_streaming", False)
-        copy_execution = p.boolean(params, "copy_execution", False)
-        copy_children = p.boolean(params, "copy_children", False)
+        task_id = rpc_params.string(params, "task_id", aliases=("id",), required=True)
+        streaming = rpc_params.boolean(params, "use_streaming", False)
+        copy_execution = rpc_params.boolean(params, "copy_execution", False)
+        copy_children = rpc_params.boolean(params, "copy_children", False)
         webhook = await WebhookConfig.parse(params.get("webhook_config"), self.settings) \
             if params.get("webhook_config") is not None else None
         await self._task_for(task_id, ctx.caller)
@@ -530,14 +530,14 @@ class TaskService:
 
     async def running_list(self, params: Any, ctx: CallContext) -> list[dict[str, Any]]:
         params = _obj(params)
-        user_id = p.string(params, "user_id")
-        limit = p.integer(params, "limit", 100, low=1, high=1000)
+        user_id = rpc_params.string(params, "user_id")
+        limit = rpc_params.integer(params, "limit", 100, low=1, high=1000)
         rows = [public(r) for r in self.engine.running_rows()
                 if (user_id is None or r["user_id"] == user_id) and ctx.caller.can_access(r["user_id"])]
         return rows[:limit]
 
     async def running_status(self, params: Any, ctx: CallContext) -> list[dict[str, Any]]:
-        ids = p.string_list(_obj(params), "task_ids", aliases=("context_ids",), required=True)
+        ids = rpc_params.string_list(_obj(params), "task_ids", aliases=("context_ids",), required=True)
         found = await self.repo.get_many(ids)
         answer = []
         for tid in ids:
@@ -555,7 +555,7 @@ class TaskService:
         return answer
 
     async def running_count(self, params: Any, ctx: CallContext) -> dict[str, Any]:
-        user_id = p.string(_obj(params), "user_id")
+        user_id = rpc_params.string(_obj(params), "user_id")
         if user_id is not None and ctx.caller.authenticated and not ctx.caller.unrestricted \
                 and user_id != ctx.caller.user_id:
             raise permission_denied("Counting another user's running tasks needs the admin role")
@@ -570,9 +570,9 @@ class TaskService:
 
     async def cancel(self, params: Any, ctx: CallContext) -> list[dict[str, Any]]:
         params = _obj(params)
-        ids = p.string_list(params, "task_ids", aliases=("context_ids", "task_id"), required=True)
-        force = p.boolean(params, "force", False)
-        error_message = p.string(params, "error_message")
+        ids = rpc_params.string_list(params, "task_ids", aliases=("context_ids", "task_id"), required=True)
+        force = rpc_params.boolean(params, "force", False)
+        error_message = rpc_params.string(params, "error_message")
         return [await self.cancel_one(tid, ctx.caller, force=force, error_message=error_message) for tid in ids]
 
     async def cancel_one(self, task_id: str, caller: Caller, *, force: bool = False,

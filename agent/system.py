@@ -7,7 +7,7 @@ from typing import Any
 from taskgrove.agent import __version__
 from taskgrove.agent.engine.engine import Engine
 from taskgrove.agent.examples import EXAMPLE_PRODUCT, example_trees
-from taskgrove.agent.rpc import params as p
+from taskgrove.agent.rpc import params as rpc_params
 from taskgrove.agent.rpc.jsonrpc import CallContext
 from taskgrove.agent.service import TaskService, _obj
 from taskgrove.executors.registry import ExecutorRegistry
@@ -60,7 +60,7 @@ class SystemService:
         }
 
     async def examples_init(self, params: Any, ctx: CallContext) -> dict[str, Any]:
-        force = p.boolean(_obj(params), "force", False)
+        force = rpc_params.boolean(_obj(params), "force", False)
         if await self._example_count() and not force:
             return {"success": True, "created_count": 0, "message": "Examples already initialized (use force to add again)"}
         created = 0

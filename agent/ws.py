@@ -30,10 +30,11 @@ from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from taskgrove.agent.auth import AuthError, authenticate
-from taskgrove.agent.engine import bus as ev
+from taskgrove.agent.engine import bus
 from taskgrove.agent.errors import INTERNAL_ERROR, PERMISSION_DENIED, RpcError, task_not_found
 from taskgrove.agent.rpc.jsonrpc import CallContext
 from taskgrove.storage import jsonvalues
+from taskgrove.storage.status import TaskStatus
 from taskgrove.storage.trees import now_iso
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -53,11 +54,11 @@ ACTIONS = ("subscribe", "unsubscribe", "ping")
 # Engine event type -> WebSocket message type. `final` is a tree summary whose task_id is the
 # root's: the root task's own task_completed/task_failed already reports it, so it is not sent.
 WIRE_TYPES = {
-    ev.TASK_START: "task_status",
-    ev.PROGRESS: "task_progress",
-    ev.TASK_COMPLETED: "task_completed",
-    ev.TASK_FAILED: "task_failed",
-    ev.TASK_CANCELLED: "task_failed",
+    bus.TASK_START: "task_status",
+    bus.PROGRESS: "task_progress",
+    bus.TASK_COMPLETED: "task_completed",
+    bus.TASK_FAILED: "task_failed",
+    bus.TASK_CANCELLED: "task_failed",
 }
 
 
@@ -91,9 +92,9 @@ def event_message(event: Mapping[str, Any]) -> dict[str, Any] | None:
         "message": event.get("message"),
         "timestamp": event["timestamp"],
     }
-    if event["type"] == ev.TASK_COMPLETED:
+    if event["type"] == bus.TASK_COMPLETED:
         data["result"] = event.get("result")
-    elif event["type"] in (ev.TASK_FAILED, ev.TASK_CANCELLED):
+    elif event["type"] in (bus.TASK_FAILED, bus.TASK_CANCELLED):
         data["error"] = event.get("error")
     return {"type": kind, "task_id": event["task_id"], "context_id": event["root_task_id"], "data": data}
 
@@ -108,10 +109,10 @@ def snapshot_message(task: Mapping[str, Any]) -> dict[str, Any]:
         "timestamp": now_iso(),
         "snapshot": True,
     }
-    if status == "completed":
+    if status == TaskStatus.COMPLETED:
         kind = "task_completed"
         data["result"] = task.get("result")
-    elif status in ("failed", "cancelled"):
+    elif status in (TaskStatus.FAILED, TaskStatus.CANCELLED):
         kind = "task_failed"
         data["error"] = task.get("error")
     else:

@@ -7,29 +7,20 @@ they sort correctly as text on every backend and go to the wire unchanged.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, LargeBinary, String, Text, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# Defined in storage/status.py (no imports, for light clients); storage.fields, trees and executions
+# import them from here.
+from taskgrove.storage.status import TASK_STATUSES, TaskStatus  # noqa: F401
 
 
 class Base(DeclarativeBase):
     pass
 
 
-class TaskStatus(StrEnum):
-    """A task's status: the one list of them. A member equals its text ("pending"), so rows,
-    wire values and members compare alike; write `.value` where a plain str must be stored."""
-
-    PENDING = "pending"
-    IN_PROGRESS = "in_progress"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-
-TASK_STATUSES = tuple(status.value for status in TaskStatus)
 ORIGIN_TYPES = ("own", "clone", "reference", "link", "archive")
 # A task that is not finished yet (SERVICE_MAX_PENDING_PER_USER counts these), and the same as SQL
 # (storage.statements.UNFINISHED_OF_USER).

@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import and_, case, delete, func, insert, literal, null, select, update
 from sqlalchemy.engine import Connection
 
-from taskgrove.storage import executions as xs
+from taskgrove.storage import executions
 from taskgrove.storage import trees
 from taskgrove.storage.repository import read_tree
 from taskgrove.storage.models import schedules_table as S
@@ -84,7 +84,7 @@ def claim_slot(c: Connection, schedule: Mapping[str, Any], slot: str | None, nex
     disabled); else {"schedule": the updated row, "execution": row or None, "copies": rows}.
     """
     busy = (slot is not None and schedule["overlap"] == "skip" and schedule["last_root_task_id"] is not None
-            and xs.running_execution(c, schedule["last_root_task_id"]) is not None)
+            and executions.running_execution(c, schedule["last_root_task_id"]) is not None)
     copies: list[Row] = []
     template = template_rows(c, schedule["task_id"]) if run and not busy else None
     values: dict[str, Any] = {"updated_at": stamp}
@@ -109,8 +109,8 @@ def claim_slot(c: Connection, schedule: Mapping[str, Any], slot: str | None, nex
         return None
     execution = None
     if copies:
-        execution = xs.insert_tree(c, copies, schedule["user_id"], owner, until, stamp,
-                                   webhook=schedule["webhook_config"])
+        execution = executions.insert_tree(c, copies, schedule["user_id"], owner, until, stamp,
+                                           webhook=schedule["webhook_config"])
         # Only the first run marks the template: later runs lock no template row (two schedules of
         # one template claimed at once on two instances must not wait on each other).
         originals = sorted({copy["original_task_id"] for copy in copies})

@@ -282,14 +282,14 @@ async def test_system_health_and_examples(client: Client) -> None:
 async def _crash_leftover(client: Client, task_id: str) -> None:
     """Make the database look as a kill -9 leaves it: the attempt in progress, the execution running,
     both owned by an instance that no longer exists."""
-    from taskgrove.storage import executions as xs
+    from taskgrove.storage import executions
 
     await client.services.repo.update(task_id, {"status": "in_progress", "lease_owner": "dead-instance",
                                                 "lease_expires_at": None, "attempt": 1, "error": None})
 
     def own(c: Any) -> None:
-        c.execute(xs.update(xs.X).values(owner="dead-instance", lease_expires_at=None, status="running",
-                                         final_status=None, ended_at=None))
+        c.execute(executions.update(executions.X).values(owner="dead-instance", lease_expires_at=None,
+                                                         status="running", final_status=None, ended_at=None))
 
     await client.services.repo.run(own)
 

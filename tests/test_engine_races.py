@@ -190,14 +190,14 @@ async def test_a_tree_started_while_leases_are_renewed_is_not_dropped(client: Cl
     """The lease keeper renews the executions it listed before its database call; a run that
     started during that call was not listed, so it must not be taken for one whose lease was lost
     (it was: its executor was stopped and its tasks stayed in_progress, found by bench/trees.lua)."""
-    from taskgrove.storage import executions as xs
+    from taskgrove.storage import executions
 
     engine = client.services.engine
     gate = asyncio.Event()
     real = engine.repo.run
 
     async def held(fn: Any, *args: Any, **options: Any) -> Any:
-        if fn is xs.renew:
+        if fn is executions.renew:
             await gate.wait()
         return await real(fn, *args, **options)
 

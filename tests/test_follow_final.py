@@ -12,7 +12,7 @@ import pytest
 
 from taskgrove.agent.auth import ANONYMOUS
 from taskgrove.agent.settings import Settings
-from taskgrove.storage import executions as xs
+from taskgrove.storage import executions
 from tests.conftest import POSTGRES_URL, Client, postgres_database, running_app
 from tests.servers import receiver
 from tests.test_engine import FAIL, task
@@ -34,7 +34,7 @@ def sse(text: str) -> list[dict[str, Any]]:
 
 
 async def stored_status(client: Client, root: str) -> str:
-    execution = await client.services.engine.repo.run(xs.latest_execution, root)
+    execution = await client.services.engine.repo.run(executions.latest_execution, root)
     assert execution is not None and execution["status"] != "running"
     return str(execution["final_status"])
 

@@ -25,7 +25,7 @@ AGENT_ROOMS: list[tuple[str, tuple[str, ...]]] = [
                   "taskgrove.agent.mcp", "taskgrove.agent.ui",
                   "taskgrove.agent.edge", "taskgrove.agent.bodylimit", "taskgrove.agent.operations")),
     ("service container", ("taskgrove.agent.container",)),
-    ("services", ("taskgrove.agent.service", "taskgrove.agent.system", "taskgrove.agent.generate",
+    ("services", ("taskgrove.agent.service", "taskgrove.agent.system", "taskgrove.agent.generate_service",
                   "taskgrove.agent.keys", "taskgrove.agent.examples", "taskgrove.agent.rpc.tasks",
                   "taskgrove.agent.schedules", "taskgrove.agent.rpc.schedules",
                   "taskgrove.agent.idempotency", "taskgrove.agent.admission")),

@@ -25,23 +25,25 @@ from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.context import ServerCallContext
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskStore, TaskUpdater
-from a2a.types.a2a_pb2 import Artifact, Message, Task, TaskState, TaskStatus
+from a2a.types.a2a_pb2 import Artifact, Message, Task, TaskState
+from a2a.types.a2a_pb2 import TaskStatus as A2ATaskStatus  # (TaskStatus is our storage enum)
 from a2a.utils.errors import InvalidParamsError
 
-from taskgrove.agent.a2a.plan import TreePlan, TreeRequestContext
+from taskgrove.agent.a2a.message_tree import TreePlan, TreeRequestContext
 from taskgrove.agent.a2a.push import PushTargets
 from taskgrove.agent.a2a.wire import data_message, run_data
-from taskgrove.agent.engine import bus as ev
+from taskgrove.agent.engine import bus
 from taskgrove.agent.engine.bus import Event, Subscription
 from taskgrove.agent.engine.engine import AlreadyRunning, NotExecutable
 from taskgrove.agent.engine.follow import follow_execution
 from taskgrove.storage.executions import latest_execution
+from taskgrove.storage.status import FINISHED_STATUSES, TaskStatus
 
 if TYPE_CHECKING:  # pragma: no cover
     from taskgrove.agent.container import Services
 
 CANCEL_REASON = "Cancelled through the agent protocol (tasks/cancel)"
-LIVE_STATUSES = ("in_progress", "pending")  # in this order: stop running work first
+LIVE_STATUSES = (TaskStatus.IN_PROGRESS.value, TaskStatus.PENDING.value)  # in this order: stop running work first
 CANCEL_PASSES = 3  # a cancelled task can make a pending one runnable for a moment; look again
 STATUS_INTERVAL = 0.1  # seconds between two streamed status updates of one agent task
 SETTLE_AFTER = timedelta(seconds=5)  # an agent task quieter than this with its tree ended is settled on read
@@ -70,7 +72,8 @@ class TaskTreeAgentExecutor(AgentExecutor):
         if plan.draft is not None:  # plan only: show the plan and wait for the caller's decision
             await event_queue.enqueue_event(_initial_task(context, plan))
             await updater.requires_input(message=_status_message(
-                task_id, plan.root_task_id, plan.task_count, "pending", 0.0, **plan.draft.data()))
+                task_id, plan.root_task_id, plan.task_count, TaskStatus.PENDING.value, 0.0,
+                **plan.draft.data()))
             return
         subscription = self._services.bus.subscribe(
             lambda e: e["root_task_id"] == plan.root_task_id, maxsize=10_000)
@@ -84,7 +87,8 @@ class TaskTreeAgentExecutor(AgentExecutor):
             except (AlreadyRunning, NotExecutable, KeyError) as exc:
                 reason = f"Task '{plan.task_id}' is already running" if isinstance(exc, AlreadyRunning) \
                     else f"Task '{plan.task_id}' cannot be executed: {exc}"
-                await updater.failed(message=_status_message(task_id, plan.root_task_id, plan.task_count, "failed", 0.0,
+                await updater.failed(message=_status_message(task_id, plan.root_task_id, plan.task_count,
+                                                             TaskStatus.FAILED.value, 0.0,
                                                              message=reason))
                 return
             final = await self._follow(subscription, updater, plan, task_id)
@@ -113,7 +117,7 @@ class TaskTreeAgentExecutor(AgentExecutor):
                 batch = [await anext(events)]
                 # A push config may also be set while the tree runs (tasks/pushNotificationConfig/set).
                 streaming = plan.stream or self._push.enabled(task_id)
-                if streaming and batch[0]["type"] != ev.FINAL:
+                if streaming and batch[0]["type"] != bus.FINAL:
                     delay = last_sent + STATUS_INTERVAL - loop.time()
                     if delay > 0:
                         await asyncio.sleep(delay)
@@ -123,13 +127,14 @@ class TaskTreeAgentExecutor(AgentExecutor):
                 if cancelled is not None:
                     await cancelled.wait()  # cancel() owns the terminal state now
                     return None
-                final = next((e for e in batch if e["type"] == ev.FINAL), None)
+                final = next((e for e in batch if e["type"] == bus.FINAL), None)
                 if final is not None:
                     return final
                 if streaming:
                     last = batch[-1]
                     await updater.update_status(TaskState.TASK_STATE_WORKING, message=_status_message(
-                        task_id, plan.root_task_id, plan.task_count, "in_progress", last.get("tree_progress", 0.0),
+                        task_id, plan.root_task_id, plan.task_count, TaskStatus.IN_PROGRESS.value,
+                        last.get("tree_progress", 0.0),
                         task_id=last["task_id"],
                         task_status=last.get("status"), task_progress=last.get("progress"),
                         event=last["type"], message=last.get("message")))
@@ -144,7 +149,7 @@ class TaskTreeAgentExecutor(AgentExecutor):
         await updater.add_artifact([new_data_part(_outcome(plan.root_task_id, rows, status))], name=OUTCOME,
                                    metadata={"description": OUTCOME_DESCRIPTION}, last_chunk=True)
         message = _status_message(updater.task_id, plan.root_task_id, len(rows), status, final.get("progress", 0.0))
-        if status == "completed":
+        if status == TaskStatus.COMPLETED:
             await updater.complete(message=message)
         else:
             await updater.failed(message=message)
@@ -165,16 +170,16 @@ class TaskTreeAgentExecutor(AgentExecutor):
         rows = await repo.tree(task.context_id)
         if not rows:
             return task
-        status = execution["final_status"] or "failed"
+        status = execution["final_status"] or TaskStatus.FAILED.value
         artifact = Artifact(artifact_id=uuid.uuid4().hex, name=OUTCOME, description=OUTCOME_DESCRIPTION,
                             parts=[new_data_part(_outcome(task.context_id, rows, status))])
         task.artifacts.append(artifact)
         if task.status.HasField("message"):
             task.history.append(task.status.message)
-        progress = 1.0 if status == "completed" else 0.0
-        state = TaskState.TASK_STATE_COMPLETED if status == "completed" else TaskState.TASK_STATE_FAILED
+        progress = 1.0 if status == TaskStatus.COMPLETED else 0.0
+        state = TaskState.TASK_STATE_COMPLETED if status == TaskStatus.COMPLETED else TaskState.TASK_STATE_FAILED
         message = _status_message(task.id, task.context_id, len(rows), status, progress)
-        task.status.CopyFrom(TaskStatus(state=state, message=message))
+        task.status.CopyFrom(A2ATaskStatus(state=state, message=message))
         task.status.timestamp.FromDatetime(datetime.now(timezone.utc))
         await self._task_store.save(task, call_context)
         return task
@@ -190,9 +195,10 @@ class TaskTreeAgentExecutor(AgentExecutor):
         self._live.pop(task_id, None)
         try:
             cancelled, rows = await self._cancel_tree(root)
-            progress = sum(1 for r in rows if r["status"] in ("completed", "failed", "cancelled")) / max(len(rows), 1)
+            progress = sum(1 for r in rows if r["status"] in FINISHED_STATUSES) / max(len(rows), 1)
             await TaskUpdater(event_queue, task_id, root).cancel(message=_status_message(
-                task_id, root, len(rows), "cancelled", progress, message=f"Cancelled {cancelled} task(s) of tree {root}"))
+                task_id, root, len(rows), TaskStatus.CANCELLED.value, progress,
+                message=f"Cancelled {cancelled} task(s) of tree {root}"))
         finally:
             reported.set()
 
@@ -206,7 +212,7 @@ class TaskTreeAgentExecutor(AgentExecutor):
                 break
             for row in live:
                 outcome = await engine.cancel(row["id"], CANCEL_REASON)
-                cancelled += outcome["status"] == "cancelled"
+                cancelled += outcome["status"] == TaskStatus.CANCELLED
             rows = await repo.tree(root)
         return cancelled, rows
 
@@ -240,9 +246,9 @@ def _initial_task(context: RequestContext, plan: TreePlan) -> Task:
 
     A follow-up on a task that waited for a plan's approval keeps that task's history.
     """
-    status = TaskStatus(state=TaskState.TASK_STATE_WORKING,
+    status = A2ATaskStatus(state=TaskState.TASK_STATE_WORKING,
                         message=_status_message(context.task_id, plan.root_task_id, plan.task_count,
-                                                "in_progress", 0.0))
+                                                TaskStatus.IN_PROGRESS.value, 0.0))
     status.timestamp.FromDatetime(datetime.now(timezone.utc))
     if context.current_task is not None:
         task = Task()

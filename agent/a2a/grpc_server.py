@@ -62,10 +62,10 @@ SERVICE_0_3 = a2a_v0_3_pb2.DESCRIPTOR.services_by_name["A2AService"].full_name
 VERSION_METADATA = "a2a-version"
 INTERNAL_DETAIL = "The request failed on the server; see the service log"
 # The called method's name (`SendStreamingMessage`), set by CallGuard: the servicer context
-# does not carry it, and the handler plans a streamed tree differently (agent.a2a.plan).
+# does not carry it, and the handler plans a streamed tree differently (agent.a2a.message_tree).
 METHOD: ContextVar[str] = ContextVar("taskgrove_grpc_method", default="")
 # The call's own context (set by the context builder): a quota refusal met inside the SDK is
-# noted on it (agent.a2a.plan), and abort() answers that refusal instead of the SDK's error.
+# noted on it (agent.a2a.message_tree), and abort() answers that refusal instead of the SDK's error.
 CALL: ContextVar["CallContext | None"] = ContextVar("taskgrove_grpc_call", default=None)
 
 Code = grpc.StatusCode

@@ -31,7 +31,7 @@ from a2a.utils.errors import InvalidParamsError
 from taskgrove.agent.a2a import store
 from taskgrove.agent.a2a.calls import BLOCKING_KEY, PUSH_KEY, wire_for
 from taskgrove.agent.a2a.executor import TaskTreeAgentExecutor
-from taskgrove.agent.a2a.plan import TreeRequestContextBuilder, push_requested
+from taskgrove.agent.a2a.message_tree import TreeRequestContextBuilder, push_requested
 from taskgrove.agent.a2a.push import PushConfigError, PushTargets, SpecPushSender, check_url
 
 if TYPE_CHECKING:  # pragma: no cover

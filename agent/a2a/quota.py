@@ -9,7 +9,7 @@ of each A2A wire.
   "message", "details"}}`.
 
 A refusal met inside the SDK (a message whose tree is over the pending-task quota) cannot leave
-it as itself: the request context builder (plan.py) notes it on our CallContext, and the answer the
+it as itself: the request context builder (message_tree.py) notes it on our CallContext, and the answer the
 SDK made of it is replaced here (`instead_of_sdk`, `instead_of_rest`).
 """
 

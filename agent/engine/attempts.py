@@ -31,7 +31,7 @@ from taskgrove.executors.registry import ExecutorRegistry
 from taskgrove.storage import executions
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.trees import PublicView, now_iso
-from taskgrove.storage.values import Unstorable, storable, storable_async
+from taskgrove.storage.results import Unstorable, storable, storable_async
 
 log = logging.getLogger(__name__)
 

@@ -40,9 +40,11 @@ from taskgrove.agent.metrics import Metrics
 from taskgrove.agent.settings import Settings
 from taskgrove.executors.registry import ExecutorRegistry
 from taskgrove.storage import executions
+from taskgrove.storage.models import UNFINISHED_STATUSES
 from taskgrove.storage.repository import TaskRepository
+from taskgrove.storage.status import TaskStatus
 from taskgrove.storage.trees import now_iso
-from taskgrove.storage.values import Unstorable, storable
+from taskgrove.storage.results import Unstorable, storable
 
 __all__ = ["AlreadyRunning", "Engine", "NotExecutable"]
 
@@ -50,7 +52,8 @@ log = logging.getLogger(__name__)
 
 SHUTDOWN_ERROR = INTERRUPTED + "the service stopped; the task resumes when an instance runs its execution again"
 
-_KIND_OF_STATUS = {"completed": TASK_COMPLETED, "failed": TASK_FAILED, "cancelled": TASK_CANCELLED}
+_KIND_OF_STATUS = {TaskStatus.COMPLETED: TASK_COMPLETED, TaskStatus.FAILED: TASK_FAILED,
+                   TaskStatus.CANCELLED: TASK_CANCELLED}
 
 
 class Engine:
@@ -201,9 +204,9 @@ class Engine:
         async with self.passes.lock:
             changed = await self.repo.update(
                 task_id,
-                {"status": "cancelled", "error": error_message or "Cancelled by user", "completed_at": stamp,
+                {"status": TaskStatus.CANCELLED.value, "error": error_message or "Cancelled by user", "completed_at": stamp,
                  "updated_at": stamp, "lease_owner": None, "lease_expires_at": None, "next_attempt_at": None},
-                only_status=("pending", "in_progress"),
+                only_status=UNFINISHED_STATUSES,
             )
             running = self.attempts.detach(task_id) if changed else None
         row = await self.repo.get(task_id)
@@ -211,7 +214,7 @@ class Engine:
             return {"status": row["status"] if row else "not_found", "token_usage": None, "result": None}
         hook = await self.attempts.stop(running)
         if running is not None:
-            self.metrics.attempt_ended(running.executor_id, "cancelled", time.monotonic() - running.began)
+            self.metrics.attempt_ended(running.executor_id, TaskStatus.CANCELLED.value, time.monotonic() - running.began)
         token_usage = hook.get("token_usage") or (
             getattr(running.executor, "token_usage", None) if running is not None else None)
         partial = hook.get("result")
@@ -225,12 +228,12 @@ class Engine:
         if token_usage:
             extra["token_failed"] = (row["token_failed"] or 0) + int(token_usage.get("total_tokens") or 0)
         if extra:
-            await self.repo.update(task_id, extra, only_status=("cancelled",))
+            await self.repo.update(task_id, extra, only_status=(TaskStatus.CANCELLED.value,))
             row.update(extra)
         if running is None and self.notifier is not None:
             self.notifier.cancel(task_id)  # it may be running on another instance
         self.run_keeper.forget(task_id, row)
-        return {"status": "cancelled", "token_usage": token_usage, "result": partial}
+        return {"status": TaskStatus.CANCELLED.value, "token_usage": token_usage, "result": partial}
 
     async def cancelled_elsewhere(self, task_id: str) -> None:
         """Another instance cancelled `task_id` in the database: stop our work on it, if any."""
@@ -247,7 +250,7 @@ class Engine:
         """A status set through tasks.update: it wins over a running executor's late result, is
         published like any other change, and live executions re-read what may run now."""
         tid, status = row["id"], row["status"]
-        if status != "in_progress" and tid in self.running:
+        if status != TaskStatus.IN_PROGRESS and tid in self.running:
             self.attempts.stop_later(tid)
         kind = _KIND_OF_STATUS.get(status, PROGRESS)
         event = {key: row.get(key) for key in ("status", "progress", "result", "error")}
@@ -281,10 +284,10 @@ class Engine:
         """
         running = self.running.get(task_id)
         if running is not None:
-            return {"status": "in_progress", "progress": float(running.row.get("progress") or 0.0)}
+            return {"status": TaskStatus.IN_PROGRESS.value, "progress": float(running.row.get("progress") or 0.0)}
         for run in self.runs.values():
             if task_id in run.waiting or task_id in run.queued or task_id in run.retrying:
-                return {"status": "pending", "progress": 0.0}
+                return {"status": TaskStatus.PENDING.value, "progress": 0.0}
         return None
 
     def why_waiting(self, task_id: str) -> str | None:

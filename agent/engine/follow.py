@@ -18,11 +18,11 @@ from taskgrove.agent.engine.bus import FINAL
 from taskgrove.agent.engine.bus import Subscription
 from taskgrove.storage import executions
 from taskgrove.storage.repository import TaskRepository
+from taskgrove.storage.status import FINISHED_STATUSES, TaskStatus
 from taskgrove.storage.trees import now_iso
 
 # How long a follower waits for an event before it asks the database whether the execution ended.
 CHECK_EVERY = 1.0
-_FINISHED = ("completed", "failed", "cancelled")
 
 
 async def follow_execution(repo: TaskRepository, subscription: Subscription, tree_id: str,
@@ -62,8 +62,8 @@ def final_event(tree_id: str, execution: Mapping[str, Any] | None,
     """The `final` event of a stored execution: its final status and its members' progress."""
     status = _stored_status(tree_id, execution, rows)
     members = [r for r in rows if execution is not None and r.get("execution_id") == execution["id"]] or rows
-    done = sum(1 for r in members if r["status"] in _FINISHED)
-    progress = 1.0 if status == "completed" or not members else round(done / len(members), 4)
+    done = sum(1 for r in members if r["status"] in FINISHED_STATUSES)
+    progress = 1.0 if status == TaskStatus.COMPLETED or not members else round(done / len(members), 4)
     return {"type": FINAL, "task_id": tree_id, "root_task_id": tree_id, "name": None, "user_id": None,
             "status": status, "progress": progress, "tree_progress": progress, "task_count": len(rows),
             "final": True, "message": f"Execution {status}", "timestamp": now_iso()}
@@ -74,4 +74,4 @@ def _stored_status(tree_id: str, execution: Mapping[str, Any] | None, rows: list
     if execution is not None and execution.get("final_status"):
         return str(execution["final_status"])
     root = next((r for r in rows if r["id"] == tree_id), None)
-    return str(root["status"]) if root is not None else "failed"
+    return str(root["status"]) if root is not None else TaskStatus.FAILED.value

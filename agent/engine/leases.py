@@ -22,6 +22,7 @@ from taskgrove.agent.engine.follow import follow_execution
 from taskgrove.agent.engine.run import INTERRUPTED, RESTART_ERROR
 from taskgrove.agent.engine.webhooks import WebhookConfig, deliver_webhooks
 from taskgrove.storage import executions
+from taskgrove.storage.status import TaskStatus
 from taskgrove.storage.trees import now_iso
 
 log = logging.getLogger(__name__)
@@ -117,16 +118,16 @@ class LeaseKeeper:
         values: dict[str, Any] = {"updated_at": stamp, "lease_owner": None, "lease_expires_at": None,
                                   "interruptions": interruptions}
         if interruptions <= limit:
-            values.update(status="pending", progress=0.0, next_attempt_at=None, attempt=attempt - 1,
+            values.update(status=TaskStatus.PENDING.value, progress=0.0, next_attempt_at=None, attempt=attempt - 1,
                           error=f"{why}; attempt {attempt} runs again (interruption {interruptions} of at most "
                                 f"{limit}, SERVICE_MAX_INTERRUPTIONS)")
             message = f"Task '{row['name']}' interrupted, running again: {values['error']}"
-            kind, status, outcome = PROGRESS, "pending", "interrupted"
+            kind, status, outcome = PROGRESS, TaskStatus.PENDING.value, "interrupted"
         else:
-            values.update(status="failed", completed_at=stamp,
+            values.update(status=TaskStatus.FAILED.value, completed_at=stamp,
                           error=f"{why}; the task was interrupted {interruptions} times, more than "
                                 f"SERVICE_MAX_INTERRUPTIONS ({limit}) allows, so it is not run again")
-            message, kind, status, outcome = values["error"], TASK_FAILED, "failed", "interrupted"
+            message, kind, status, outcome = values["error"], TASK_FAILED, TaskStatus.FAILED.value, "interrupted"
         if not await engine.repo.run(executions.interrupt, row, values):
             return  # settled meanwhile (it ended, or another instance got there first)
         engine.metrics.attempt_ended(engine.registry.wanted(row), outcome, None)

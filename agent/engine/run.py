@@ -13,6 +13,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from taskgrove.storage.status import TaskStatus
+
+# The statuses as plain text, for the per-pass loops below: a comparison with an enum member
+# looks the member up each time (about 60 ns), with a module constant it does not.
+PENDING, IN_PROGRESS, COMPLETED, FAILED = (TaskStatus.PENDING.value, TaskStatus.IN_PROGRESS.value,
+                                           TaskStatus.COMPLETED.value, TaskStatus.FAILED.value)
+
 
 
 def select_for_execution(rows: Mapping[str, Mapping[str, Any]], target_id: str) -> set[str]:
@@ -38,11 +45,11 @@ def select_for_execution(rows: Mapping[str, Mapping[str, Any]], target_id: str) 
                 if dep not in scope and dep in in_tree:
                     scope.add(dep)
                     stack.append(dep)
-    chosen = {tid for tid in scope if rows[tid]["status"] in ("pending", "failed")}
-    stack = [tid for tid in scope if rows[tid]["status"] == "failed" and not was_interrupted(rows[tid])]
+    chosen = {tid for tid in scope if rows[tid]["status"] in (PENDING, FAILED)}
+    stack = [tid for tid in scope if rows[tid]["status"] == FAILED and not was_interrupted(rows[tid])]
     while stack:
         for dep in deps[stack.pop()]:
-            if dep in in_tree and dep not in chosen and rows[dep]["status"] != "in_progress":
+            if dep in in_tree and dep not in chosen and rows[dep]["status"] != IN_PROGRESS:
                 chosen.add(dep)
                 stack.append(dep)
     return chosen
@@ -112,7 +119,7 @@ class TreeRun:
         for tid in ids:
             self.outcome.pop(tid, None)
             self.blocked.discard(tid)
-            self.rows[tid]["status"] = "pending"
+            self.rows[tid]["status"] = PENDING
             self.waiting.add(tid)
             self._dirty.add(tid)
         self.done.clear()
@@ -158,12 +165,12 @@ class TreeRun:
             dep = deps[index]
             state = self._dep_state(dep["id"])
             # in_progress: outside this run and still running, so wait for its end
-            if state == "wait" or state == "in_progress":
+            if state == "wait" or state == IN_PROGRESS:
                 if first_wait is None:
                     first_wait = index
                 if not full:
                     break  # nothing failed since the last full check: nothing further can block
-            elif dep["required"] and state != "completed":
+            elif dep["required"] and state != COMPLETED:
                 return "blocked"
         self._settled[tid] = len(deps) if first_wait is None else first_wait
         return "ready" if first_wait is None else "wait"
@@ -177,13 +184,13 @@ class TreeRun:
     def started(self, tid: str) -> None:
         self.queued.discard(tid)
         self.active.add(tid)
-        self.rows[tid]["status"] = "in_progress"
+        self.rows[tid]["status"] = IN_PROGRESS
 
     def retry_later(self, tid: str) -> None:
         """An attempt failed and another is due later: the task waits, the run goes on."""
         self.active.discard(tid)
         self.retrying.add(tid)
-        self.rows[tid]["status"] = "pending"
+        self.rows[tid]["status"] = PENDING
 
     def retry_due(self, tid: str) -> None:
         if tid in self.retrying:
@@ -201,7 +208,7 @@ class TreeRun:
         self.outcome[tid] = status
         self.rows[tid]["status"] = status
         self.calls.pop(tid, None)
-        if status == "completed":
+        if status == COMPLETED:
             self._dirty.update(self.dependents.get(tid, ()))
         else:
             self._ended_badly(tid)

@@ -24,6 +24,7 @@ from taskgrove.agent.engine.retry import seconds_until
 from taskgrove.agent.engine.run import TreeRun, select_for_execution
 from taskgrove.storage import executions
 from taskgrove.storage.repository import SMALL_PASS, TaskRepository
+from taskgrove.storage.status import TaskStatus
 from taskgrove.storage.trees import now_iso
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,7 @@ class RunKeeper:
             raise KeyError(task_id)
         if target["origin_type"] == "archive":
             raise NotExecutable(f"Task '{task_id}' is an archive (read-only) and cannot be executed")
-        if target["status"] == "in_progress":  # here or on another instance
+        if target["status"] == TaskStatus.IN_PROGRESS:  # here or on another instance
             raise AlreadyRunning(task_id)
         async with self.lock:  # one start at a time: two must not both create a run
             return await self._open_or_join(task_id, target["task_tree_id"], fresh_rows, dict(call or {}), webhook)
@@ -102,7 +103,7 @@ class RunKeeper:
         if task_id in live_ids:
             raise AlreadyRunning(task_id)
         chosen = select_for_execution(rows, task_id) - live_ids - {
-            tid for tid, row in rows.items() if row["status"] == "in_progress"}
+            tid for tid, row in rows.items() if row["status"] == TaskStatus.IN_PROGRESS}
         if execution is not None and not chosen:  # everything it needs is already under way
             raise AlreadyRunning(task_id)
         stamp = now_iso()
@@ -126,7 +127,7 @@ class RunKeeper:
         if run is not None and run.execution_id == execution["id"]:
             return run.live
         return {tid for tid, row in rows.items()
-                if row.get("execution_id") == execution["id"] and row["status"] == "pending"}
+                if row.get("execution_id") == execution["id"] and row["status"] == TaskStatus.PENDING}
 
     def _open(self, c: Any, tree_id: str, task_id: str, user_id: str | None, webhook: Mapping[str, Any] | None,
               chosen: Mapping[str, str], stamp: str) -> tuple[dict[str, Any], int]:
@@ -155,7 +156,8 @@ class RunKeeper:
         async with self.lock:
             if rows[0]["task_tree_id"] in self.runs:  # someone executed it already: read what is stored
                 return await self.rebuild(execution, calls=calls)
-            fresh = [{**row, "execution_id": execution["id"]} if row["status"] == "pending" else row for row in rows]
+            fresh = [{**row, "execution_id": execution["id"]} if row["status"] == TaskStatus.PENDING else row
+                     for row in rows]
             return await self.rebuild(execution, calls=calls, fresh_rows=fresh)
 
     # --- rebuilding from the database -----------------------------------------------------
@@ -190,14 +192,14 @@ class RunKeeper:
             if row.get("execution_id") != execution["id"]:
                 continue
             status = row["status"]
-            if status == "pending":
+            if status == TaskStatus.PENDING:
                 delay = seconds_until(row.get("next_attempt_at"))
                 if delay > 0:
                     run.retrying.add(tid)
                     self.passes.retry_at(tid, tree_id, delay)
                 else:
                     waiting.append(tid)
-            elif status == "in_progress":
+            elif status == TaskStatus.IN_PROGRESS:
                 running = running_here.get(tid)
                 if running is not None and row.get("lease_owner") == self.instance_id \
                         and row.get("lease_epoch") == running.epoch:
@@ -294,7 +296,7 @@ class RunKeeper:
         if self.runs.get(run.tree_id) is run:
             del self.runs[run.tree_id]
         run.done.set()
-        progress = 1.0 if status == "completed" else run.progress
+        progress = 1.0 if status == TaskStatus.COMPLETED else run.progress
         self.publisher.publish(run, FINAL, run.tree_id, status=status, progress=progress, final=True,
                                message=f"Execution {status}")
 

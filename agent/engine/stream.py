@@ -6,6 +6,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Mapping
 from typing import Any
 
 from taskgrove.agent.engine.bus import FINAL, TASK_CANCELLED, TASK_COMPLETED, TASK_FAILED
+from taskgrove.storage.status import TaskStatus
 from taskgrove.storage.trees import now_iso
 
 # Cancellation has no event type of its own in SPEC.md: it is reported as task_failed with
@@ -37,7 +38,7 @@ def wire_event(event: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def run_summary(event: Mapping[str, Any]) -> dict[str, Any]:
-    status = event["status"] if event["type"] == FINAL else "in_progress"
+    status = event["status"] if event["type"] == FINAL else TaskStatus.IN_PROGRESS.value
     progress = event["progress"] if event["type"] == FINAL else event.get("tree_progress", 0.0)
     return {"status": status, "progress": progress, "root_task_id": event["root_task_id"],
             "task_count": event.get("task_count")}

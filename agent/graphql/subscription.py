@@ -16,7 +16,7 @@ from typing import Any
 
 import strawberry
 
-from taskgrove.agent.engine import bus as ev
+from taskgrove.agent.engine import bus
 from taskgrove.agent.engine.bus import Subscription
 from taskgrove.agent.errors import task_not_found
 from taskgrove.agent.graphql.errors import from_rpc, service_call
@@ -24,7 +24,7 @@ from taskgrove.agent.graphql.resolvers import GraphQLContext, required
 from taskgrove.agent.graphql.types import TERMINAL, TaskStatusEnum, TaskType
 from taskgrove.agent.service import TaskService
 
-STATUS_EVENTS = frozenset({ev.TASK_START, ev.TASK_COMPLETED, ev.TASK_FAILED, ev.TASK_CANCELLED})
+STATUS_EVENTS = frozenset({bus.TASK_START, bus.TASK_COMPLETED, bus.TASK_FAILED, bus.TASK_CANCELLED})
 # Status changes are a handful per task; the queue only has to bridge a slow consumer.
 BUFFER_EVENTS = 64
 # How long to wait for an event before reading the stored task: an event from another instance

@@ -16,15 +16,12 @@ from strawberry.scalars import JSON
 
 from taskgrove.agent.graphql.budget import budget_of
 from taskgrove.agent.graphql.errors import service_call
+from taskgrove.storage.status import TaskStatus
 
 
-@strawberry.enum(description="Task status; the JSON-RPC surface spells the same values in lower case.")
-class TaskStatusEnum(Enum):
-    PENDING = "pending"
-    IN_PROGRESS = "in_progress"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
+# The members of storage's TaskStatus, under the names GraphQL shows (PENDING, ...).
+TaskStatusEnum = strawberry.enum(Enum("TaskStatusEnum", [(s.name, s.value) for s in TaskStatus]),
+                                 description="Task status; the JSON-RPC surface spells the same values in lower case.")
 
 
 TERMINAL = frozenset({TaskStatusEnum.COMPLETED, TaskStatusEnum.FAILED, TaskStatusEnum.CANCELLED})

@@ -27,7 +27,7 @@ from taskgrove.agent.auth import AuthError
 from taskgrove.agent.bodylimit import replaying
 from taskgrove.agent.container import Services
 from taskgrove.agent.edge import call_context, limits, unauthorized
-from taskgrove.agent.engine import bus as ev
+from taskgrove.agent.engine import bus
 from taskgrove.agent.errors import INTERNAL_ERROR, RpcError, invalid_params
 from taskgrove.agent.mcp.tools import ToolSpec, tool_specs
 from taskgrove.agent.rpc.jsonrpc import CallContext, JsonReply, StreamReply
@@ -201,13 +201,13 @@ class McpSurface:
                     continue
                 if event.get("root_task_id") != root:
                     continue
-                progress = float((event.get("progress") if event["type"] == ev.FINAL
+                progress = float((event.get("progress") if event["type"] == bus.FINAL
                                   else event.get("tree_progress")) or 0.0)
                 if progress > last:
                     last = progress
                     message = f"{event['type']}: {event.get('name') or event['task_id']} ({event.get('status')})"
                     await _progress(ctx, progress, message)
-                if event["type"] == ev.FINAL:
+                if event["type"] == bus.FINAL:
                     break
         finally:
             sub.close()

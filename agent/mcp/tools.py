@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from taskgrove.storage.models import TASK_STATUSES
+from taskgrove.storage.status import TASK_STATUSES, TaskStatus
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,7 @@ class ToolSpec:
 
 
 TASK_ID = {"type": "string", "minLength": 1, "description": "The id of a stored task."}
-SETTABLE_STATUSES = [s for s in TASK_STATUSES if s != "in_progress"]
+SETTABLE_STATUSES = [s for s in TASK_STATUSES if s != TaskStatus.IN_PROGRESS]
 
 
 def _obj(properties: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:

@@ -17,9 +17,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from taskgrove.agent.remote.client import Remote, RemoteError
+from taskgrove.storage.status import FINISHED_STATUSES, TaskStatus
 
-TERMINAL = frozenset({"completed", "failed", "cancelled"})
-COLOURS = {"completed": "green", "failed": "red", "cancelled": "yellow", "in_progress": "cyan", "pending": "white"}
+TERMINAL = frozenset(FINISHED_STATUSES)
+COLOURS = {TaskStatus.COMPLETED: "green", TaskStatus.FAILED: "red", TaskStatus.CANCELLED: "yellow",
+           TaskStatus.IN_PROGRESS: "cyan", TaskStatus.PENDING: "white"}
 
 
 class TreeState:
@@ -50,7 +52,7 @@ class TreeState:
         task["status"] = data["status"]
         if isinstance(data.get("progress"), (int, float)):
             task["progress"] = float(data["progress"])
-        if task["status"] == "completed":
+        if task["status"] == TaskStatus.COMPLETED:
             task["progress"] = 1.0
         if data.get("error"):
             task["error"] = data["error"]
@@ -59,29 +61,30 @@ class TreeState:
     def settled(self) -> bool:
         if self.unseen:
             return False
-        if any(t["status"] == "in_progress" for t in self.tasks.values()):
+        if any(t["status"] == TaskStatus.IN_PROGRESS for t in self.tasks.values()):
             return False
-        if self.tasks[self.root_id]["status"] == "cancelled":
+        if self.tasks[self.root_id]["status"] == TaskStatus.CANCELLED:
             return True
         return not any(self._runnable(t) for t in self.tasks.values())
 
     def _runnable(self, task: Mapping[str, Any]) -> bool:
-        if task["status"] != "pending":
+        if task["status"] != TaskStatus.PENDING:
             return False
         for dep in task["dependencies"]:
             target = self.tasks.get(dep.get("id"))
             if target is None:
                 continue  # outside this tree: the service decides
-            wanted = ("completed",) if dep.get("required", True) else TERMINAL
+            wanted = (TaskStatus.COMPLETED,) if dep.get("required", True) else TERMINAL
             if target["status"] not in wanted:
                 return False
         return True
 
     def succeeded(self) -> bool:
-        return all(t["status"] == "completed" for t in self.tasks.values())
+        return all(t["status"] == TaskStatus.COMPLETED for t in self.tasks.values())
 
     def summary(self) -> dict[str, Any]:
-        return {"root_task_id": self.root_id, "status": "completed" if self.succeeded() else "failed",
+        return {"root_task_id": self.root_id, "status": TaskStatus.COMPLETED.value if self.succeeded()
+                else TaskStatus.FAILED.value,
                 "statuses": {tid: t["status"] for tid, t in self.tasks.items()}}
 
 
@@ -106,11 +109,11 @@ async def follow(remote: Remote, task_id: str, *, as_json: bool, timeout: float 
 
         console = Console()
         for task in state.tasks.values():
-            if task["status"] != "completed" and task["error"]:
+            if task["status"] != TaskStatus.COMPLETED and task["error"]:
                 console.print(f"[red]{task['name']}:[/red] {task['error']}", markup=True, highlight=False)
-        colour = "green" if summary["status"] == "completed" else "red"
+        colour = "green" if summary["status"] == TaskStatus.COMPLETED else "red"
         console.print(f"tree {state.root_id}: [{colour}]{summary['status']}[/]")
-    return 0 if summary["status"] == "completed" else 1
+    return 0 if summary["status"] == TaskStatus.COMPLETED else 1
 
 
 async def _follow_json(remote: Remote, state: TreeState) -> None:

@@ -12,7 +12,10 @@ from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
-COLOURS = {"completed": "green", "failed": "red", "cancelled": "yellow", "in_progress": "cyan", "pending": "white"}
+from taskgrove.storage.status import TaskStatus
+
+COLOURS = {TaskStatus.COMPLETED: "green", TaskStatus.FAILED: "red", TaskStatus.CANCELLED: "yellow",
+           TaskStatus.IN_PROGRESS: "cyan", TaskStatus.PENDING: "white"}
 DETAIL_FIELDS = ("id", "name", "status", "progress", "priority", "user_id", "parent_id", "task_tree_id",
                  "dependencies", "inputs", "params", "schemas", "result", "error", "retry", "attempt",
                  "next_attempt_at", "created_at", "started_at", "completed_at", "updated_at")

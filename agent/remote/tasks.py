@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING
 from taskgrove.agent.remote.client import Remote, RemoteError
 from taskgrove.agent.remote.commands import Command, Group
 from taskgrove.agent.remote.follow import follow
+from taskgrove.storage.status import TASK_STATUSES, TaskStatus
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
 
-STATUSES = ("pending", "in_progress", "completed", "failed", "cancelled")
 
 
 def _task_id(parser: argparse.ArgumentParser) -> None:
@@ -21,7 +21,7 @@ def _task_id(parser: argparse.ArgumentParser) -> None:
 
 
 def _list_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--status", choices=STATUSES)
+    parser.add_argument("--status", choices=TASK_STATUSES)
     parser.add_argument("--search", help="part of the name, or the start of the id")
     parser.add_argument("--roots", action="store_true", help="root tasks only (one per tree), with counts by status")
     parser.add_argument("--limit", type=int, default=50)
@@ -87,7 +87,7 @@ async def _cancel(remote: Remote, args: argparse.Namespace, console: "Console") 
     show.emit(console, answers, args.json, lambda rows: "\n".join(
         f"{show.escape(str(r['task_id']))}: {show.status(str(r['status']))} {show.escape(str(r['message']))}"
         for r in rows))
-    return 0 if all(a["status"] == "cancelled" for a in answers) else 1
+    return 0 if all(a["status"] == TaskStatus.CANCELLED for a in answers) else 1
 
 
 async def _delete(remote: Remote, args: argparse.Namespace, console: "Console") -> int:

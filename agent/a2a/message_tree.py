@@ -7,7 +7,7 @@ JSON-RPC error instead of a failed agent task.
 
 The same step reads what a message means: a tree as data (without an LLM, also a text part whose
 whole text is that JSON object), a stored tree by `metadata.task_id`, or (with an LLM) a
-plain-language requirement planned by agent.a2a.planner; and, for a task waiting
+plain-language requirement planned by agent.a2a.plain_language; and, for a task waiting
 in `input-required` with a plan, the follow-up that approves, replaces or refines it. Every part
 must be one of those (ContentTypeNotSupportedError otherwise); a task in any other state takes no
 further message (UnsupportedOperationError).
@@ -34,7 +34,7 @@ from google.protobuf.json_format import MessageToDict
 
 from taskgrove.agent.a2a.calls import PUSH_KEY, call_of, wire_for
 from taskgrove.agent.a2a.card import llm_configured
-from taskgrove.agent.a2a.planner import (
+from taskgrove.agent.a2a.plain_language import (
     REPLY_HINT,
     Draft,
     decision,
@@ -47,9 +47,10 @@ from taskgrove.agent.a2a.planner import (
 from taskgrove.agent.a2a.push import PushConfigError, PushTarget, PushTargets, check_url, parse_target
 from taskgrove.agent.a2a.wire import restore_ints
 from taskgrove.agent.errors import PERMISSION_DENIED, QuotaExceeded, RpcError
-from taskgrove.agent.rpc import params as p
+from taskgrove.agent.rpc import params as rpc_params
 from taskgrove.agent.rpc.jsonrpc import CallContext
 from taskgrove.storage import jsonvalues
+from taskgrove.storage.status import TaskStatus
 
 if TYPE_CHECKING:  # pragma: no cover
     from taskgrove.agent.container import Services
@@ -276,7 +277,7 @@ class TreeRequestContextBuilder(RequestContextBuilder):
 
     async def _plan(self, message: Message, metadata: Mapping[str, Any], call: CallContext) -> TreePlan:
         tasks = tasks_in(message)
-        task_id = p.string(metadata, "task_id")
+        task_id = rpc_params.string(metadata, "task_id")
         planner = llm_configured(self._services.settings)
         if tasks is None and task_id is None and planner and texts_of(message):
             check_parts(message, text_allowed=True)
@@ -286,8 +287,8 @@ class TreeRequestContextBuilder(RequestContextBuilder):
             data_text, tasks = found
         check_parts(message, text_allowed=task_id is not None and tasks is None, planner=planner,
                     data_text=data_text)
-        copy_execution = p.boolean(metadata, "copy_execution", False)
-        copy_children = p.boolean(metadata, "copy_children", False)
+        copy_execution = rpc_params.boolean(metadata, "copy_execution", False)
+        copy_children = rpc_params.boolean(metadata, "copy_children", False)
         if tasks is not None and task_id is not None:
             raise InvalidParamsError(message="Give either a data part {tasks: [...]} or metadata.task_id, not both")
         if copy_execution and task_id is None:
@@ -352,7 +353,7 @@ class TreeRequestContextBuilder(RequestContextBuilder):
             assert row is not None
         if row["origin_type"] == "archive":
             raise InvalidParamsError(message=f"Task '{task_id}' is an archive (read-only) and cannot be executed")
-        if row["status"] == "in_progress" or task_id in self._services.engine.running:
+        if row["status"] == TaskStatus.IN_PROGRESS or task_id in self._services.engine.running:
             raise InvalidParamsError(message=f"Task '{task_id}' is already running")
         tree_id = row["task_tree_id"]
         count = len(await repo.tree(tree_id))

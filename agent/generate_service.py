@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from taskgrove.agent.errors import INVALID_PARAMS, RpcError, invalid_params, permission_denied
-from taskgrove.agent.rpc import params as p
+from taskgrove.agent.rpc import params as rpc_params
 from taskgrove.agent.rpc.jsonrpc import CallContext
 from taskgrove.agent.service import TaskService
 from taskgrove.agent.settings import Settings
@@ -80,10 +80,10 @@ class GenerateService:
                 raw, 0.7 if temperature is None else temperature, 4000 if max_tokens is None else max_tokens)
         except GenerationInputError as exc:
             raise invalid_params(str(exc)) from None
-        user_id = p.string(params, "user_id", max_length=255)
-        provider = p.string(params, "llm_provider", aliases=("provider",), max_length=100)
-        model = p.string(params, "model", max_length=500)
-        save = p.boolean(params, "save", False)
+        user_id = rpc_params.string(params, "user_id", max_length=255)
+        provider = rpc_params.string(params, "llm_provider", aliases=("provider",), max_length=100)
+        model = rpc_params.string(params, "model", max_length=500)
+        save = rpc_params.boolean(params, "save", False)
         if provider is not None:
             try:  # an unknown provider is a parameter error: say so before anything else
                 LLMClient(self.settings).resolve_provider(provider)

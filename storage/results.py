@@ -1,4 +1,4 @@
-"""Bounded checks of JSON values before they are stored.
+"""Executors' results (and checkpoints) made storable: bounded checks and conversion to plain JSON.
 
 Executors may return anything: deep nesting, huge or exponentially shared structures (an
 aggregate of aggregates), NaN, objects that are not JSON at all. `storable` turns such a value

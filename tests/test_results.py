@@ -1,4 +1,4 @@
-"""storage.values: the check every task outcome passes before it is stored. The shortcut for
+"""storage.results: the check every task outcome passes before it is stored. The shortcut for
 small plain values must agree with the full walk on every value and every limit."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from taskgrove.storage import values
+from taskgrove.storage import results
 from taskgrove.storage.executions import _json_text
 from taskgrove.storage import jsonvalues
-from taskgrove.storage.values import Unstorable, storable
+from taskgrove.storage.results import Unstorable, storable
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2 ** 70), max_value=2 ** 70),
                     st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12),
@@ -27,7 +27,7 @@ json_like = st.recursive(scalars, lambda inner: st.one_of(
 def walked(value: Any, max_depth: int, max_bytes: int) -> tuple[str, Any]:
     """What the full walk alone answers: the stored value (and whether it is the same object),
     or the refusal's message."""
-    steps = values._steps(value, max_depth, max_bytes, "result")
+    steps = results._steps(value, max_depth, max_bytes, "result")
     try:
         while True:
             next(steps)
@@ -41,7 +41,7 @@ def walked(value: Any, max_depth: int, max_bytes: int) -> tuple[str, Any]:
 @given(value=json_like, max_depth=st.integers(0, 10), max_bytes=st.integers(0, 400))
 def test_the_shortcut_answers_what_the_walk_answers(value: Any, max_depth: int, max_bytes: int) -> None:
     expected = walked(value, max_depth, max_bytes)
-    if values._small_and_plain(value, max_depth, max_bytes):
+    if results._small_and_plain(value, max_depth, max_bytes):
         assert expected[0] == "same", expected  # taken only where the walk keeps the value as it is
     try:
         got: tuple[str, Any] = ("same" if (result := storable(value, max_depth=max_depth,
@@ -58,13 +58,13 @@ def _comparable(answer: tuple[str, Any]) -> Any:
 
 @pytest.mark.parametrize("value", [{"ok": True, "inputs": {}}, [1, 2.5, None, "x"], "text", 3, None])
 def test_typical_results_take_the_shortcut_and_come_back_unchanged(value: Any) -> None:
-    assert values._small_and_plain(value, 100, 16 * 1024 * 1024)
+    assert results._small_and_plain(value, 100, 16 * 1024 * 1024)
     assert storable(value, max_depth=100, max_bytes=16 * 1024 * 1024) is value
 
 
 def test_what_the_shortcut_leaves_to_the_walk() -> None:
     limits = {"max_depth": 100, "max_bytes": 1 << 24}
-    assert not values._small_and_plain({"n": math.nan}, 100, 1 << 24)
+    assert not results._small_and_plain({"n": math.nan}, 100, 1 << 24)
     with pytest.raises(Unstorable, match="is not a finite number"):
         storable({"n": math.nan}, **limits)
     with pytest.raises(Unstorable, match="lone surrogate"):

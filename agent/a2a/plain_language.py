@@ -14,7 +14,7 @@ task (`taskId` set) then decides:
 - refine: any other text is added to the requirement and planned again (input-required again).
 
 Without an LLM the card lists `application/json` only and a text part is an unsupported content
-type (-32005, see plan.check_parts).
+type (-32005, see message_tree.check_parts).
 """
 
 from __future__ import annotations
