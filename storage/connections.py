@@ -7,7 +7,7 @@ this module decides where, and each path exists for a measured reason (bench/REA
   that operations compose;
 - SQLite, a new transaction: on one dedicated database thread with a synchronous engine, so a
   whole batch of engine writes costs one thread hop instead of one per statement;
-- SQLite, a `small` transaction (an engine pass of a few rows): on the event loop's own thread
+- SQLite, an `inline` transaction (an engine pass of a few rows): on the event loop's own thread
   when the database thread is idle and no lock is held elsewhere (run_here), because the thread
   hop costs several times what SQLite takes for it;
 - SQLite, a read outside a transaction: plain sqlite3 through storage/sqlite_reader.py on the
@@ -80,18 +80,18 @@ class Connections:
             self.pg = pg.PgPool(engine)
 
     async def run(self, fn: Callable[..., Any], *args: Any, conn: AsyncConnection | None = None,
-                  small: bool = False) -> Any:
+                  inline: bool = False) -> Any:
         """Run `fn(sync_connection, *args)` in the caller's transaction or a new one.
 
         Every statement is written once, as a plain synchronous function. On SQLite a new
         transaction runs on the dedicated database thread (one thread hop per operation instead
-        of one per statement), or for a `small` one on the event loop's thread when it can
+        of one per statement), or for an `inline` one (a few rows) on the event loop's thread when it can
         (run_here); on PostgreSQL and inside a caller's transaction it runs through the async
         driver.
         """
         if conn is not None:
             return await conn.run_sync(fn, *args)
-        if small and self._loop_engine is not None and not self._queued:
+        if inline and self._loop_engine is not None and not self._queued:
             done, result = self.run_here(fn, args)
             if done:
                 self.answered_at = time.monotonic()

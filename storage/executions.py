@@ -169,9 +169,9 @@ def pg_step_results(rows: Iterable[Sequence[Any]]) -> tuple[set[str], dict[str, 
     claimed: dict[str, Row] = {}
     ended: dict[str, str] = {}
     for kind, tid, epoch, attempt, checkpoint, final in rows:
-        if kind == "w":
+        if kind == "written":
             accepted.add(tid)
-        elif kind == "c":
+        elif kind == "claimed":
             claimed[tid] = {"lease_epoch": epoch, "attempt": attempt, "checkpoint": checkpoint}
         else:
             ended[tid] = final

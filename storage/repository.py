@@ -69,10 +69,10 @@ class TaskRepository:
         of the transaction."""
         await conn.exec_driver_sql(S.SERIALISE_TREE.form(conn.dialect.name), (task_id,))
 
-    async def run(self, fn: Callable[..., Any], *args: Any, small: bool = False) -> Any:
+    async def run(self, fn: Callable[..., Any], *args: Any, inline: bool = False) -> Any:
         """Run `fn(sync_connection, *args)` in a transaction of its own (storage/executions.py).
-        `small`: a few rows, so it may run on the event loop's thread (Connections.run_here)."""
-        return await self.connections.run(fn, *args, small=small)
+        `inline`: a few rows, so it may run on the event loop's own thread (Connections.run_here)."""
+        return await self.connections.run(fn, *args, inline=inline)
 
     async def ping(self, fresh_within: float = 0.0) -> None:
         """Raise if the database does not answer; a transaction that committed within the last
@@ -265,7 +265,7 @@ class TaskRepository:
             ended = {eid: executions.end_execution(c, eid, owner, version, stamp) for eid, version in ends}
             return accepted, claimed, ended
 
-        return await self.connections.run(op, small=len(writes) + len(claims) + len(ends) <= SMALL_PASS)
+        return await self.connections.run(op, inline=len(writes) + len(claims) + len(ends) <= SMALL_PASS)
 
     async def _pg_write_pass(self, writes: Sequence[tuple[str, int, Mapping[str, Any]]], claims: Sequence[str],
                              owner: str, until: str, stamp: str,

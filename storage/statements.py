@@ -231,8 +231,8 @@ def _pg_assignment(bit: int, key: str) -> str:
 
 # --- PostgreSQL: an engine pass as one statement -----------------------------------------------
 # The fenced writes of a pass, then its claims, then the end of an execution, as the rows of one
-# statement (storage/executions.py explains why). Returns ('w', id) for each accepted write,
-# ('c', id, lease_epoch, attempt, checkpoint) for each claimed task, ('e', id, ..., final_status)
+# statement (storage/executions.py explains why). Returns ('written', id) for each accepted write,
+# ('claimed', id, lease_epoch, attempt, checkpoint) for each claimed task, ('ended', id, ..., final_status)
 # for an ended execution. Bit `n` of a write's `_mask` says it sets PG_WRITABLE[n].
 
 @functools.lru_cache(maxsize=1)
@@ -251,9 +251,9 @@ def pass_statement() -> Statement:
         "AND (t.status = 'in_progress') IS TRUE AND t.lease_owner = $3 "
         "AND t.lease_epoch = w._epoch RETURNING t.id), "
         f"claimed AS ({_PG_CLAIM}), ended AS ({_PG_END}) "
-        f"SELECT 'w' AS kind, id, {nothing}, NULL::text FROM written "
-        "UNION ALL SELECT 'c', id, lease_epoch, attempt, checkpoint, NULL FROM claimed "
-        f"UNION ALL SELECT 'e', id, {nothing}, final_status FROM ended")
+        f"SELECT 'written' AS kind, id, {nothing}, NULL::text FROM written "
+        "UNION ALL SELECT 'claimed', id, lease_epoch, attempt, checkpoint, NULL FROM claimed "
+        f"UNION ALL SELECT 'ended', id, {nothing}, final_status FROM ended")
 
 
 PASS_ARGS = ("writes", "write_ids", "owner", "claim_ids", "until", "stamp", "end_id", "version")

@@ -380,7 +380,7 @@ class PassLoop:
         try:
             return await self.repo.run(executions.claim_limited, tid, limits.key, limits.limit, limits.rate_key,
                                        limits.interval, self.instance_id, self.lease_until(), stamp,
-                                       small=MAY_USE_LOOP_THREAD)
+                                       inline=MAY_USE_LOOP_THREAD)
         except Exception as exc:
             if not is_transient(exc):
                 log.exception("limited claim of task %s failed", tid)

@@ -29,7 +29,7 @@ from taskgrove.storage.trees import now_iso
 
 log = logging.getLogger(__name__)
 
-# `TaskRepository.run(..., small=...)`: a transaction of a few rows, which may run on the event
+# `TaskRepository.run(..., inline=...)`: a transaction of a few rows, which may run on the event
 # loop's thread. The keyword is storage's; these say which value means what here.
 MAY_USE_LOOP_THREAD = True
 
@@ -98,7 +98,7 @@ class RunKeeper:
     async def _open_or_join(self, task_id: str, tree_id: str, fresh_rows: list[dict[str, Any]] | None,
                             call: dict[str, Any], webhook: Mapping[str, Any] | None) -> TreeRun:
         rows = {row["id"]: dict(row) for row in fresh_rows or await self.repo.tree(tree_id)}
-        execution = await self.repo.run(executions.running_execution, tree_id, small=MAY_USE_LOOP_THREAD)
+        execution = await self.repo.run(executions.running_execution, tree_id, inline=MAY_USE_LOOP_THREAD)
         live_ids = self._live_ids(rows, execution)
         if task_id in live_ids:
             raise AlreadyRunning(task_id)
@@ -109,7 +109,7 @@ class RunKeeper:
         stamp = now_iso()
         execution, joined = await self.repo.run(self._open, tree_id, task_id, call.get("user_id"), webhook,
                                                 {tid: rows[tid]["status"] for tid in chosen}, stamp,
-                                                small=may_use_loop_thread(len(chosen)))
+                                                inline=may_use_loop_thread(len(chosen)))
         if chosen and not joined and self.runs.get(tree_id) is not None:
             raise AlreadyRunning(task_id)  # all it asked for moved on meanwhile (started, or just ended)
         if execution["owner"] != self.instance_id:
@@ -146,7 +146,7 @@ class RunKeeper:
         stamp = now_iso()
         # A new tree cannot be any run's yet: the insert needs no lock, so creates run side by side.
         execution = await self.repo.run(executions.insert_tree, rows, call.get("user_id"), self.instance_id,
-                                        self.lease_until(), stamp, None, quota, small=may_use_loop_thread(len(rows)))
+                                        self.lease_until(), stamp, None, quota, inline=may_use_loop_thread(len(rows)))
         return await self.run_inserted(execution, rows, call)
 
     async def run_inserted(self, execution: Mapping[str, Any], rows: list[dict[str, Any]],
@@ -279,7 +279,7 @@ class RunKeeper:
                 return
             try:
                 status = await self.repo.run(executions.end_execution, run.execution_id, self.instance_id,
-                                             run.version, now_iso(), small=MAY_USE_LOOP_THREAD)
+                                             run.version, now_iso(), inline=MAY_USE_LOOP_THREAD)
             except Exception:
                 log.warning("could not end the execution of tree %s; retrying", run.tree_id, exc_info=True)
                 run.ending = False
