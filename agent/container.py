@@ -19,11 +19,13 @@ from taskgrove.agent.rpc.jsonrpc import Handler
 from taskgrove.agent.idempotency import IdempotentMethods
 from taskgrove.agent.rpc.schedules import schedule_methods
 from taskgrove.agent.rpc.tasks import task_methods
+from taskgrove.agent.rpc.waits import wait_methods
 from taskgrove.agent.engine.schedule_loop import ScheduleLoop
 from taskgrove.agent.schedules import ScheduleService
 from taskgrove.agent.service import TaskService
 from taskgrove.agent.settings import Settings
 from taskgrove.agent.system import SystemService
+from taskgrove.agent.wait_service import WaitService
 from taskgrove.executors.database import dispose_engines
 from taskgrove.executors.registry import ExecutorRegistry
 from taskgrove.agent.metrics import Metrics
@@ -47,6 +49,8 @@ class Services:
     schedules: ScheduleService
     # The per-user quotas every surface asks (agent/admission.py).
     admission: Admission
+    # Answers to waits and events (tasks.respond, events.emit), for every surface.
+    waits: WaitService
     task_methods: dict[str, Handler] = field(default_factory=dict)
     system_methods: dict[str, Handler] = field(default_factory=dict)
     keys: KeyConfigService | None = None
@@ -76,9 +80,10 @@ class Services:
         engine.services["llm_key_lookup"] = keys.lookup  # stored per-user keys for the LLM client
         schedule_loop = ScheduleLoop(engine)
         schedules = ScheduleService(repo, schedule_loop, settings)
+        waits = WaitService(repo, engine, settings)
         services = cls(settings, repo, bus, registry, engine, tasks, system, schedule_loop, schedules, admission,
-                       keys=keys, metrics=metrics)
-        services.task_methods = {**task_methods(tasks), **schedule_methods(schedules)}
+                       waits, keys=keys, metrics=metrics)
+        services.task_methods = {**task_methods(tasks), **schedule_methods(schedules), **wait_methods(waits)}
         idempotent = services.idempotency = IdempotentMethods(repo, settings)
         for name in ("tasks.create", "tasks.execute", "execute_task_tree", "tasks.copy", "tasks.clone"):
             services.task_methods[name] = idempotent.wrap(name, services.task_methods[name])

@@ -35,7 +35,7 @@ class Metrics:
                                ["executor"], registry=r)
         self.finished = Counter("taskgrove_executions_finished",
                                 "Attempts ended, by executor and outcome (completed, failed, retry, "
-                                "cancelled, interrupted)", ["executor", "outcome"], registry=r)
+                                "cancelled, interrupted, parked)", ["executor", "outcome"], registry=r)
         self.duration = Histogram("taskgrove_execution_duration_seconds", "How long attempts ran, by executor",
                                   ["executor"], registry=r,
                                   buckets=(.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60, 300, 1800))
@@ -62,6 +62,9 @@ class Metrics:
                                 "or runnable and waiting for a slot, its key or its rate (the "
                                 f"{TOP_USERS} busiest users by name, the rest as `other`; no user as `none`)",
                                 ["user", "state"], registry=r)
+        self.parked = Gauge("taskgrove_parked_tasks", "Tasks parked on a durable wait in this instance's "
+                            "executions, by kind of wait (input, event, timer); they hold no slot",
+                            ["kind"], registry=r)
         self._known_executors: frozenset[str] = frozenset()
         # The children of the labelled series, looked up once (labels() takes a lock every call).
         self._children: dict[tuple[Any, ...], Any] = {}
@@ -106,12 +109,15 @@ class Metrics:
     # --- scrape ---------------------------------------------------------------------------
 
     def render(self, by_status: Mapping[str, int], queue_depth: int, running: int,
-               per_user: Mapping[Any, Mapping[str, int]] | None = None) -> bytes:
+               per_user: Mapping[Any, Mapping[str, int]] | None = None,
+               parked: Mapping[str, int] | None = None) -> bytes:
         for status in TASK_STATUSES:
             self.tasks.labels(status).set(by_status.get(status, 0))
         self.queue.set(queue_depth)
         self.running.set(running)
         self._set_user_tasks(per_user or {})
+        for kind, count in (parked or {}).items():
+            self.parked.labels(kind).set(count)
         return generate_latest(self.registry)
 
     def _set_user_tasks(self, per_user: Mapping[Any, Mapping[str, int]]) -> None:

@@ -48,7 +48,7 @@ def operations_routes(services: Services) -> list[Route]:
                 return unauthorized(exc)
         engine = services.engine
         body = services.metrics.render(await services.repo.count_by_status(), engine.queue_depth, len(engine.running),
-                                      engine.tasks_per_user())
+                                      engine.tasks_per_user(), engine.parked_counts())
         return Response(body, media_type=CONTENT_TYPE)
 
     routes = [Route("/healthz", healthz, methods=["GET"]), Route("/readyz", readyz, methods=["GET"])]

@@ -214,8 +214,11 @@ class TaskService:
         search = rpc_params.string(params, "search")
         if search is not None:
             search = search.strip()[:255] or None
+        waiting = params.get("waiting")  # true: only tasks parked on a wait; false: only the others
+        if waiting is not None and not isinstance(waiting, bool):
+            raise invalid_params(f"waiting must be true or false, got {waiting!r}"[:300])
         rows = await self.repo.list(user_id=user_id, status=status, limit=limit, offset=offset,
-                                    root_only=root_only, search=search)
+                                    root_only=root_only, search=search, waiting=waiting)
         listed = [public(r) for r in rows if ctx.caller.can_access(r["user_id"])]
         if root_only:  # one row per tree: say what its tree holds (the dashboard's tree list)
             counts = await self.repo.status_counts([r["task_tree_id"] for r in listed])
@@ -257,7 +260,8 @@ class TaskService:
                 raise RpcError(INVALID_PARAMS, "Invalid params", "Update failed:\n" + "\n".join(problems))
             values["updated_at"] = now_iso()
             if "status" in values:  # set by hand: no execution runs it or waits for its retry any more
-                values.update(execution_id=None, next_attempt_at=None, lease_owner=None, lease_expires_at=None)
+                values.update(execution_id=None, next_attempt_at=None, lease_owner=None, lease_expires_at=None,
+                              waiting=None, wake_at=None, wait_answers=None)  # and a wait is over
             # New dependencies only while the task is still pending: an engine that claimed it
             # since it was read (no tree lock is taken to claim) must not see them change under it.
             if not await self.repo.update(task_id, values, conn=conn,

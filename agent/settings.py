@@ -267,6 +267,9 @@ class Settings:
     # An attempt cut off by the platform (crash, lost lease, shutdown past its grace) runs again
     # without using up the task's retries, at most this many times per task; then the task fails.
     max_interruptions: int = 3
+    # sleep_executor parks (a durable timer: no slot, survives restarts) for sleeps at least this
+    # long; shorter ones sleep in process, which costs less than the two writes of a park.
+    park_sleep_seconds: float = 5.0
     # --- sharing the service (docs/sharing.md) ---
     # Fair share: a user's weight (default 1); a user of weight 2 gets twice the slots under contention.
     user_weights: Mapping[str, float] = field(default_factory=dict, hash=False)
@@ -353,6 +356,7 @@ class Settings:
             shutdown_grace_seconds=_float(env, "SERVICE_SHUTDOWN_GRACE_SECONDS", 30.0, 0.0, 3600.0),
             idempotency_seconds=_float(env, "SERVICE_IDEMPOTENCY_SECONDS", 86_400.0, 1.0, 30 * 86_400.0),
             max_interruptions=_int(env, "SERVICE_MAX_INTERRUPTIONS", 3, 0, 100),
+            park_sleep_seconds=_float(env, "SERVICE_PARK_SLEEP_SECONDS", 5.0, 0.0, 86_400.0),
             user_weights=_weights(env, "SERVICE_USER_WEIGHTS"),
             concurrency_limits=_caps(env, "SERVICE_CONCURRENCY_LIMITS"),
             rate_limits=_rates(env, "SERVICE_RATE_LIMITS"),

@@ -29,6 +29,8 @@ class ExecutorSettings(LLMSettings, Protocol):
     def database_connections(self) -> Mapping[str, Mapping[str, Any]]: ...
     @property
     def database_allow_input_url(self) -> bool: ...
+    @property
+    def park_sleep_seconds(self) -> float: ...
 
 
 class ExecutorError(Exception):
@@ -41,6 +43,30 @@ class ExecutorError(Exception):
     def __init__(self, message: str, *, retryable: bool = True) -> None:
         super().__init__(message)
         self.retryable = retryable
+
+
+class _Absent:
+    """No `default` given to a wait (None is a default like any other)."""
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT: Any = _Absent()
+
+
+class Waiting(BaseException):
+    """Raised by the waits of `ExecutionContext`: this attempt parks until the wait is answered.
+
+    A BaseException (like asyncio.CancelledError), so an executor's `except Exception` cannot
+    swallow it. The engine stores `wait` (agent/engine/waits.py) and ends the attempt; when the
+    answer comes, the same attempt runs again from the start and the wait returns the answer
+    at once (replay: an executor's code before a wait runs again; make it idempotent, or put it
+    after the wait). `wait`: kind, prompt, schema, timeout, default?, event?, match?, index."""
+
+    def __init__(self, wait: dict[str, Any]) -> None:
+        super().__init__(wait.get("kind"), wait.get("index"))
+        self.wait = wait
 
 
 @dataclass
@@ -71,8 +97,11 @@ class ExecutionContext:
     interruptions: int = 0
     # What the previous attempt stored with `checkpoint()`; None on a first attempt.
     last_checkpoint: Any = None
+    # The answers of this attempt's earlier waits, in call order (the `wait_answers` column).
+    wait_answers: list[Any] = field(default_factory=list)
     _progress: ProgressCallback | None = None
     _checkpoint: Callable[[Any], Awaitable[None]] | None = None
+    _waits: int = 0  # waits called so far in this run of the attempt: the next one's index
 
     @property
     def idempotency_key(self) -> str:
@@ -83,6 +112,39 @@ class ExecutionContext:
         (after a failure, a timeout or a crash) finds it in `last_checkpoint` to resume from."""
         if self._checkpoint is not None:
             await self._checkpoint(data)
+
+    # --- durable waits (docs/waits.md) ----------------------------------------------------
+    # Each wait holds no slot and no memory while it waits: the attempt ends (Waiting) and runs
+    # again from the start once the wait is answered; the waits it passes return their stored
+    # answers at once, by their order of call. So call waits in the same order on every run.
+
+    async def wait_for_input(self, prompt: str, schema: Mapping[str, Any] | None = None,
+                             timeout: float | None = None, default: Any = ABSENT) -> Any:
+        """The answer a person or agent gives through `tasks.respond`, valid against `schema`
+        (a JSON Schema). After `timeout` seconds: `default` if given, else the task fails."""
+        return self._wait({"kind": "input", "prompt": str(prompt), "schema": dict(schema) if schema else None},
+                          timeout, default)
+
+    async def wait_for_event(self, name: str, match: Mapping[str, Any] | None = None,
+                             timeout: float | None = None, default: Any = ABSENT) -> Any:
+        """The payload of the first event `name` of this task's user (`events.emit`) whose payload
+        has every key of `match` with the same value, emitted after this wait began."""
+        return self._wait({"kind": "event", "prompt": f"event {name}", "schema": None, "event": str(name),
+                           "match": dict(match) if match else None}, timeout, default)
+
+    async def sleep(self, seconds: float) -> None:
+        """A durable timer: no slot while it runs, and a restart does not lose it."""
+        self._wait({"kind": "timer", "prompt": f"sleep {float(seconds):g}s", "schema": None},
+                   max(0.0, float(seconds)), None)
+
+    def _wait(self, wait: dict[str, Any], timeout: float | None, default: Any) -> Any:
+        index, self._waits = self._waits, self._waits + 1
+        if index < len(self.wait_answers):
+            return self.wait_answers[index]
+        wait.update(index=index, timeout=None if timeout is None else float(timeout))
+        if default is not ABSENT:
+            wait["default"] = default
+        raise Waiting(wait)
 
     async def report_progress(self, progress: float, message: str | None = None) -> None:
         """Publish progress (0..1) for this task; cheap, safe to call often."""

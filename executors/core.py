@@ -1,4 +1,4 @@
-"""Executors with no outside effects: collecting dependency results, no-ops and sleeps.
+"""Executors with no outside effects: collecting dependency results, no-ops, sleeps and waits.
 
 They are always safe to enable, so demos, benchmarks and concurrency tests can build trees
 from them without configuring anything.
@@ -10,7 +10,7 @@ import asyncio
 import time
 from typing import Any
 
-from taskgrove.executors.base import ExecutionContext, Executor
+from taskgrove.executors.base import ABSENT, ExecutionContext, Executor
 
 
 class AggregateResultsExecutor(Executor):
@@ -50,7 +50,9 @@ class SleepExecutor(Executor):
     id = "sleep_executor"
     name = "Sleep"
     extension = "core"
-    description = "Sleeps inputs.seconds (0..3600, default 0.1), reporting progress; cancellable."
+    description = ("Sleeps inputs.seconds (0..3600, default 0.1), reporting progress; cancellable. Sleeps of at "
+                   "least SERVICE_PARK_SLEEP_SECONDS (default 5) are durable timers: the task holds no slot and "
+                   "survives restarts; shorter ones sleep in process, which costs less.")
     input_schema = {
         "type": "object",
         "properties": {
@@ -69,6 +71,9 @@ class SleepExecutor(Executor):
 
     async def execute(self, inputs: dict[str, Any], context: ExecutionContext) -> Any:
         seconds = float(inputs.get("seconds", 0.1))
+        if seconds >= getattr(context.settings, "park_sleep_seconds", float("inf")):
+            await context.sleep(seconds)  # parks; runs again once the time is up, and returns at once
+            return {"slept": seconds}
         # A later attempt (after a crash or a timeout) sleeps only what the last one had left.
         slept_before = float((context.last_checkpoint or {}).get("slept", 0.0))
         self._started = time.monotonic() - slept_before
@@ -90,3 +95,49 @@ class SleepExecutor(Executor):
         if self._started is None:
             return None
         return {"result": {"slept": round(time.monotonic() - self._started, 3), "cancelled": True}}
+
+
+_TIMEOUT = {"type": "number", "exclusiveMinimum": 0, "maximum": 31_536_000}
+
+
+class HumanInputExecutor(Executor):
+    """Asks a person (or an agent) for an answer and waits for it without holding a slot."""
+
+    id = "human_input_executor"
+    name = "Human input"
+    extension = "core"
+    description = ("Waits for an answer to inputs.prompt, given through tasks.respond and valid against "
+                   "inputs.schema (a JSON Schema, optional); the answer is the result. Holds no slot while it "
+                   "waits. After inputs.timeout_seconds: inputs.default if given, else the task fails.")
+    input_schema = {
+        "type": "object",
+        "properties": {"prompt": {"type": "string", "minLength": 1, "maxLength": 10_000},
+                       "schema": {"type": "object"}, "timeout_seconds": _TIMEOUT, "default": {}},
+        "required": ["prompt"],
+    }
+
+    async def execute(self, inputs: dict[str, Any], context: ExecutionContext) -> Any:
+        return await context.wait_for_input(inputs["prompt"], inputs.get("schema"), inputs.get("timeout_seconds"),
+                                            inputs.get("default", ABSENT))
+
+
+class EventWaitExecutor(Executor):
+    """Waits for an event (events.emit) of the task's user, without holding a slot."""
+
+    id = "event_wait_executor"
+    name = "Wait for an event"
+    extension = "core"
+    description = ("Waits for an event named inputs.event, emitted by the task's user (events.emit) after the "
+                   "wait began, whose payload has every key of inputs.match with the same value; the payload is "
+                   "the result. Holds no slot while it waits. After inputs.timeout_seconds: inputs.default if "
+                   "given, else the task fails.")
+    input_schema = {
+        "type": "object",
+        "properties": {"event": {"type": "string", "minLength": 1, "maxLength": 255},
+                       "match": {"type": "object"}, "timeout_seconds": _TIMEOUT, "default": {}},
+        "required": ["event"],
+    }
+
+    async def execute(self, inputs: dict[str, Any], context: ExecutionContext) -> Any:
+        return await context.wait_for_event(inputs["event"], inputs.get("match"), inputs.get("timeout_seconds"),
+                                            inputs.get("default", ABSENT))

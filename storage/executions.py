@@ -404,7 +404,8 @@ def join(c: Connection, execution_id: str, expected: Mapping[str, str], stamp: s
             joined += c.execute(update(T).where(T.c.id.in_(ids[start:start + 500]), T.c.status == status).values(
                 status=TaskStatus.PENDING.value, progress=0.0, result=None, error=None, started_at=None, completed_at=None,
                 updated_at=stamp, execution_id=execution_id, attempt=0, next_attempt_at=None, checkpoint=None,
-                lease_owner=None, lease_expires_at=None, interruptions=0)).rowcount
+                lease_owner=None, lease_expires_at=None, interruptions=0, waiting=None, wait_answers=None,
+                wake_at=None)).rowcount
     c.execute(update(X).where(X.c.id == execution_id).values(updated_at=stamp))
     return joined
 
@@ -498,8 +499,9 @@ def renew(c: Connection, owner: str, task_ids: Sequence[str], execution_ids: Seq
 
 
 def expired_tasks(c: Connection, now: str | None) -> list[Row]:
-    """Tasks in progress whose lease ran out before `now` (None: every task in progress)."""
-    query = select(T).where(T.c.status == TaskStatus.IN_PROGRESS.value)
+    """Tasks in progress whose lease ran out before `now` (None: every task in progress), but
+    not those parked on a wait: they hold no lease, and no attempt of theirs is running."""
+    query = select(T).where(T.c.status == TaskStatus.IN_PROGRESS.value, T.c.waiting.is_(None))
     if now is not None:
         query = query.where((T.c.lease_expires_at.is_(None)) | (T.c.lease_expires_at < now))
     return [dict(row._mapping) for row in c.execute(query)]
@@ -510,7 +512,7 @@ def interrupt(c: Connection, row: Mapping[str, Any], values: Mapping[str, Any]) 
     query = (update(T).where(T.c.id == row["id"], T.c.status == TaskStatus.IN_PROGRESS.value,
                              T.c.lease_owner.is_(row["lease_owner"]) if row["lease_owner"] is None
                              else T.c.lease_owner == row["lease_owner"],
-                             T.c.lease_epoch == row["lease_epoch"]).values(**values))
+                             T.c.lease_epoch == row["lease_epoch"], T.c.waiting.is_(None)).values(**values))
     return c.execute(query).rowcount > 0
 
 

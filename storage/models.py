@@ -86,6 +86,13 @@ class Task(Base):
     concurrency: Mapped[dict | None] = mapped_column(JSON, nullable=True)
     rate_limit: Mapped[dict | None] = mapped_column(JSON, nullable=True)
     concurrency_key: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    # Durable waits (docs/waits.md, agent/engine/waits.py). JSON text in plain text columns, SQL
+    # NULL when unused, so a task that never waits stores, writes and decodes nothing more:
+    # `waiting`, the wait its attempt is parked on; `wait_answers`, the answers of that attempt's
+    # earlier waits in call order; `wake_at`, when the wait times out (NULL: never).
+    waiting: Mapped[str | None] = mapped_column(Text, nullable=True)
+    wait_answers: Mapped[str | None] = mapped_column(Text, nullable=True)
+    wake_at: Mapped[str | None] = mapped_column(String(40), nullable=True)
 
     __table_args__ = (
         Index("ix_tasks_parent_id", "parent_id"),
@@ -98,6 +105,12 @@ class Task(Base):
         Index("ix_tasks_execution_id", "execution_id"),
         Index("ix_tasks_concurrency_key", "concurrency_key", "status", sqlite_where=text("concurrency_key IS NOT NULL"),
               postgresql_where=text("concurrency_key IS NOT NULL")),
+        # Only parked tasks are in these: the waits of a user (events.emit, tasks.list waiting),
+        # the waits that time out.
+        Index("ix_tasks_waiting_user", "user_id", sqlite_where=text("waiting IS NOT NULL"),
+              postgresql_where=text("waiting IS NOT NULL")),
+        Index("ix_tasks_wake_at", "wake_at", sqlite_where=text("wake_at IS NOT NULL"),
+              postgresql_where=text("wake_at IS NOT NULL")),
     )
 
 
@@ -121,6 +134,21 @@ class Execution(Base):
     ended_at: Mapped[str | None] = mapped_column(String(40), nullable=True)
 
     __table_args__ = (Index("ix_executions_status_lease", "status", "lease_expires_at"),)
+
+
+class Event(Base):
+    """An event emitted by `events.emit` (agent/waits.py): kept, so that a wait that begins just
+    after it was emitted still finds it (docs/waits.md, "Which events count")."""
+
+    __tablename__ = "events"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user_id: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    name: Mapped[str] = mapped_column(String(255))
+    payload: Mapped[dict] = mapped_column(JSON, default=dict)
+    created_at: Mapped[str] = mapped_column(String(40))
+
+    __table_args__ = (Index("ix_events_user_name_created", "user_id", "name", "created_at"),)
 
 
 class RateLimit(Base):
@@ -202,6 +230,7 @@ llm_keys_table = LLMKey.__table__
 executions_table = Execution.__table__
 idempotency_table = IdempotencyKey.__table__
 rate_limits_table = RateLimit.__table__
+events_table = Event.__table__
 
 # The columns of `tasks` holding JSON, from the table itself: stored as json.dumps text, read
 # back through jsonvalues.read_stored (which may yield Unreadable).
@@ -227,6 +256,7 @@ _DEFAULTS: dict[str, Any] = {
     "lease_owner": None, "lease_expires_at": None, "lease_epoch": 0, "retry": None, "attempt": 0,
     "next_attempt_at": None, "timeout_seconds": None, "checkpoint": None, "execution_id": None,
     "interruptions": 0, "concurrency": None, "rate_limit": None, "concurrency_key": None,
+    "waiting": None, "wait_answers": None, "wake_at": None,
 }
 
 

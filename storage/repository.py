@@ -132,10 +132,12 @@ class TaskRepository:
         offset: int = 0,
         root_only: bool = False,
         search: str | None = None,
+        waiting: bool | None = None,
     ) -> list[Row]:
         """Newest first. `root_only`: only tasks without a parent (one per tree); `search`: a
-        case-insensitive part of the name, or the start of the id (the dashboard's search box)."""
-        if not root_only and search is None:
+        case-insensitive part of the name, or the start of the id (the dashboard's search box);
+        `waiting`: only tasks parked on a wait (True), or only the others (False)."""
+        if not root_only and search is None and waiting is None:
             filters = tuple(value for value in (user_id, status) if value is not None)
             listing = S.task_listing(user_id is not None, status is not None)
             found = await self.connections.fast(listing, (*filters, limit, offset))
@@ -144,6 +146,8 @@ class TaskRepository:
         query = _filtered(select(T), user_id=user_id, status=status)
         if root_only:
             query = query.where(T.c.parent_id.is_(None))
+        if waiting is not None:
+            query = query.where(T.c.waiting.is_not(None) if waiting else T.c.waiting.is_(None))
         if search is not None:
             pattern = search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
             query = query.where(or_(func.lower(T.c.name).like(f"%{pattern.lower()}%", escape="\\"),

@@ -11,7 +11,7 @@ tests/test_migrations_head.py compares this with a migrated database and prints 
 when a migration is added (`python -m tests.test_migrations_head` writes it).
 """
 
-REVISION = '0007'
+REVISION = '0008'
 
 STATEMENTS: tuple[str, ...] = (
     ('CREATE TABLE alembic_version (\n'
@@ -51,7 +51,7 @@ STATEMENTS: tuple[str, ...] = (
      "attempt INTEGER DEFAULT '0' NOT NULL, next_attempt_at VARCHAR(40), checkpoint JSON, "
      "lease_epoch INTEGER DEFAULT '0' NOT NULL, execution_id VARCHAR(64), "
      "interruptions INTEGER DEFAULT '0' NOT NULL, concurrency JSON, rate_limit JSON, "
-     'concurrency_key VARCHAR(255), \n'
+     'concurrency_key VARCHAR(255), waiting TEXT, wait_answers TEXT, wake_at VARCHAR(40), \n'
      '\tPRIMARY KEY (id), \n'
      '\tFOREIGN KEY(parent_id) REFERENCES tasks (id) DEFERRABLE INITIALLY DEFERRED\n'
      ')'),
@@ -156,4 +156,15 @@ STATEMENTS: tuple[str, ...] = (
      '\tPRIMARY KEY ("key")\n'
      ')'),
     ('CREATE INDEX ix_tasks_status_user ON tasks (status, user_id)'),
+    ('CREATE INDEX ix_tasks_waiting_user ON tasks (user_id) WHERE waiting IS NOT NULL'),
+    ('CREATE INDEX ix_tasks_wake_at ON tasks (wake_at) WHERE wake_at IS NOT NULL'),
+    ('CREATE TABLE events (\n'
+     '\tid VARCHAR(64) NOT NULL, \n'
+     '\tuser_id VARCHAR(255), \n'
+     '\tname VARCHAR(255) NOT NULL, \n'
+     '\tpayload JSON NOT NULL, \n'
+     '\tcreated_at VARCHAR(40) NOT NULL, \n'
+     '\tPRIMARY KEY (id)\n'
+     ')'),
+    ('CREATE INDEX ix_events_user_name_created ON events (user_id, name, created_at)'),
 )

@@ -197,7 +197,8 @@ _PG_END = """
 # What a fenced write may set (PG_WRITABLE, the PostgreSQL pass takes no other column).
 
 PG_WRITABLE = ("status", "progress", "result", "error", "completed_at", "updated_at", "next_attempt_at",
-               "lease_owner", "lease_expires_at", "token_success", "token_failed", "checkpoint")
+               "lease_owner", "lease_expires_at", "token_success", "token_failed", "checkpoint",
+               "waiting", "wake_at", "wait_answers")
 
 
 @functools.lru_cache(maxsize=64)

@@ -18,6 +18,7 @@ from typing import Any
 from taskgrove.storage import fields, jsonvalues, sharing
 from taskgrove.storage.jsonvalues import Unreadable
 from taskgrove.storage.models import JSON_COLUMNS, TASK_FIELDS, TaskStatus
+from taskgrove.storage.waits import public_wait
 
 # SERVICE_MAX_TREE_TASKS default: the most tasks one create, copy or clone may write.
 DEFAULT_MAX_TREE_TASKS = 10_000
@@ -182,6 +183,7 @@ INPUT_FIELDS = {
     "has_copy", "has_references", "created_at", "updated_at", "task_tree_id",
     "retry", "timeout_seconds", "concurrency", "rate_limit",
     "attempt", "next_attempt_at", "interruptions",  # read-only: ignored at creation
+    "waiting", "wait_answers", "wake_at",
 }
 
 
@@ -373,6 +375,8 @@ def public(row: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(number, float) and not math.isfinite(number):
             unreadable[field] = "cannot be read back: the stored number is not finite"
             task[field] = None
+    waiting = row.get("waiting")  # NULL for a task that is not parked on a wait: nothing to decode
+    task["waiting"] = None if waiting is None else public_wait(waiting)
     extra = row.get("extra") or {}
     for key, value in extra.items():
         task.setdefault(key, value)

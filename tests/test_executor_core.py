@@ -11,8 +11,9 @@ import jsonschema
 import pytest
 
 from taskgrove.agent.settings import Settings
-from taskgrove.executors.base import ExecutionContext, Executor
-from taskgrove.executors.core import AggregateResultsExecutor, NoopExecutor, SleepExecutor
+from taskgrove.executors.base import ExecutionContext, Executor, Waiting
+from taskgrove.executors.core import (AggregateResultsExecutor, EventWaitExecutor, HumanInputExecutor, NoopExecutor,
+                                      SleepExecutor)
 from taskgrove.executors.database import DatabaseExecutor
 from taskgrove.executors.http import RestExecutor
 from taskgrove.executors.netguard import UnsafeURLError, ensure_public_url, non_public_reason
@@ -20,12 +21,13 @@ from taskgrove.executors.stdio import CommandExecutor, SystemInfoExecutor
 
 ALL: list[type[Executor]] = [
     AggregateResultsExecutor, NoopExecutor, SleepExecutor, SystemInfoExecutor, CommandExecutor,
-    RestExecutor, DatabaseExecutor,
+    RestExecutor, DatabaseExecutor, HumanInputExecutor, EventWaitExecutor,
 ]
 
 
 def context(**kw: Any) -> ExecutionContext:
-    return ExecutionContext(task_id="t", task={}, settings=Settings.from_env({}), **kw)
+    kw.setdefault("settings", Settings.from_env({}))
+    return ExecutionContext(task_id="t", task={}, **kw)
 
 
 @pytest.mark.parametrize("cls", ALL, ids=lambda c: c.id)
@@ -62,13 +64,24 @@ async def test_sleep_reports_progress() -> None:
 
 async def test_sleep_is_cancellable_with_partial_result() -> None:
     executor = SleepExecutor()
-    task = asyncio.create_task(executor.execute({"seconds": 30}, context()))
+    in_process = Settings.from_env({"SERVICE_PARK_SLEEP_SECONDS": "60"})  # 30 s: below it, no park
+    task = asyncio.create_task(executor.execute({"seconds": 30}, context(settings=in_process)))
     await asyncio.sleep(0.1)
     answer = await executor.cancel()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     assert answer is not None and 0 < answer["result"]["slept"] < 5
+
+
+async def test_long_sleep_parks_and_returns_once_woken() -> None:
+    """At SERVICE_PARK_SLEEP_SECONDS (default 5) and above, a sleep is a durable timer: the attempt
+    parks (Waiting), and the run after the wake-up returns at once."""
+    with pytest.raises(Waiting) as parked:
+        await SleepExecutor().execute({"seconds": 5}, context())
+    assert parked.value.wait == {"kind": "timer", "prompt": "sleep 5s", "schema": None, "index": 0, "timeout": 5.0,
+                                 "default": None}
+    assert await SleepExecutor().execute({"seconds": 5}, context(wait_answers=[None])) == {"slept": 5.0}
 
 
 def test_sleep_schema_bounds() -> None:

@@ -18,15 +18,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from taskgrove.agent.engine import waits
 from taskgrove.agent.engine.background import Background
 from taskgrove.agent.engine.bus import PROGRESS, TASK_START
 from taskgrove.agent.engine.publish import Publisher
 from taskgrove.agent.engine.retry import RetryPolicy, iso_in, stored_policy
+from taskgrove.agent.engine.schemas import compiled_schema
 from taskgrove.agent.engine.run import TreeRun
 from taskgrove.agent.logs import current_task
 from taskgrove.agent.metrics import Metrics
 from taskgrove.agent.settings import Settings
-from taskgrove.executors.base import ExecutionContext, Executor, ExecutorError
+from taskgrove.executors.base import ExecutionContext, Executor, ExecutorError, Waiting
 from taskgrove.executors.registry import ExecutorRegistry
 from taskgrove.storage import executions
 from taskgrove.storage.repository import TaskRepository
@@ -72,30 +74,19 @@ def _tokens(executor: Executor | None) -> int:
 
 
 @functools.lru_cache(maxsize=256)
-def _validator(schema_json: str) -> Any:
-    """Checking a schema costs far more than using it: compile each distinct schema once."""
-    import jsonschema  # here, not at start-up: ~40 ms and 2.6 MB that only running tasks need
-
-    schema = json.loads(schema_json)
-    cls = jsonschema.validators.validator_for(schema)
-    cls.check_schema(schema)
-    return cls(schema)
-
-
-@functools.lru_cache(maxsize=256)
 def _class_validator(cls: type[Executor]) -> Any:
     """An executor's declared input schema, found by its class: not encoded again for every task."""
-    return _validator(json.dumps(cls.input_schema, sort_keys=True))
+    return compiled_schema(json.dumps(cls.input_schema, sort_keys=True))
 
 
 def _validate_inputs(inputs: dict[str, Any], schema: dict[str, Any],
                      declared_by: type[Executor] | None = None) -> None:
     """`declared_by`: the executor class whose own `input_schema` this is."""
-    import jsonschema  # loaded by _validator on first use
+    import jsonschema  # loaded by compiled_schema on first use
 
     try:
         validator = _class_validator(declared_by) if declared_by is not None \
-            else _validator(json.dumps(schema, sort_keys=True))
+            else compiled_schema(json.dumps(schema, sort_keys=True))
     except jsonschema.SchemaError as exc:
         raise ExecutorError(f"schemas.input_schema is not a valid JSON Schema: {exc.message}",
                             retryable=False) from None
@@ -175,6 +166,12 @@ class Attempts:
             if running.cancelled:
                 return
             raise
+        except Waiting as waiting:  # the attempt parks (engine/waits.py); its answer resumes it
+            if running.cancelled:
+                return
+            self.outcomes.append(self._parked(running, waiting.wait))
+            self.wake.set()
+            return
         except Unstorable as exc:
             retryable = False
             values = _failure(row, f"The result cannot be stored: {exc}")
@@ -189,6 +186,26 @@ class Attempts:
         self.outcomes.append(self._outcome(running, policy, values, retryable))
         self.wake.set()
 
+    def _parked(self, running: Running, wait: dict[str, Any]) -> dict[str, Any]:
+        """What the pass loop writes for an attempt that parks on `wait`: the task stays in
+        progress, with the wait and its deadline, and without a lease (no instance holds it).
+        A wait that cannot be stored (its schema, prompt or default) fails the task instead."""
+        row, stamp = running.row, now_iso()
+        try:
+            problem = waits.bad_schema(wait.get("schema"))
+            if problem is not None:
+                raise ExecutorError(problem, retryable=False)
+            wait = storable(waits.stamped(wait, stamp), max_depth=self.settings.max_result_depth,
+                            max_bytes=self.settings.max_result_bytes, what="wait")
+        except Unstorable as exc:
+            values = _failure(row, f"The wait cannot be stored: {exc}")
+            return self._outcome(running, stored_policy(row, self.default_retry), values, False)
+        except ExecutorError as exc:
+            return self._outcome(running, stored_policy(row, self.default_retry), _failure(row, str(exc)), False)
+        values = {"waiting": json.dumps(wait), "wake_at": wait["deadline"], "lease_owner": None,
+                  "lease_expires_at": None, "updated_at": stamp}
+        return {"id": running.task_id, "values": values, "wait": wait}
+
     def _outcome(self, running: Running, policy: RetryPolicy, values: dict[str, Any],
                  retryable: bool) -> dict[str, Any]:
         """What the pass loop writes for this attempt: its values, and a retry delay when it runs again."""
@@ -196,6 +213,8 @@ class Attempts:
         tokens = _tokens(running.executor)
         ok = values["status"] == "completed"
         stamp = now_iso()
+        if row.get("wait_answers") is not None:  # the next attempt waits afresh
+            values["wait_answers"] = None
         values.update(updated_at=stamp, lease_owner=None, lease_expires_at=None,
                       token_success=(row.get("token_success") or 0) + (tokens if ok else 0),
                       token_failed=(row.get("token_failed") or 0) + (0 if ok else tokens))
@@ -261,6 +280,7 @@ class Attempts:
             max_attempts=policy.max_attempts,
             interruptions=row.get("interruptions") or 0,
             last_checkpoint=running.checkpoint,
+            wait_answers=waits.read(row.get("wait_answers")) or [],
             _progress=report,
             _checkpoint=checkpoint,
         )

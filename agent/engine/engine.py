@@ -36,6 +36,7 @@ from taskgrove.agent.engine.publish import Publisher
 from taskgrove.agent.engine.retry import RetryPolicy, iso_in
 from taskgrove.agent.engine.run import INTERRUPTED, TreeRun
 from taskgrove.agent.engine.runs import AlreadyRunning, NotExecutable, RunKeeper
+from taskgrove.agent.engine.waits import AlreadyAnswered, NotWaiting, Waits
 from taskgrove.agent.metrics import Metrics
 from taskgrove.agent.settings import Settings
 from taskgrove.executors.registry import ExecutorRegistry
@@ -46,7 +47,7 @@ from taskgrove.storage.status import TaskStatus
 from taskgrove.storage.trees import now_iso
 from taskgrove.storage.results import Unstorable, storable
 
-__all__ = ["AlreadyRunning", "Engine", "NotExecutable"]
+__all__ = ["AlreadyAnswered", "AlreadyRunning", "Engine", "NotExecutable", "NotWaiting"]
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,8 @@ class Engine:
         self.passes = PassLoop(repo, registry, settings, self.metrics, self.instance_id, self.lease_until,
                                self.attempts, self.run_keeper, self.publisher, self.background, wake)
         self.run_keeper.passes = self.passes
+        self.waits = Waits(repo, self.metrics, self.publisher, self.background, self.run_keeper, self.passes)
+        self.run_keeper.waits = self.passes.waits = self.waits
         # The parts' own collections, shared (the services and /metrics read them here).
         self.runs: dict[str, TreeRun] = self.run_keeper.runs
         self.running = self.attempts.running
@@ -207,7 +210,8 @@ class Engine:
             changed = await self.repo.update(
                 task_id,
                 {"status": TaskStatus.CANCELLED.value, "error": error_message or "Cancelled by user", "completed_at": stamp,
-                 "updated_at": stamp, "lease_owner": None, "lease_expires_at": None, "next_attempt_at": None},
+                 "updated_at": stamp, "lease_owner": None, "lease_expires_at": None, "next_attempt_at": None,
+                 "waiting": None, "wake_at": None, "wait_answers": None},
                 only_status=UNFINISHED_STATUSES,
             )
             running = self.attempts.detach(task_id) if changed else None
@@ -242,6 +246,10 @@ class Engine:
         async with self.passes.lock:
             running = self.attempts.detach(task_id)
         if running is None:
+            if any(task_id in run.parked for run in self.runs.values()):  # parked: no attempt to stop
+                row = await self.repo.get(task_id)
+                if row is not None and row["status"] == TaskStatus.CANCELLED:
+                    self.run_keeper.forget(task_id, row)
             return
         await self.attempts.stop(running)
         row = await self.repo.get(task_id)
@@ -303,6 +311,22 @@ class Engine:
             if task_id in run.queued:
                 return "fair share" if len(self.running) >= self.settings.max_concurrency else "a free slot"
         return None
+
+    # --- durable waits (engine/waits.py) ---------------------------------------------------
+
+    async def respond(self, row: Mapping[str, Any], value: Any) -> dict[str, Any]:
+        """End the wait of task `row` (as just read) with `value`, then resume it, on whichever
+        instance drives its tree. Raises NotWaiting, AlreadyAnswered (checks are the caller's)."""
+        return await self.waits.answer(row, value)
+
+    async def emit_event(self, user_id: str | None, name: str, payload: Mapping[str, Any]) -> dict[str, Any]:
+        """Store an event of `user_id` and resume the waits it answers: {event_id, created_at,
+        resumed, task_ids}."""
+        return await self.waits.emit(user_id, name, payload)
+
+    def parked_counts(self) -> dict[str, int]:
+        """Tasks parked on a wait in the runs this instance drives, by kind (for /metrics)."""
+        return self.waits.parked_counts()
 
     def emit(self, event: dict[str, Any]) -> None:
         """Publish an event that concerns no run of this instance (a status set by hand, a lease)."""

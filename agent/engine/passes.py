@@ -22,6 +22,7 @@ from typing import Any
 
 from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, OperationalError
 
+from taskgrove.agent.engine import waits
 from taskgrove.agent.engine.attempts import Attempts, Running
 from taskgrove.agent.engine.background import Background
 from taskgrove.agent.engine.bus import PROGRESS, TASK_COMPLETED, TASK_FAILED
@@ -29,7 +30,7 @@ from taskgrove.agent.engine.fair import FairQueue
 from taskgrove.agent.engine.limits import Limits, limits_of
 from taskgrove.agent.engine.publish import Publisher
 from taskgrove.agent.engine.retry import seconds_until
-from taskgrove.agent.engine.run import TreeRun
+from taskgrove.agent.engine.run import IN_PROGRESS, TreeRun
 from taskgrove.agent.engine.runs import MAY_USE_LOOP_THREAD, RunKeeper
 from taskgrove.agent.metrics import Metrics
 from taskgrove.agent.settings import Settings
@@ -105,6 +106,11 @@ class PassLoop:
         self._key_waiters: dict[str, set[tuple[str, str]]] = {}
         self.waiting_for: dict[str, str] = {}  # task id -> why it waits (tasks.get shows it)
         self.capped = 0  # ready tasks held back by SERVICE_EXECUTOR_CONCURRENCY in the last pass
+        # Deadlines of parked tasks (engine/waits.py): (monotonic time, id, tree_id), and each
+        # task's latest, so a rebuild that finds it parked again adds no second timer.
+        self._wakes: list[tuple[float, str, str]] = []
+        self._wake_times: dict[str, float] = {}
+        self.waits: Any = None  # engine/waits.py Waits, set by the Engine
 
     # --- the loop -------------------------------------------------------------------------
 
@@ -193,7 +199,8 @@ class PassLoop:
         for running, outcome in batch.recorded:
             if running.task_id in batch.accepted:
                 self._publish_outcome(running, outcome)
-                if outcome["values"]["status"] != running.run.rows[running.task_id]["status"]:
+                # (a park has no status: the task stays in progress)
+                if outcome["values"].get("status", IN_PROGRESS) != running.run.rows[running.task_id]["status"]:
                     stale[running.run.tree_id] = running.run  # stored as a failure after all
             else:  # the database no longer honours this attempt's token
                 stale[running.run.tree_id] = running.run
@@ -247,6 +254,10 @@ class PassLoop:
             self._key_freed(run.rows[tid])
         if self.waiting_for:
             self.waiting_for.pop(tid, None)
+        if "wait" in outcome:  # parked: in progress, with no attempt and no slot (engine/waits.py)
+            run.rows[tid].update(values)
+            run.park(tid)
+            return running
         run.rows[tid].update({k: values[k] for k in ("status", "progress", "result", "error", "completed_at",
                                                      "next_attempt_at") if k in values})
         if values["status"] == "pending":
@@ -259,10 +270,19 @@ class PassLoop:
 
     def _publish_outcome(self, running: Running, outcome: dict[str, Any]) -> None:
         tid, run, values = running.task_id, running.run, outcome["values"]
-        self.metrics.attempt_ended(running.executor_id, "retry" if values["status"] == "pending" else values["status"],
+        self.metrics.attempt_ended(running.executor_id, "parked" if "status" not in values else
+                                   "retry" if values["status"] == "pending" else values["status"],
                                    time.monotonic() - running.began)
         name = run.rows[tid]["name"]
         publish = self.publisher.publish
+        if "wait" in outcome and "status" not in values:
+            wait = outcome["wait"]
+            publish(run, PROGRESS, tid, status="in_progress", progress=run.rows[tid].get("progress") or 0.0,
+                    attempt=running.attempt, waiting=waits.public_wait(values["waiting"]),
+                    message=f"Task '{name}' waits for {wait['kind']}: {wait['prompt']}")
+            if tid in run.parked:
+                self.waits.watch(tid, run)
+            return
         if values["status"] == "completed":
             publish(run, TASK_COMPLETED, tid, status="completed", progress=1.0, attempt=running.attempt,
                     result=values["result"], message=f"Task '{name}' completed")
@@ -292,8 +312,16 @@ class PassLoop:
         """A task of a run here runs again in `delay` seconds."""
         heapq.heappush(self._due, (time.monotonic() + delay, tid, tree_id))
 
+    def wake_at(self, tid: str, tree_id: str, at: str) -> None:
+        """A parked task of a run here reaches its deadline at `at` (a stored time)."""
+        when = time.monotonic() + seconds_until(at)
+        if self._wake_times.get(tid) != when:
+            self._wake_times[tid] = when
+            heapq.heappush(self._wakes, (when, tid, tree_id))
+            self.wake.set()  # the loop's next wait must count this deadline
+
     def _next_due(self) -> float | None:
-        due = [heap[0][0] for heap in (self._due, self._deferred) if heap]
+        due = [heap[0][0] for heap in (self._due, self._deferred, self._wakes) if heap]
         return max(0.0, min(due) - time.monotonic()) if due else None
 
     def _release_due(self) -> None:
@@ -307,6 +335,14 @@ class PassLoop:
         while self._deferred and self._deferred[0][0] <= now:
             _, tid, tree_id = heapq.heappop(self._deferred)
             self._requeue(tid, tree_id)
+        while self._wakes and self._wakes[0][0] <= now:
+            when, tid, tree_id = heapq.heappop(self._wakes)
+            if self._wake_times.get(tid) != when:
+                continue  # an older timer of the same task
+            del self._wake_times[tid]
+            run = self.runs.get(tree_id)
+            if run is not None and tid in run.parked:
+                self.waits.expire(tid, tree_id)
 
     def _requeue(self, tid: str, tree_id: str) -> None:
         """A deferred task goes back to the fair queue, if its run still waits for it."""
@@ -415,7 +451,7 @@ class PassLoop:
                                                         self.lease_until(), stamp)
             return accepted
         except Exception as exc:
-            if "status" not in values:
+            if "status" not in values and "waiting" not in values:
                 return set()  # lost progress is harmless
             log.warning("outcome of task %s could not be stored: %s", tid, type(exc).__name__,
                         extra={"task_id": tid})

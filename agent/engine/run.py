@@ -83,6 +83,9 @@ class TreeRun:
     # interrupted attempt is about to be settled): both keep the run alive.
     retrying: set[str] = field(default_factory=set)
     foreign: set[str] = field(default_factory=set)
+    # Parked on a durable wait (engine/waits.py): in progress in the database, but with no
+    # attempt and no slot anywhere; not runnable, not over, and their dependents wait with them.
+    parked: set[str] = field(default_factory=set)
     outcome: dict[str, str] = field(default_factory=dict)
     ending: bool = False  # the engine is ending its execution in the database
     done: asyncio.Event = field(default_factory=asyncio.Event)
@@ -108,7 +111,7 @@ class TreeRun:
     @property
     def live(self) -> set[str]:
         """Tasks this run still has to see through."""
-        return self.waiting | self.queued | self.active | self.retrying | self.foreign
+        return self.waiting | self.queued | self.active | self.retrying | self.foreign | self.parked
 
     @property
     def members(self) -> set[str]:
@@ -127,7 +130,7 @@ class TreeRun:
     def _dep_state(self, dep_id: str) -> str:
         """`ok`, `wait` or `blocked` for one dependency edge target."""
         if dep_id in self.waiting or dep_id in self.queued or dep_id in self.active or dep_id in self.retrying \
-                or dep_id in self.foreign:
+                or dep_id in self.foreign or dep_id in self.parked:
             return "wait"
         if dep_id in self.blocked:
             return "blocked"
@@ -192,6 +195,21 @@ class TreeRun:
         self.retrying.add(tid)
         self.rows[tid]["status"] = PENDING
 
+    def park(self, tid: str) -> None:
+        """The attempt of `tid` ended on a wait: it stays in progress without running."""
+        self.active.discard(tid)
+        self.parked.add(tid)
+
+    def unpark(self, tid: str) -> bool:
+        """The wait of `tid` was answered: it is pending again, to be claimed (the same attempt)."""
+        if tid not in self.parked:
+            return False
+        self.parked.discard(tid)
+        self.rows[tid]["status"] = PENDING
+        self.waiting.add(tid)
+        self._dirty.add(tid)
+        return True
+
     def retry_due(self, tid: str) -> None:
         if tid in self.retrying:
             self.retrying.discard(tid)
@@ -205,6 +223,7 @@ class TreeRun:
         self.blocked.discard(tid)
         self.retrying.discard(tid)
         self.foreign.discard(tid)
+        self.parked.discard(tid)
         self.outcome[tid] = status
         self.rows[tid]["status"] = status
         self.calls.pop(tid, None)
@@ -214,11 +233,12 @@ class TreeRun:
             self._ended_badly(tid)
 
     def is_over(self) -> bool:
-        return not (self.waiting or self.queued or self.active or self.retrying or self.foreign)
+        return not (self.waiting or self.queued or self.active or self.retrying or self.foreign or self.parked)
 
     @property
     def progress(self) -> float:
         """Share of this execution's tasks that have finished (the sets are disjoint)."""
-        live = len(self.waiting) + len(self.queued) + len(self.active) + len(self.retrying) + len(self.foreign)
+        live = len(self.waiting) + len(self.queued) + len(self.active) + len(self.retrying) + len(self.foreign) \
+            + len(self.parked)
         total = live + len(self.blocked) + len(self.outcome)
         return round(len(self.outcome) / total, 4) if total else 1.0

@@ -77,6 +77,7 @@ class RunKeeper:
         self.runs: dict[str, TreeRun] = {}  # tree id -> the run of its execution this instance drives
         self.lock = asyncio.Lock()  # executions open, join, rebuild and end one at a time
         self.passes: PassHooks  # set by the Engine once the pass loop exists
+        self.waits: Any = None  # engine/waits.py Waits, set by the Engine
 
     # --- opening --------------------------------------------------------------------------
 
@@ -188,6 +189,7 @@ class RunKeeper:
             run.done = old.done
         run.calls.update(calls or {})
         waiting: list[str] = []
+        parked: list[str] = []
         running_here = self.attempts.running
         for tid, row in rows.items():
             if row.get("execution_id") != execution["id"]:
@@ -200,6 +202,9 @@ class RunKeeper:
                     self.passes.retry_at(tid, tree_id, delay)
                 else:
                     waiting.append(tid)
+            elif status == TaskStatus.IN_PROGRESS and row.get("waiting") is not None:
+                run.parked.add(tid)  # on a durable wait: no attempt anywhere (engine/waits.py)
+                parked.append(tid)
             elif status == TaskStatus.IN_PROGRESS:
                 running = running_here.get(tid)
                 if running is not None and row.get("lease_owner") == self.instance_id \
@@ -216,6 +221,8 @@ class RunKeeper:
                 self.attempts.stop_later(tid)
         run.add(waiting)
         self.runs[tree_id] = run
+        for tid in parked:
+            self.waits.watch(tid, run)
         self.passes.settle(run)
         self.wake.set()
         return run
