@@ -316,6 +316,10 @@ def read_stored(text: str | bytes | None) -> Any:
     bug or by hand) cannot fail a read of many rows."""
     if text is None:
         return None
+    if isinstance(text, (int, float)):
+        # SQLite gives a JSON column numeric affinity: the stored text of a plain number (a
+        # result or an answer that is just 3) comes back as that number.
+        return text
     if text.__class__ is str and len(text) < 19 and "\\u" not in text:
         # Short texts ("{}", "[]", "null", small values: most stored columns) cannot be too deep
         # or hold a long number: orjson at once.

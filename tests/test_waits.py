@@ -64,3 +64,191 @@ async def test_approval_in_the_middle_waits_then_completes(client: Client) -> No
     assert ship["result"]["results"]["r1-approve"] == {"approved": True}
     again = await client.error("tasks.respond", {"task_id": "r1-approve", "value": {"approved": False}})
     assert again["code"] == -32602 and "not waiting for input" in again["message"]
+
+
+def waiter(tid: str, **inputs: Any) -> dict[str, Any]:
+    return {"id": tid, "name": tid, "schemas": {"method": "human_input_executor"},
+            "inputs": {"prompt": f"answer {tid}", **inputs}}
+
+
+async def test_schema_refusal_names_the_problem_and_keeps_the_wait(app_factory: Any) -> None:
+    async with app_factory(env={"SERVICE_CREATE_WAIT_TIMEOUT": "0"}) as client:
+        await client.result("tasks.create", approval_tree("s1"))
+        await parked(client, "s1-approve")
+        error = await client.error("tasks.respond", {"task_id": "s1-approve", "value": {"approved": "yes"}})
+        assert error["code"] == -32602 and "approved" in error["message"] and "boolean" in error["message"]
+        error = await client.error("tasks.respond", {"task_id": "s1-approve"})
+        assert error["code"] == -32602 and "value is required" in error["message"]
+        error = await client.error("tasks.respond", {"task_id": "nope", "value": 1})
+        assert error["code"] == -32602 and "not found" in error["message"]
+        error = await client.error("tasks.respond", {"task_id": "s1-prep", "value": 1})
+        assert error["code"] == -32602 and error["message"] == "task s1-prep is not waiting for input"
+        assert (await client.result("tasks.get", {"task_id": "s1-approve"}))["waiting"]["kind"] == "input"
+
+
+async def test_a_second_answer_is_refused_even_at_the_same_moment(app_factory: Any) -> None:
+    async with app_factory(env={"SERVICE_CREATE_WAIT_TIMEOUT": "0"}) as client:
+        await client.result("tasks.create", [waiter("d1")])
+        await parked(client, "d1")
+        answers = await asyncio.gather(*(client.call("tasks.respond", {"task_id": "d1", "value": n})
+                                         for n in range(5)))
+        won = [a for a in answers if "result" in a]
+        assert len(won) == 1
+        for lost in answers:
+            if "error" in lost:
+                assert lost["error"]["code"] == -32602
+                assert "already answered" in lost["error"]["message"] or "not waiting" in lost["error"]["message"]
+        done = await client.wait_status("d1", ("completed", "failed"))
+        assert done["status"] == "completed" and done["result"] == answers.index(won[0])
+
+
+async def test_only_the_owner_or_an_admin_may_answer(app_factory: Any) -> None:
+    from tests.test_auth import JWT_ENV, bearer, token
+
+    alice, bob, admin = bearer(token("alice")), bearer(token("bob")), bearer(token("root", roles=["admin"]))
+    async with app_factory(env={**JWT_ENV, "SERVICE_CREATE_WAIT_TIMEOUT": "0"}) as client:
+        await client.result("tasks.create", [waiter("o1"), ], headers=alice)
+        await client.result("tasks.create", [waiter("o2")], headers=alice)
+        await client.result("tasks.get", {"task_id": "o1"}, headers=alice)
+        while not (await client.result("tasks.get", {"task_id": "o2"}, headers=alice))["waiting"]:
+            await asyncio.sleep(0.02)
+        error = await client.error("tasks.respond", {"task_id": "o1", "value": 1}, headers=bob)
+        assert error["code"] == -32001
+        assert (await client.result("tasks.respond", {"task_id": "o1", "value": 1}, headers=alice))["status"] == "resumed"
+        assert (await client.result("tasks.respond", {"task_id": "o2", "value": 2}, headers=admin))["status"] == "resumed"
+        # events: a user emits for itself; naming another user is for admins only
+        error = await client.error("events.emit", {"name": "x", "user_id": "alice"}, headers=bob)
+        assert error["code"] == -32001
+        assert (await client.result("events.emit", {"name": "x", "user_id": "alice"}, headers=admin))["resumed"] == 0
+
+
+async def test_timeouts_take_the_default_or_fail(app_factory: Any) -> None:
+    async with app_factory(env={"SERVICE_CREATE_WAIT_TIMEOUT": "0"}) as client:
+        await client.result("tasks.create", [waiter("t1", timeout_seconds=0.3, default={"approved": False})])
+        await client.result("tasks.create", [
+            waiter("t2", timeout_seconds=0.3),
+            {"id": "t2-next", "name": "next", "parent_id": "t2", "schemas": {"method": "noop_executor"},
+             "dependencies": [{"id": "t2", "required": True}]}])
+        first = await parked(client, "t1")
+        assert first["waiting"]["deadline"] > first["waiting"]["since"]
+        done = await client.wait_status("t1", ("completed", "failed"))
+        assert done["status"] == "completed" and done["result"] == {"approved": False}
+        failed = await client.wait_status("t2", ("completed", "failed"))
+        assert failed["status"] == "failed" and failed["waiting"] is None
+        assert "No answer within 0.3 s" in failed["error"]
+        assert (await client.result("tasks.get", {"task_id": "t2-next"}))["status"] == "pending"
+        assert await client.runs_ended()
+        error = await client.error("tasks.respond", {"task_id": "t2", "value": 1})
+        assert "not waiting" in error["message"]
+
+
+async def test_cancel_ends_a_wait_at_once(app_factory: Any) -> None:
+    async with app_factory(env={"SERVICE_CREATE_WAIT_TIMEOUT": "0"}) as client:
+        await client.result("tasks.create", approval_tree("c1"))
+        await parked(client, "c1-approve")
+        [answer] = await client.result("tasks.cancel", {"task_ids": ["c1-approve"]})
+        assert answer["status"] == "cancelled"
+        task = await client.result("tasks.get", {"task_id": "c1-approve"})
+        assert task["status"] == "cancelled" and task["waiting"] is None
+        assert await client.runs_ended()  # the tree's execution ended: nothing else can run
+        assert (await client.result("tasks.get", {"task_id": "c1-ship"}))["status"] == "pending"
+        assert (await client.error("tasks.respond", {"task_id": "c1-approve", "value": {"approved": True}}))
+
+
+async def test_hundreds_of_waits_hold_no_slot(app_factory: Any) -> None:
+    """250 tasks wait at once while SERVICE_MAX_CONCURRENCY is 4: a tree of 40 noop tasks still runs
+    to its end, then every wait is answered and completes."""
+    count = 250
+    async with app_factory(env={"SERVICE_CREATE_WAIT_TIMEOUT": "0", "SERVICE_MAX_CONCURRENCY": "4"}) as client:
+        waits = [{"id": "many", "name": "many", "schemas": {"method": "aggregate_results_executor"},
+                  "dependencies": [{"id": f"w{n}", "required": True} for n in range(count)]}]
+        waits += [{**waiter(f"w{n}"), "parent_id": "many"} for n in range(count)]
+        await client.result("tasks.create", waits)
+        deadline = asyncio.get_running_loop().time() + 30
+        while len(await client.result("tasks.list", {"waiting": True, "limit": 1000})) < count:
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.05)
+        assert not client.services.engine.running
+        busy = [{"id": "busy", "name": "busy", "schemas": {"method": "aggregate_results_executor"},
+                 "dependencies": [{"id": f"n{n}", "required": True} for n in range(40)]}]
+        busy += [{"id": f"n{n}", "name": f"n{n}", "parent_id": "busy", "schemas": {"method": "noop_executor"}}
+                 for n in range(40)]
+        await client.result("tasks.create", busy)
+        assert (await client.wait_status("busy", ("completed", "failed"), timeout=20))["status"] == "completed"
+        metrics = (await client.http.get("/metrics")).text
+        assert f'taskgrove_parked_tasks{{kind="input"}} {count}.0' in metrics
+        for n in range(count):
+            await client.result("tasks.respond", {"task_id": f"w{n}", "value": n})
+        done = await client.wait_status("many", ("completed", "failed"), timeout=30)
+        assert done["status"] == "completed" and done["result"]["count"] == count
+        assert await client.result("tasks.list", {"waiting": True}) == []
+
+
+def event_waiter(tid: str, **inputs: Any) -> dict[str, Any]:
+    return {"id": tid, "name": tid, "schemas": {"method": "event_wait_executor"}, "inputs": {"event": "deployed",
+                                                                                            **inputs}}
+
+
+async def test_events_resume_matching_waits_that_began_before_them(app_factory: Any) -> None:
+    async with app_factory(env={"SERVICE_CREATE_WAIT_TIMEOUT": "0"}) as client:
+        early = await client.result("events.emit", {"name": "deployed", "payload": {"service": "api", "n": 0}})
+        assert early["resumed"] == 0 and early["event_id"]
+        await client.result("tasks.create", [event_waiter("e-api", match={"service": "api"})])
+        await client.result("tasks.create", [event_waiter("e-web", match={"service": "web"})])
+        await client.result("tasks.create", [event_waiter("e-any")])
+        for tid in ("e-api", "e-web", "e-any"):
+            task = await parked(client, tid)
+            assert task["waiting"]["kind"] == "event" and task["waiting"]["event"] == "deployed"
+        await asyncio.sleep(0.2)  # the event emitted before the waits began does not count
+        assert (await client.result("tasks.get", {"task_id": "e-any"}))["status"] == "in_progress"
+        emitted = await client.result("events.emit", {"name": "deployed", "payload": {"service": "api", "n": 1}})
+        assert emitted["resumed"] == 2 and sorted(emitted["task_ids"]) == ["e-any", "e-api"]
+        for tid in ("e-api", "e-any"):
+            done = await client.wait_status(tid, ("completed", "failed"))
+            assert done["result"] == {"service": "api", "n": 1}
+        assert (await client.result("tasks.get", {"task_id": "e-web"}))["waiting"]["match"] == {"service": "web"}
+        other = await client.result("events.emit", {"name": "built", "payload": {"service": "web"}})
+        assert other["resumed"] == 0
+        assert (await client.result("events.emit", {"name": "deployed", "payload": {"service": "web"}}))["resumed"] == 1
+        assert (await client.wait_status("e-web", ("completed",)))["result"] == {"service": "web"}
+        error = await client.error("tasks.respond", {"task_id": "e-web", "value": 1})
+        assert error["code"] == -32602
+
+
+async def test_an_event_stored_just_before_the_wait_is_seen_finds_it(app_factory: Any) -> None:
+    """The rule: an event counts when emitted at or after the moment the wait began, even if it was
+    stored before the task's wait was (the engine looks once into the stored events on parking)."""
+    from taskgrove.storage import waits as stored
+
+    async with app_factory(env={"SERVICE_CREATE_WAIT_TIMEOUT": "0"}) as client:
+        services = client.services
+        original = services.engine.waits.watch
+
+        def late(tid: str, run: Any) -> None:  # an event arrives between the wait's start and its store
+            row = run.rows[tid]
+            wait = stored.read(row["waiting"])
+            asyncio.get_running_loop().create_task(services.repo.run(
+                stored.add_event, None, "deployed", {"service": "late"}, wait["since"]))
+            asyncio.get_running_loop().call_later(0.1, original, tid, run)
+
+        services.engine.waits.watch = late
+        await client.result("tasks.create", [event_waiter("late")])
+        done = await client.wait_status("late", ("completed", "failed"))
+        assert done["result"] == {"service": "late"}
+
+
+async def test_a_long_sleep_parks_and_survives_a_restart(make_settings: Any, backend: str) -> None:
+    from tests.conftest import running_app
+
+    settings = make_settings({"SERVICE_CREATE_WAIT_TIMEOUT": "0", "SERVICE_PARK_SLEEP_SECONDS": "1",
+                              "SERVICE_LEASE_SECONDS": "2"})
+    async with running_app(settings) as client:
+        await client.result("tasks.create", [{"id": "nap", "name": "nap", "schemas": {"method": "sleep_executor"},
+                                              "inputs": {"seconds": 1.5}}])
+        task = await parked(client, "nap")
+        assert task["waiting"]["kind"] == "timer" and task["waiting"]["deadline"]
+        assert not client.services.engine.running
+    # stopped (on PostgreSQL its execution lease is handed back): the next instance wakes it
+    async with running_app(settings) as client:
+        done = await client.wait_status("nap", ("completed", "failed"), timeout=15)
+        assert done["status"] == "completed" and done["result"] == {"slept": 1.5} and done["attempt"] == 1
