@@ -1,0 +1,119 @@
+"""Durable waits through real `taskgrove serve` processes (issue 29): a wait survives kill -9, and an
+answer sent to another instance resumes the tree exactly once.
+
+Side effects are counted from a file (as in tests/test_durability_e2e.py): the work before the wait
+runs once, the work after it runs once after the answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import postgres_database
+from tests.processes import Service
+from tests.test_durability_e2e import command_task, needs_postgres, pg_rows, side_effects, sqlite_rows, wait_until
+
+
+def approval_tree(marker: Path) -> list[dict[str, Any]]:
+    """prep (a command) -> approve (waits for input) -> ship (a command), under a root."""
+    root = {"id": "R", "name": "refund", "schemas": {"method": "noop_executor"},
+            "dependencies": [{"id": "ship"}]}
+    approve = {"id": "approve", "name": "approve", "parent_id": "R", "schemas": {"method": "human_input_executor"},
+               "inputs": {"prompt": "Ship it?", "schema": {"type": "boolean"}}, "dependencies": [{"id": "prep"}]}
+    return [root, command_task("prep", "R", marker, 0.0), approve,
+            command_task("ship", "R", marker, 0.0, deps=["approve"])]
+
+
+async def parked(service: Service, task_id: str, timeout: float = 20.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        task = await service.task(task_id)
+        if task and task.get("waiting"):
+            return task
+        assert time.monotonic() < deadline, f"{task_id} never waited: {task}"
+        await asyncio.sleep(0.05)
+
+
+async def test_kill_9_while_waiting_then_restart_and_answer(tmp_path: Path) -> None:
+    db, marker = tmp_path / "tg.db", tmp_path / "ran.txt"
+    env = {"SERVICE_DATABASE_URL": f"sqlite:///{db}", "SERVICE_CREATE_WAIT_TIMEOUT": "0",
+           "SERVICE_COMMAND_ALLOWLIST": "sh"}
+    service = Service(tmp_path, env).start()
+    try:
+        await service.rpc("tasks.create", approval_tree(marker))
+        await parked(service, "approve")
+        service.kill()
+        assert {r["id"]: r["status"] for r in sqlite_rows(db)}["approve"] == "in_progress"
+        service.start()
+        task = await parked(service, "approve")  # still waiting: not taken for an interrupted attempt
+        assert task["interruptions"] == 0 and task["waiting"]["prompt"] == "Ship it?"
+        assert (await service.rpc("tasks.respond", {"task_id": "approve", "value": True}))["status"] == "resumed"
+        await service.wait_status("R", ("completed",), timeout=20)
+        rows = {r["id"]: r for r in sqlite_rows(db)}
+        assert rows["approve"]["attempt"] == 1 and rows["approve"]["interruptions"] == 0
+        assert (await service.task("approve"))["result"] is True
+        assert side_effects(marker) == {"prep": 1, "ship": 1}
+    finally:
+        service.stop()
+
+
+@needs_postgres
+async def test_an_answer_sent_to_b_resumes_the_tree_a_drives_once(tmp_path: Path) -> None:
+    """A drives the tree; the answer reaches B, which tells A (NOTIFY). The lease is long (60 s), so
+    a quick end proves that no takeover was needed; side effects prove nothing ran twice."""
+    marker = tmp_path / "ran.txt"
+    async with postgres_database() as url:
+        env = {"SERVICE_DATABASE_URL": url, "SERVICE_CREATE_WAIT_TIMEOUT": "0", "SERVICE_COMMAND_ALLOWLIST": "sh",
+               "SERVICE_LEASE_SECONDS": "60"}
+        a = Service(tmp_path, env, "a").start()
+        b = Service(tmp_path, env, "b").start()
+        try:
+            await a.rpc("tasks.create", approval_tree(marker))
+            await parked(b, "approve")  # read on B: the database is the truth
+            answers = await asyncio.gather(b.call("tasks.respond", {"task_id": "approve", "value": True}),
+                                           a.call("tasks.respond", {"task_id": "approve", "value": False}))
+            assert sum("result" in answer for answer in answers) == 1, answers
+            winner = True if "result" in answers[0] else False
+            took = await wait_until(lambda: _completed(b), 15, "the tree to end after the answer")
+            assert took < 10
+            rows = {r["id"]: r for r in await pg_rows(url)}
+            assert rows["approve"]["result"] is winner and rows["approve"]["attempt"] == 1
+            assert side_effects(marker) == {"prep": 1, "ship": 1}
+            assert "continuing the execution" not in b.log() + a.log()
+        finally:
+            a.stop()
+            b.stop()
+
+
+@needs_postgres
+async def test_kill_9_of_the_driver_while_waiting_b_takes_over_and_the_answer_resumes(tmp_path: Path) -> None:
+    marker = tmp_path / "ran.txt"
+    async with postgres_database() as url:
+        env = {"SERVICE_DATABASE_URL": url, "SERVICE_CREATE_WAIT_TIMEOUT": "0", "SERVICE_COMMAND_ALLOWLIST": "sh",
+               "SERVICE_LEASE_SECONDS": "2"}
+        a = Service(tmp_path, env, "a").start()
+        b = Service(tmp_path, env, "b").start()
+        try:
+            await a.rpc("tasks.create", approval_tree(marker))
+            await parked(a, "approve")
+            a.kill()
+            await wait_until(lambda: _log_has(b, "continuing the execution"), 20, "B to take the tree over")
+            task = await parked(b, "approve")
+            assert task["status"] == "in_progress" and task["interruptions"] == 0
+            await b.rpc("tasks.respond", {"task_id": "approve", "value": True})
+            await wait_until(lambda: _completed(b), 20, "the tree to end")
+            assert side_effects(marker) == {"prep": 1, "ship": 1}
+        finally:
+            a.stop()
+            b.stop()
+
+
+async def _completed(service: Service) -> bool:
+    return (await service.task("R"))["status"] == "completed"
+
+
+async def _log_has(service: Service, text: str) -> bool:
+    return text in service.log()
