@@ -146,7 +146,7 @@ class TaskService:
 
     async def create(self, params: Any, ctx: CallContext) -> dict[str, Any]:
         """tasks.create: store the tree and its execution in one transaction, execute it, answer
-        the tree once it finished (or the wait timed out)."""
+        the tree once it finished, or waits for an answer (docs/waits.md), or the wait timed out."""
         rows = self.prepare(params, ctx.caller, values_checked=ctx.values_checked)
         root_id = rows[0]["id"]
         if rows[0]["origin_type"] == "archive":  # e.g. an archive made from a clone preview: stored, not run
@@ -162,7 +162,7 @@ class TaskService:
         except IntegrityError:
             run = await self._resent(rows, ctx)
         if run is not None:
-            await self.engine.wait(run, self.settings.create_wait_timeout)
+            await self.engine.wait(run, self.settings.create_wait_timeout, until_waiting=True)
         return trees.nest(await self.repo.tree(root_id), root_id)
 
     async def _resent(self, rows: list[dict[str, Any]], ctx: CallContext) -> Any:

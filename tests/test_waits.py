@@ -27,10 +27,6 @@ def approval_tree(root: str, **extra_inputs: Any) -> list[dict[str, Any]]:
     ]
 
 
-async def start(client: Client, tasks: list[dict[str, Any]]) -> None:
-    await client.result("tasks.create", tasks)  # answers once the tree waits or ends? no: it returns the tree
-
-
 async def parked(client: Client, task_id: str, timeout: float = 10.0) -> dict[str, Any]:
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
@@ -41,21 +37,32 @@ async def parked(client: Client, task_id: str, timeout: float = 10.0) -> dict[st
         await asyncio.sleep(0.02)
 
 
+def node(tree: dict[str, Any], tid: str) -> dict[str, Any]:
+    stack = [tree]
+    while stack:
+        found = stack.pop()
+        if found["id"] == tid:
+            return found
+        stack.extend(found["children"])
+    raise KeyError(tid)
+
+
 async def test_approval_in_the_middle_waits_then_completes(client: Client) -> None:
-    execution = asyncio.create_task(client.result("tasks.create", approval_tree("r1")))
+    # tasks.create answers once the tree rests on its wait (not after SERVICE_CREATE_WAIT_TIMEOUT)
+    tree = await asyncio.wait_for(client.result("tasks.create", approval_tree("r1")), 5)
+    assert node(tree, "r1-approve")["waiting"]["prompt"] == "Approve the refund?"
+    assert node(tree, "r1-prep")["status"] == "completed" and node(tree, "r1-ship")["waiting"] is None
     task = await parked(client, "r1-approve")
     assert task["status"] == "in_progress"
     wait = task["waiting"]
     assert wait["kind"] == "input" and wait["prompt"] == "Approve the refund?"
     assert wait["schema"] == APPROVAL_SCHEMA and wait["since"] and wait["deadline"] is None
     assert (await client.result("tasks.get", {"task_id": "r1-ship"}))["status"] == "pending"
-    assert not execution.done()
     assert "r1-approve" not in client.services.engine.running  # no slot held
     listed = await client.result("tasks.list", {"waiting": True})
     assert [t["id"] for t in listed] == ["r1-approve"]
     answer = await client.result("tasks.respond", {"task_id": "r1-approve", "value": {"approved": True}})
     assert answer["status"] == "resumed"
-    await asyncio.wait_for(execution, 10)
     done = await client.wait_status("r1", ("completed", "failed"))
     assert done["status"] == "completed"
     approve = await client.result("tasks.get", {"task_id": "r1-approve"})
@@ -252,3 +259,61 @@ async def test_a_long_sleep_parks_and_survives_a_restart(make_settings: Any, bac
     async with running_app(settings) as client:
         done = await client.wait_status("nap", ("completed", "failed"), timeout=15)
         assert done["status"] == "completed" and done["result"] == {"slept": 1.5} and done["attempt"] == 1
+
+
+# --- the params of tasks.respond and events.emit: never a 500, the right codes -------------------
+
+def test_respond_and_emit_params_property(tmp_path: Any) -> None:
+    """Whatever the params, tasks.respond and events.emit answer HTTP 200 with a result or a
+    -32602 (bad params, not waiting, already answered) / -32001 error; a parked task with a schema
+    keeps waiting unless a valid answer came."""
+    import json as jsonlib
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from taskgrove.agent.settings import Settings
+    from tests.conftest import running_app
+
+    config = Settings.from_env({"SERVICE_DATABASE_URL": f"sqlite:///{tmp_path / 'p.db'}",
+                                "SERVICE_RATE_LIMIT_PER_USER": "0", "SERVICE_CREATE_WAIT_TIMEOUT": "0"})
+    runner = asyncio.Runner()
+    context = running_app(config)
+    client: Client = runner.run(context.__aenter__())
+    try:
+        tree = [waiter(f"p{n}", schema={"type": "object", "properties": {"n": {"type": "integer"}},
+                                        "required": ["n"], "additionalProperties": False}) for n in range(3)]
+        for task in tree:
+            runner.run(client.result("tasks.create", [task]))
+        for n in range(3):
+            runner.run(parked(client, f"p{n}"))
+        text = st.text(max_size=8)
+        values = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), text),
+                              lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                      st.dictionaries(text, inner, max_size=3)), max_leaves=8)
+        ids = st.one_of(st.sampled_from(["p0", "p1", "p2", "missing", ""]), values)
+        params = st.one_of(
+            values,
+            st.fixed_dictionaries({"task_id": ids}, optional={"value": values, "id": ids}),
+            st.fixed_dictionaries({"name": st.one_of(text, values)},
+                                  optional={"payload": values, "user_id": st.one_of(text, values)}),
+        )
+
+        @settings(max_examples=150, deadline=None, derandomize=True, database=None,
+                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+        @given(method=st.sampled_from(["tasks.respond", "events.emit"]), params=params)
+        def check(method: str, params: Any) -> None:
+            body = jsonlib.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}, allow_nan=True)
+            response = runner.run(client.http.post("/tasks", content=body,
+                                                   headers={"content-type": "application/json"}))
+            assert response.status_code == 200, response.text
+            answer = response.json()
+            if "error" in answer:
+                assert answer["error"]["code"] in (-32602, -32600, -32001), answer
+            else:
+                assert method == "events.emit" or answer["result"]["status"] == "resumed"
+
+        check()
+    finally:
+        runner.run(context.__aexit__(None, None, None))
+        runner.close()

@@ -192,9 +192,10 @@ class Engine:
         when no execution of it is running."""
         return await self.run_keeper.following(tree_id)
 
-    async def wait(self, run: TreeRun, timeout: float | None) -> bool:
-        """Whether the execution of `run` ended within `timeout` seconds."""
-        return await self.run_keeper.wait(run, timeout)
+    async def wait(self, run: TreeRun, timeout: float | None, *, until_waiting: bool = False) -> bool:
+        """Whether the execution of `run` ended within `timeout` seconds; `until_waiting`: or
+        came to rest on waits (engine/waits.py: parked tasks, nothing else able to move)."""
+        return await self.run_keeper.wait(run, timeout, until_waiting)
 
     # --- cancel and changes from outside --------------------------------------------------
 

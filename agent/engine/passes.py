@@ -297,6 +297,8 @@ class PassLoop:
     def settle(self, run: TreeRun) -> None:
         """After a task ended: queue what became runnable, end the run when nothing is left."""
         self.queue_runnable(run)
+        if run.parked and run.only_waits():
+            run.resting.set()
         if run.is_over() and not run.done.is_set() and not run.ending:
             run.ending = True
             self.background.spawn(self.run_keeper.finish(run))

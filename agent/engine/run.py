@@ -89,6 +89,9 @@ class TreeRun:
     outcome: dict[str, str] = field(default_factory=dict)
     ending: bool = False  # the engine is ending its execution in the database
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    # Set when the run ended (with `done`), or while nothing of it can move until a wait is
+    # answered (engine/waits.py): tasks.create answers then.
+    resting: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
         self._dirty: set[str] = set()
@@ -126,6 +129,7 @@ class TreeRun:
             self.waiting.add(tid)
             self._dirty.add(tid)
         self.done.clear()
+        self.resting.clear()
 
     def _dep_state(self, dep_id: str) -> str:
         """`ok`, `wait` or `blocked` for one dependency edge target."""
@@ -205,6 +209,7 @@ class TreeRun:
         if tid not in self.parked:
             return False
         self.parked.discard(tid)
+        self.resting.clear()
         self.rows[tid]["status"] = PENDING
         self.waiting.add(tid)
         self._dirty.add(tid)
@@ -231,6 +236,10 @@ class TreeRun:
             self._dirty.update(self.dependents.get(tid, ()))
         else:
             self._ended_badly(tid)
+
+    def only_waits(self) -> bool:
+        """Tasks are parked and nothing else can move until one is answered (call after runnable())."""
+        return bool(self.parked) and not (self.queued or self.active or self.retrying or self.foreign)
 
     def is_over(self) -> bool:
         return not (self.waiting or self.queued or self.active or self.retrying or self.foreign or self.parked)

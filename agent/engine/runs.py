@@ -187,6 +187,8 @@ class RunKeeper:
         if old is not None:
             run.calls.update(old.calls)
             run.done = old.done
+            run.resting = old.resting
+            run.resting.clear()  # set again below if the database says so
         run.calls.update(calls or {})
         waiting: list[str] = []
         parked: list[str] = []
@@ -262,6 +264,7 @@ class RunKeeper:
             if running.run is run:
                 self.attempts.stop_later(tid)
         run.done.set()
+        run.resting.set()
 
     def forget(self, task_id: str, row: Mapping[str, Any]) -> None:
         """A task stopped from outside the engine (cancel) leaves every execution counting on it."""
@@ -304,6 +307,7 @@ class RunKeeper:
         if self.runs.get(run.tree_id) is run:
             del self.runs[run.tree_id]
         run.done.set()
+        run.resting.set()
         progress = 1.0 if status == TaskStatus.COMPLETED else run.progress
         self.publisher.publish(run, FINAL, run.tree_id, status=status, progress=progress, final=True,
                                message=f"Execution {status}")
@@ -320,11 +324,11 @@ class RunKeeper:
             return RemoteRun(tree_id)
         return None
 
-    async def wait(self, run: TreeRun, timeout: float | None) -> bool:
+    async def wait(self, run: TreeRun, timeout: float | None, until_waiting: bool = False) -> bool:
         if isinstance(run, RemoteRun):
             return await self._wait_remote(run, timeout)
         try:
-            await asyncio.wait_for(asyncio.shield(run.done.wait()), timeout)
+            await asyncio.wait_for(asyncio.shield((run.resting if until_waiting else run.done).wait()), timeout)
             return True
         except asyncio.TimeoutError:
             return False
