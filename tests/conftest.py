@@ -21,6 +21,7 @@ import pytest
 
 from taskgrove.agent.app import build_app
 from taskgrove.agent.settings import Settings
+from tests.processes import IN_PROCESS_SLEEPS
 
 pytest_plugins = ["tests.fakellm"]  # the fake OpenAI-compatible server fixtures
 
@@ -112,8 +113,10 @@ def make_settings(db_url: str) -> Callable[..., Settings]:
     def make(env: dict[str, str] | None = None, **overrides: Any) -> Settings:
         # The per-user request rate is off: tests send requests as fast as a loop can, and the
         # rate (a policy, default 200/s) is tested on its own in tests/test_admission.py.
+        # Long sleep_executor tasks are the tests' stand-in for slow work running in a slot: they do
+        # not park as durable timers here (tests/test_waits.py sets SERVICE_PARK_SLEEP_SECONDS itself).
         base = {"SERVICE_DATABASE_URL": db_url, "SERVICE_ALLOW_PRIVATE_URLS": "true",
-                "SERVICE_RATE_LIMIT_PER_USER": "0"}
+                "SERVICE_RATE_LIMIT_PER_USER": "0", "SERVICE_PARK_SLEEP_SECONDS": IN_PROCESS_SLEEPS}
         return Settings.from_env({**base, **(env or {})}, **overrides)
 
     return make

@@ -22,6 +22,10 @@ import httpx
 from tests.servers import free_port
 
 BIN = Path(sys.executable).parent / "taskgrove"
+# SERVICE_PARK_SLEEP_SECONDS of the tests' services (tests/conftest.py's too): a long sleep_executor
+# task is the tests' stand-in for slow work held in a slot, so it never parks as a durable timer;
+# tests/test_waits.py sets the setting itself.
+IN_PROCESS_SLEEPS = "86400"
 
 
 class Service:
@@ -35,7 +39,8 @@ class Service:
         # Only our variables: a SERVICE_* set in the developer's shell must not change the service.
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("SERVICE_")}
         self.env.update({"SERVICE_API_HOST": "127.0.0.1", "SERVICE_API_PORT": str(self.port),
-                         "SERVICE_ALLOW_PRIVATE_URLS": "true", "SERVICE_SHUTDOWN_GRACE_SECONDS": "2", **env})
+                         "SERVICE_ALLOW_PRIVATE_URLS": "true", "SERVICE_SHUTDOWN_GRACE_SECONDS": "2",
+                         "SERVICE_PARK_SLEEP_SECONDS": IN_PROCESS_SLEEPS, **env})
         self.log_path = workdir / f"{name}.log"
         self.proc: subprocess.Popen[str] | None = None
         self.token: str | None = None

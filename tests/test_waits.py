@@ -317,3 +317,13 @@ def test_respond_and_emit_params_property(tmp_path: Any) -> None:
     finally:
         runner.run(context.__aexit__(None, None, None))
         runner.close()
+
+
+async def test_respond_and_emit_are_served_on_the_agent_route_too(app_factory: Any) -> None:
+    async with app_factory(env={"SERVICE_CREATE_WAIT_TIMEOUT": "0"}) as client:
+        await client.result("tasks.create", [waiter("root-1")])
+        await parked(client, "root-1")
+        answer = await client.result("tasks.respond", {"task_id": "root-1", "value": "ok"}, path="/")
+        assert answer["status"] == "resumed"
+        assert (await client.wait_status("root-1", ("completed",)))["result"] == "ok"
+        assert (await client.result("events.emit", {"name": "nothing"}, path="/"))["resumed"] == 0

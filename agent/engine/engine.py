@@ -299,6 +299,8 @@ class Engine:
         for run in self.runs.values():
             if task_id in run.waiting or task_id in run.queued or task_id in run.retrying:
                 return {"status": TaskStatus.PENDING.value, "progress": 0.0}
+            if task_id in run.parked:
+                return {"status": TaskStatus.IN_PROGRESS.value, "progress": float(run.rows[task_id].get("progress") or 0.0)}
         return None
 
     def why_waiting(self, task_id: str) -> str | None:

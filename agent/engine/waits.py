@@ -117,6 +117,9 @@ class Waits:
         self.background = background
         self.run_keeper = run_keeper
         self.passes = passes
+        # Per parked event wait, the epoch its stored events were looked at under: a rebuild
+        # (one per answer that reached another instance) must not look again for every wait.
+        self._looked: dict[str, int] = {}
 
     # --- a task parks ---------------------------------------------------------------------
 
@@ -126,9 +129,13 @@ class Waits:
         row = run.rows[tid]
         if row.get("wake_at"):
             self.passes.wake_at(tid, run.tree_id, row["wake_at"])
+        epoch = row.get("lease_epoch") or 0
+        if self._looked.get(tid) == epoch:
+            return
         wait = read(row.get("waiting"))
         if isinstance(wait, dict) and wait.get("kind") == "event":
-            self.background.spawn(self._look_for_event(tid, row.get("user_id"), row.get("lease_epoch") or 0, wait))
+            self._looked[tid] = epoch
+            self.background.spawn(self._look_for_event(tid, row.get("user_id"), epoch, wait))
 
     async def _look_for_event(self, tid: str, user_id: str | None, epoch: int, wait: Mapping[str, Any]) -> None:
         try:
@@ -166,6 +173,7 @@ class Waits:
         drives its tree, it is queued now; else the driver is told (PostgreSQL), or, when no
         instance drives it any more, the takeover of its execution finds it pending."""
         tid, tree_id = row["id"], row["task_tree_id"]
+        self._looked.pop(tid, None)
         run = self.run_keeper.runs.get(tree_id)
         event = {"status": TaskStatus.PENDING.value, "progress": 0.0, "message": message, "status_changed": True,
                  "waiting": None}
@@ -213,6 +221,7 @@ class Waits:
         if not await self.repo.run(stored.fail, row["id"], row.get("lease_epoch") or 0, error, stamp):
             return
         tid, tree_id = row["id"], row["task_tree_id"]
+        self._looked.pop(tid, None)
         run = self.run_keeper.runs.get(tree_id)
         if run is None or tid not in run.parked:
             self.publisher.emit({"type": TASK_FAILED, "task_id": tid, "root_task_id": tree_id, "name": row.get("name"),
