@@ -15,6 +15,7 @@ from taskgrove.executors.base import ExecutionContext, Executor
 from taskgrove.executors.core import SleepExecutor
 from taskgrove.executors.registry import ExecutorRegistry
 from tests.conftest import POSTGRES_URL, postgres_database, running_app
+from tests.processes import IN_PROCESS_SLEEPS
 
 pytestmark = pytest.mark.skipif(not POSTGRES_URL, reason="needs TASKGROVE_TEST_POSTGRES_URL (set by .ci/run)")
 
@@ -68,7 +69,8 @@ def _statuses(node: dict[str, Any]) -> list[str]:
 
 async def test_cancel_and_events_cross_instances() -> None:
     async with postgres_database() as url, AsyncExitStack() as stack:
-        settings = Settings.from_env({"SERVICE_DATABASE_URL": url, "SERVICE_CREATE_WAIT_TIMEOUT": "0"})
+        settings = Settings.from_env({"SERVICE_DATABASE_URL": url, "SERVICE_CREATE_WAIT_TIMEOUT": "0",
+                                      "SERVICE_PARK_SLEEP_SECONDS": IN_PROCESS_SLEEPS})
         a = await stack.enter_async_context(running_app(settings, registry=registry()))
         b = await stack.enter_async_context(running_app(settings, registry=registry()))
         seen_on_b = b.services.bus.subscribe(lambda e: e["task_id"] == "long")
