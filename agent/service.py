@@ -23,12 +23,14 @@ from taskgrove.agent.engine.stream import sse_events
 from taskgrove.agent.engine.webhooks import WebhookConfig, deliver_webhooks
 from taskgrove.agent.errors import (INVALID_PARAMS, QuotaExceeded, RpcError, invalid_params, permission_denied,
                                    task_not_found)
+from taskgrove.agent.requests import (CountRunning, GetTask, GetTree, ListChildren, ListRunning, ListTasks,
+                                      RunningStatus)
 from taskgrove.agent.rpc import params as rpc_params
 from taskgrove.agent.rpc.jsonrpc import CallContext, StreamReply
 from taskgrove.agent.settings import Settings
 from taskgrove.executors.registry import ExecutorRegistry
 from taskgrove.storage import fields, jsonvalues, trees
-from taskgrove.storage.models import TASK_STATUSES, UNFINISHED_STATUSES, TaskStatus
+from taskgrove.storage.models import UNFINISHED_STATUSES, TaskStatus
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.trees import TreeError, now_iso, public
 
@@ -187,8 +189,8 @@ class TaskService:
                 run = await self.engine.following(rows[0]["id"])
         return run
 
-    async def get(self, params: Any, ctx: CallContext) -> dict[str, Any] | None:
-        task_id = rpc_params.string(_obj(params), "task_id", aliases=("id",), required=True)
+    async def get(self, request: GetTask, ctx: CallContext) -> dict[str, Any] | None:
+        task_id = request.task_id
         row = await self.repo.get(task_id)
         if row is None:
             return None
@@ -201,33 +203,23 @@ class TaskService:
                 answer["waiting_for"] = reason
         return answer
 
-    async def list(self, params: Any, ctx: CallContext) -> list[dict[str, Any]]:
-        params = _obj(params)
-        user_id = rpc_params.string(params, "user_id")
-        status = rpc_params.string(params, "status")
-        if status is not None and status not in (*TASK_STATUSES, "deleted"):
-            raise invalid_params(f"status must be one of {', '.join((*TASK_STATUSES, 'deleted'))}, got '{status}'")
-        limit = rpc_params.integer(params, "limit", 100, low=1, high=1000)
-        offset = rpc_params.integer(params, "offset", 0, low=0, high=10**9)
+    async def list(self, request: ListTasks, ctx: CallContext) -> list[dict[str, Any]]:
+        user_id = request.user_id
         if user_id is None and ctx.caller.authenticated and not ctx.caller.unrestricted:
             user_id = ctx.caller.user_id
-        if status == "deleted":
+        if request.status == "deleted":
             return []  # deletion is physical: deleted tasks never appear in lists
-        root_only = rpc_params.boolean(params, "root_only", False)
-        search = rpc_params.string(params, "search")
-        if search is not None:
-            search = search.strip()[:255] or None
-        rows = await self.repo.list(user_id=user_id, status=status, limit=limit, offset=offset,
-                                    root_only=root_only, search=search)
+        rows = await self.repo.list(user_id=user_id, status=request.status, limit=request.limit,
+                                    offset=request.offset, root_only=request.root_only, search=request.search)
         listed = [public(r) for r in rows if ctx.caller.can_access(r["user_id"])]
-        if root_only:  # one row per tree: say what its tree holds (the dashboard's tree list)
+        if request.root_only:  # one row per tree: say what its tree holds (the dashboard's tree list)
             counts = await self.repo.status_counts([r["task_tree_id"] for r in listed])
             for row in listed:
                 row["status_counts"] = counts.get(row["task_tree_id"], {})
         return listed
 
-    async def children(self, params: Any, ctx: CallContext) -> list[dict[str, Any]]:
-        parent_id = rpc_params.string(_obj(params), "parent_id", aliases=("task_id",), required=True)
+    async def children(self, request: ListChildren, ctx: CallContext) -> list[dict[str, Any]]:
+        parent_id = request.parent_id
         parent = await self.repo.get(parent_id)
         if parent is None:
             raise task_not_found(parent_id)
@@ -236,9 +228,8 @@ class TaskService:
         rows = await self.repo.children(parent_id)
         return [public(r) for r in rows if ctx.caller.can_access(r["user_id"])]
 
-    async def tree(self, params: Any, ctx: CallContext) -> dict[str, Any]:
-        task_id = rpc_params.string(_obj(params), "task_id", aliases=("root_id", "id"), required=True)
-        row = await self._task_for(task_id, ctx.caller)
+    async def tree(self, request: GetTree, ctx: CallContext) -> dict[str, Any]:
+        row = await self._task_for(request.task_id, ctx.caller)
         rows = await self.repo.tree(row["task_tree_id"])
         return trees.nest(rows, row["task_tree_id"])
 
@@ -528,16 +519,14 @@ class TaskService:
                                close=subs[0].close)
         return answer
 
-    async def running_list(self, params: Any, ctx: CallContext) -> list[dict[str, Any]]:
-        params = _obj(params)
-        user_id = rpc_params.string(params, "user_id")
-        limit = rpc_params.integer(params, "limit", 100, low=1, high=1000)
+    async def running_list(self, request: ListRunning, ctx: CallContext) -> list[dict[str, Any]]:
+        user_id = request.user_id
         rows = [public(r) for r in self.engine.running_rows()
                 if (user_id is None or r["user_id"] == user_id) and ctx.caller.can_access(r["user_id"])]
-        return rows[:limit]
+        return rows[:request.limit]
 
-    async def running_status(self, params: Any, ctx: CallContext) -> list[dict[str, Any]]:
-        ids = rpc_params.string_list(_obj(params), "task_ids", aliases=("context_ids",), required=True)
+    async def running_status(self, request: RunningStatus, ctx: CallContext) -> list[dict[str, Any]]:
+        ids = request.task_ids
         found = await self.repo.get_many(ids)
         answer = []
         for tid in ids:
@@ -554,8 +543,8 @@ class TaskService:
                 })
         return answer
 
-    async def running_count(self, params: Any, ctx: CallContext) -> dict[str, Any]:
-        user_id = rpc_params.string(_obj(params), "user_id")
+    async def running_count(self, request: CountRunning, ctx: CallContext) -> dict[str, Any]:
+        user_id = request.user_id
         if user_id is not None and ctx.caller.authenticated and not ctx.caller.unrestricted \
                 and user_id != ctx.caller.user_id:
             raise permission_denied("Counting another user's running tasks needs the admin role")

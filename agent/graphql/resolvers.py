@@ -15,7 +15,7 @@ import strawberry
 
 from taskgrove.agent.errors import invalid_params, permission_denied, task_not_found
 from taskgrove.agent.graphql.budget import ListBudget, budget_of
-from taskgrove.agent.graphql.errors import from_rpc, service_call
+from taskgrove.agent.graphql.errors import checked, from_rpc, service_call
 from taskgrove.agent.graphql.types import (
     CreateTaskInput,
     TaskStatusEnum,
@@ -24,6 +24,7 @@ from taskgrove.agent.graphql.types import (
     children_of,
     given,
 )
+from taskgrove.agent.requests import GetTask, ListTasks, task_id_text
 from taskgrove.agent.rpc.jsonrpc import CallContext
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -60,23 +61,18 @@ def required(value: Any, name: str) -> str:
 
 async def task(info: strawberry.Info, task_id: str | None) -> TaskType | None:
     ctx = _context(info)
-    found = await service_call(ctx.services.tasks.get, {"task_id": required(task_id, "taskId")}, ctx.call)
+    request = GetTask(checked(task_id_text, required(task_id, "taskId")))
+    found = await service_call(ctx.services.tasks.get, request, ctx.call)
     return TaskType.from_wire(found) if found is not None else None
 
 
 async def tasks(info: strawberry.Info, status: TaskStatusEnum | None, limit: int | None,
                 offset: int | None) -> list[TaskType]:
     ctx = _context(info)
-    params: dict[str, Any] = {}
-    if status is not None:
-        params["status"] = status.value
-    if limit is not None:
-        params["limit"] = limit
-    if offset is not None:
-        params["offset"] = offset
     budget = budget_of(info)
     budget.check(limit if isinstance(limit, int) and limit > 0 else 100)  # before reading: what is asked
-    found = await service_call(ctx.services.tasks.list, params, ctx.call)
+    request = checked(ListTasks.page, status.value if status is not None else None, limit, offset)
+    found = await service_call(ctx.services.tasks.list, request, ctx.call)
     budget.spend(len(found))
     return [TaskType.from_wire(t) for t in found]
 
@@ -110,7 +106,7 @@ async def create_task(info: strawberry.Info, task_input: CreateTaskInput | None)
         rows = await service_call(service.add_child, parent_id, new, ctx.call.caller)
     task_id = rows[0]["id"]
     await service_call(service.execute, {"task_id": task_id}, ctx.call)
-    created = await service_call(service.get, {"task_id": task_id}, ctx.call)
+    created = await service_call(service.get, GetTask(task_id), ctx.call)
     assert created is not None
     return TaskType.from_wire(created)
 
