@@ -12,13 +12,16 @@ hot path, and each request is read once.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from taskgrove.agent.errors import invalid_params
 from taskgrove.agent.rpc import params as rpc_params
+from taskgrove.storage import trees
 from taskgrove.storage.status import TASK_STATUSES
+from taskgrove.storage.trees import TreeError
 
 # tasks.list and tasks.running.list: how many tasks one answer holds, and how far a page may start.
 DEFAULT_LIMIT = 100
@@ -143,3 +146,126 @@ class CountRunning:
     @classmethod
     def from_params(cls, params: Any) -> CountRunning:
         return cls(rpc_params.string(_obj(params), "user_id"))
+
+
+# --- update, delete, cancel, copy, clone, execute ---------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class UpdateTask:
+    """tasks.update: `fields` are the fields to change as given (the service checks each by its
+    rule and names every problem at once), in the order given."""
+
+    task_id: str
+    fields: dict[str, Any]
+
+    @classmethod
+    def from_params(cls, params: Any) -> UpdateTask:
+        params = _obj(params)
+        task_id = rpc_params.string(params, "task_id", aliases=("id",), required=True)
+        return cls(task_id, {k: v for k, v in params.items() if k not in ("task_id", "id")})  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTask:
+    """tasks.delete: `task_id` and its subtree."""
+
+    task_id: str
+
+    @classmethod
+    def from_params(cls, params: Any) -> DeleteTask:
+        return cls(rpc_params.string(_obj(params), "task_id", aliases=("id",), required=True))  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
+class CancelTasks:
+    """tasks.cancel, tasks.running.cancel: one answer per id."""
+
+    task_ids: list[str]
+    force: bool = False
+    error_message: str | None = None
+
+    @classmethod
+    def from_params(cls, params: Any) -> CancelTasks:
+        params = _obj(params)
+        ids = rpc_params.string_list(params, "task_ids", aliases=("context_ids", "task_id"), required=True)
+        return cls(ids, rpc_params.boolean(params, "force", False),  # type: ignore[arg-type]
+                   rpc_params.string(params, "error_message"))
+
+    @classmethod
+    def one(cls, task_id: str) -> CancelTasks:
+        """One task, given as a typed argument (GraphQL cancelTask): the checks of `from_params`."""
+        return cls(rpc_params.texts(task_id, "task_ids"))
+
+
+@dataclass(frozen=True, slots=True)
+class CopyTask:
+    """tasks.copy: `children` also copies each direct child's dependencies."""
+
+    task_id: str
+    children: bool = False
+
+    @classmethod
+    def from_params(cls, params: Any) -> CopyTask:
+        params = _obj(params)
+        task_id = rpc_params.string(params, "task_id", aliases=("id",), required=True)
+        return cls(task_id, rpc_params.boolean(params, "children", False))  # type: ignore[arg-type]
+
+
+CLONE_MODES = ("copy", "link", "archive", "mixed")
+
+
+@dataclass(frozen=True, slots=True)
+class CloneTask:
+    """tasks.clone. `reset`: the values cloned tasks start from (storage.trees.reset_values);
+    `overrides`: the other fields an object `reset_fields` sets, applied to linked and archived
+    tasks too."""
+
+    task_id: str
+    mode: str = "copy"
+    recursive: bool = True
+    with_children: bool = False
+    link_ids: list[str] = dataclasses.field(default_factory=list)
+    save: bool = True
+    reset: dict[str, Any] = dataclasses.field(default_factory=lambda: dict(trees.RESETTABLE))
+    overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_params(cls, params: Any) -> CloneTask:
+        params = _obj(params)
+        task_id = rpc_params.string(params, "task_id", aliases=("id",), required=True)
+        mode = rpc_params.string(params, "origin_type") or "copy"
+        if mode not in CLONE_MODES:
+            raise invalid_params(f"origin_type must be one of {', '.join(CLONE_MODES)}, got '{mode}'")
+        recursive = rpc_params.boolean(params, "recursive", True)
+        with_children = rpc_params.boolean(params, "_recursive", False, aliases=("children",))
+        link_ids = rpc_params.string_list(params, "link_task_ids") or []
+        save = rpc_params.boolean(params, "save", True)
+        if mode == "mixed" and not link_ids:
+            raise invalid_params("origin_type 'mixed' needs link_task_ids: the ids to link instead of copy")
+        raw = params.get("reset_fields")
+        try:
+            reset = trees.reset_values(raw)
+        except TreeError as exc:
+            raise invalid_params(str(exc)) from None
+        overrides = {k: v for k, v in raw.items() if k not in trees.RESETTABLE} if isinstance(raw, Mapping) else {}
+        return cls(task_id, mode, recursive, with_children, link_ids, save, reset, overrides)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
+class ExecuteTask:
+    """tasks.execute, execute_task_tree. `webhook_config` as given: the service checks it
+    (agent/engine/webhooks.py WebhookConfig.parse, which needs the settings and may resolve names)."""
+
+    task_id: str
+    streaming: bool = False
+    copy_execution: bool = False
+    copy_children: bool = False
+    webhook_config: Any = None
+
+    @classmethod
+    def from_params(cls, params: Any) -> ExecuteTask:
+        params = _obj(params)
+        task_id = rpc_params.string(params, "task_id", aliases=("id",), required=True)
+        return cls(task_id, rpc_params.boolean(params, "use_streaming", False),  # type: ignore[arg-type]
+                   rpc_params.boolean(params, "copy_execution", False),
+                   rpc_params.boolean(params, "copy_children", False), params.get("webhook_config"))

@@ -23,8 +23,8 @@ from taskgrove.agent.engine.stream import sse_events
 from taskgrove.agent.engine.webhooks import WebhookConfig, deliver_webhooks
 from taskgrove.agent.errors import (INVALID_PARAMS, QuotaExceeded, RpcError, invalid_params, permission_denied,
                                    task_not_found)
-from taskgrove.agent.requests import (CountRunning, GetTask, GetTree, ListChildren, ListRunning, ListTasks,
-                                      RunningStatus)
+from taskgrove.agent.requests import (CancelTasks, CloneTask, CopyTask, CountRunning, DeleteTask, ExecuteTask, GetTask,
+                                      GetTree, ListChildren, ListRunning, ListTasks, RunningStatus, UpdateTask)
 from taskgrove.agent.rpc import params as rpc_params
 from taskgrove.agent.rpc.jsonrpc import CallContext, StreamReply
 from taskgrove.agent.settings import Settings
@@ -38,7 +38,6 @@ UPDATABLE = {
     "status", "inputs", "name", "priority", "params", "schemas", "dependencies", "result", "error",
     "progress", "started_at", "completed_at", "description", "retry", "timeout_seconds",
 }
-CLONE_MODES = ("copy", "link", "archive", "mixed")
 
 
 class TaskService:
@@ -235,18 +234,17 @@ class TaskService:
 
     # --- update and delete ----------------------------------------------------------------
 
-    async def update(self, params: Any, ctx: CallContext) -> dict[str, Any]:
-        params = _obj(params)
-        task_id = rpc_params.string(params, "task_id", aliases=("id",), required=True)
+    async def update(self, request: UpdateTask, ctx: CallContext) -> dict[str, Any]:
+        task_id = request.task_id
         async with self.repo.transaction() as conn:
-            if "dependencies" in params:  # the cycle check and the write: one decision per tree
+            if "dependencies" in request.fields:  # the cycle check and the write: one decision per tree
                 await self.repo.serialise_tree(task_id, conn)
             row = await self.repo.get(task_id, conn)
             if row is None:
                 raise task_not_found(task_id)
             if not ctx.caller.can_access(row["user_id"]):
                 raise permission_denied(f"Only the owner or an admin may update task '{task_id}'")
-            problems, values = await self._update_values(row, params, conn)
+            problems, values = await self._update_values(row, request.fields, conn)
             if problems:
                 raise RpcError(INVALID_PARAMS, "Invalid params", "Update failed:\n" + "\n".join(problems))
             values["updated_at"] = now_iso()
@@ -266,14 +264,12 @@ class TaskService:
             self.engine.task_changed(updated)
         return public(updated)
 
-    async def _update_values(self, row: dict[str, Any], params: Mapping[str, Any], conn: Any) -> tuple[list[str], dict[str, Any]]:
+    async def _update_values(self, row: dict[str, Any], given: Mapping[str, Any], conn: Any) -> tuple[list[str], dict[str, Any]]:
         problems: list[str] = []
         values: dict[str, Any] = {}
         if row["origin_type"] == "archive":
             problems.append(f"Cannot update task '{row['id']}': task is an archive (read-only)")
-        for key, value in params.items():
-            if key in ("task_id", "id"):
-                continue
+        for key, value in given.items():
             if key == "parent_id":
                 problems.append("Cannot update 'parent_id': field cannot be modified (task hierarchy is fixed)")
             elif key == "user_id":
@@ -291,8 +287,8 @@ class TaskService:
                     problems.append(f"Cannot update 'retry': {exc}")
             elif key != "dependencies":
                 values[key] = float(value) if key in ("progress", "timeout_seconds") and value is not None else value
-        if "dependencies" in params:
-            deps_problems, deps = await self._dependency_problems(row, params["dependencies"], conn)
+        if "dependencies" in given:
+            deps_problems, deps = await self._dependency_problems(row, given["dependencies"], conn)
             problems.extend(deps_problems)
             if not deps_problems:
                 values["dependencies"] = deps
@@ -323,8 +319,8 @@ class TaskService:
             )
         return problems, deps
 
-    async def delete(self, params: Any, ctx: CallContext) -> dict[str, Any]:
-        task_id = rpc_params.string(_obj(params), "task_id", aliases=("id",), required=True)
+    async def delete(self, request: DeleteTask, ctx: CallContext) -> dict[str, Any]:
+        task_id = request.task_id
         async with self.repo.transaction() as conn:
             # "nothing depends on it" and the delete: one decision, or a dependency added meanwhile
             # would name a task that is gone.
@@ -359,11 +355,8 @@ class TaskService:
 
     # --- copy and clone -------------------------------------------------------------------
 
-    async def copy(self, params: Any, ctx: CallContext) -> dict[str, Any]:
-        params = _obj(params)
-        task_id = rpc_params.string(params, "task_id", aliases=("id",), required=True)
-        with_children = rpc_params.boolean(params, "children", False)
-        copies = await self.copy_tree(task_id, with_children, ctx.caller)
+    async def copy(self, request: CopyTask, ctx: CallContext) -> dict[str, Any]:
+        copies = await self.copy_tree(request.task_id, request.children, ctx.caller)
         return trees.nest(copies, copies[0]["id"])
 
     async def copy_tree(self, task_id: str, with_children: bool, caller: Caller) -> list[dict[str, Any]]:
@@ -389,23 +382,8 @@ class TaskService:
             await self.repo.update_many(sorted(selected), {"has_copy": True}, conn=conn)
         return copies
 
-    async def clone(self, params: Any, ctx: CallContext) -> dict[str, Any]:
-        params = _obj(params)
-        task_id = rpc_params.string(params, "task_id", aliases=("id",), required=True)
-        mode = rpc_params.string(params, "origin_type") or "copy"
-        if mode not in CLONE_MODES:
-            raise invalid_params(f"origin_type must be one of {', '.join(CLONE_MODES)}, got '{mode}'")
-        recursive = rpc_params.boolean(params, "recursive", True)
-        with_children = rpc_params.boolean(params, "_recursive", False, aliases=("children",))
-        link_ids = rpc_params.string_list(params, "link_task_ids") or []
-        save = rpc_params.boolean(params, "save", True)
-        if mode == "mixed" and not link_ids:
-            raise invalid_params("origin_type 'mixed' needs link_task_ids: the ids to link instead of copy")
-        try:
-            reset = trees.reset_values(params.get("reset_fields"))
-        except TreeError as exc:
-            raise invalid_params(str(exc)) from None
-
+    async def clone(self, request: CloneTask, ctx: CallContext) -> dict[str, Any]:
+        task_id, mode, link_ids = request.task_id, request.mode, request.link_ids
         async with self.repo.transaction() as conn:
             await self.repo.serialise_tree(task_id, conn)  # see copy_tree
             row = await self.repo.get(task_id, conn)
@@ -415,8 +393,8 @@ class TaskService:
                 raise permission_denied(f"You may not clone task '{task_id}'")
             rows = await self.repo.tree(row["task_tree_id"], conn)
             by_id = {r["id"]: r for r in rows}
-            selected = set(trees.subtree_ids(rows, task_id)) if recursive else {task_id}
-            if with_children:
+            selected = set(trees.subtree_ids(rows, task_id)) if request.recursive else {task_id}
+            if request.with_children:
                 deps = {r["id"]: [d["id"] for d in r["dependencies"] if d["id"] in by_id] for r in rows}
                 for child in trees.children_index(rows).get(task_id, ()):
                     selected |= trees.transitive([child["id"]], deps)
@@ -425,11 +403,8 @@ class TaskService:
             origin_for = self._clone_origins(mode, rows, selected, link_ids)
             copies = trees.plan_copies(rows, selected, root, origin_for=origin_for, reset=None)
             for copy in copies:
-                if copy["origin_type"] == "clone":
-                    copy.update(reset)
-                elif isinstance(params.get("reset_fields"), Mapping):
-                    copy.update({k: v for k, v in params["reset_fields"].items() if k not in trees.RESETTABLE})
-            if not save:
+                copy.update(request.reset if copy["origin_type"] == "clone" else request.overrides)
+            if not request.save:
                 return {"tasks": [_preview(c) for c in copies], "saved": False}
             await self._admit(copies, ctx.caller)
             await self.repo.insert(copies, conn)
@@ -465,18 +440,14 @@ class TaskService:
 
     # --- execution ------------------------------------------------------------------------
 
-    async def execute(self, params: Any, ctx: CallContext) -> Any:
-        params = _obj(params)
-        task_id = rpc_params.string(params, "task_id", aliases=("id",), required=True)
-        streaming = rpc_params.boolean(params, "use_streaming", False)
-        copy_execution = rpc_params.boolean(params, "copy_execution", False)
-        copy_children = rpc_params.boolean(params, "copy_children", False)
-        webhook = await WebhookConfig.parse(params.get("webhook_config"), self.settings) \
-            if params.get("webhook_config") is not None else None
+    async def execute(self, request: ExecuteTask, ctx: CallContext) -> Any:
+        task_id, streaming = request.task_id, request.streaming
+        webhook = await WebhookConfig.parse(request.webhook_config, self.settings) \
+            if request.webhook_config is not None else None
         await self._task_for(task_id, ctx.caller)
         answer: dict[str, Any] = {"protocol": ctx.surface}
-        if copy_execution:
-            copies = await self.copy_tree(task_id, copy_children, ctx.caller)
+        if request.copy_execution:
+            copies = await self.copy_tree(task_id, request.copy_children, ctx.caller)
             copy_of = {c["original_task_id"]: c["id"] for c in copies}
             answer["original_task_id"] = task_id
             task_id = copy_of[task_id]
@@ -557,12 +528,9 @@ class TaskService:
             answer["user_id"] = user_id
         return answer
 
-    async def cancel(self, params: Any, ctx: CallContext) -> list[dict[str, Any]]:
-        params = _obj(params)
-        ids = rpc_params.string_list(params, "task_ids", aliases=("context_ids", "task_id"), required=True)
-        force = rpc_params.boolean(params, "force", False)
-        error_message = rpc_params.string(params, "error_message")
-        return [await self.cancel_one(tid, ctx.caller, force=force, error_message=error_message) for tid in ids]
+    async def cancel(self, request: CancelTasks, ctx: CallContext) -> list[dict[str, Any]]:
+        return [await self.cancel_one(tid, ctx.caller, force=request.force, error_message=request.error_message)
+                for tid in request.task_ids]
 
     async def cancel_one(self, task_id: str, caller: Caller, *, force: bool = False,
                          error_message: str | None = None) -> dict[str, Any]:

@@ -83,6 +83,12 @@ def string_list(params: Mapping[str, Any], name: str, *, aliases: Sequence[str] 
             also = f" (or {', '.join(aliases)})" if aliases else ""
             raise invalid_params(f"{name}{also} is required: an array of task ids")
         return None
+    return texts(value, name)
+
+
+def texts(value: Any, name: str) -> list[str]:
+    """`value` (one string or an array) as a list of non-empty valid strings, else -32602 naming
+    `name`: what `string_list` checks once it found the value."""
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from taskgrove.agent.requests import (CountRunning, GetTask, GetTree, ListChildren, ListRunning, ListTasks,
-                                      RunningStatus)
+from taskgrove.agent.requests import (CancelTasks, CloneTask, CopyTask, CountRunning, DeleteTask, ExecuteTask, GetTask,
+                                      GetTree, ListChildren, ListRunning, ListTasks, RunningStatus, UpdateTask)
 from taskgrove.agent.rpc.jsonrpc import CallContext, Handler
 from taskgrove.agent.service import TaskService
 
@@ -30,18 +30,18 @@ def task_methods(service: TaskService) -> dict[str, Handler]:
         "tasks.create": service.create,
         "tasks.get": typed(GetTask.from_params, service.get),
         "tasks.detail": typed(GetTask.from_params, service.get),
-        "tasks.update": service.update,
-        "tasks.delete": service.delete,
-        "tasks.copy": service.copy,
-        "tasks.clone": service.clone,
+        "tasks.update": typed(UpdateTask.from_params, service.update),
+        "tasks.delete": typed(DeleteTask.from_params, service.delete),
+        "tasks.copy": typed(CopyTask.from_params, service.copy),
+        "tasks.clone": typed(CloneTask.from_params, service.clone),
         "tasks.list": typed(ListTasks.from_params, service.list),
         "tasks.children": typed(ListChildren.from_params, service.children),
         "tasks.tree": typed(GetTree.from_params, service.tree),
-        "tasks.execute": service.execute,
-        "execute_task_tree": service.execute,
+        "tasks.execute": typed(ExecuteTask.from_params, service.execute),
+        "execute_task_tree": typed(ExecuteTask.from_params, service.execute),
         "tasks.running.list": typed(ListRunning.from_params, service.running_list),
         "tasks.running.status": typed(RunningStatus.from_params, service.running_status),
         "tasks.running.count": typed(CountRunning.from_params, service.running_count),
-        "tasks.cancel": service.cancel,
-        "tasks.running.cancel": service.cancel,
+        "tasks.cancel": typed(CancelTasks.from_params, service.cancel),
+        "tasks.running.cancel": typed(CancelTasks.from_params, service.cancel),
     }
