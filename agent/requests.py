@@ -29,7 +29,8 @@ MAX_LIMIT = 1000
 MAX_OFFSET = 10**9
 
 
-def _obj(params: Any) -> Mapping[str, Any]:
+def params_object(params: Any) -> Mapping[str, Any]:
+    """JSON-RPC params that must be an object (by name): -32602 for an array or a value."""
     if not isinstance(params, Mapping):
         raise invalid_params("params must be an object")
     return params
@@ -51,7 +52,7 @@ class GetTask:
 
     @classmethod
     def from_params(cls, params: Any) -> GetTask:
-        return cls(rpc_params.string(_obj(params), "task_id", aliases=("id",), required=True))  # type: ignore[arg-type]
+        return cls(rpc_params.string(params_object(params), "task_id", aliases=("id",), required=True))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +63,7 @@ class GetTree:
 
     @classmethod
     def from_params(cls, params: Any) -> GetTree:
-        return cls(rpc_params.string(_obj(params), "task_id", aliases=("root_id", "id"), required=True))  # type: ignore[arg-type]
+        return cls(rpc_params.string(params_object(params), "task_id", aliases=("root_id", "id"), required=True))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +74,7 @@ class ListChildren:
 
     @classmethod
     def from_params(cls, params: Any) -> ListChildren:
-        return cls(rpc_params.string(_obj(params), "parent_id", aliases=("task_id",), required=True))  # type: ignore[arg-type]
+        return cls(rpc_params.string(params_object(params), "parent_id", aliases=("task_id",), required=True))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +90,7 @@ class ListTasks:
 
     @classmethod
     def from_params(cls, params: Any) -> ListTasks:
-        params = _obj(params)
+        params = params_object(params)
         user_id = rpc_params.string(params, "user_id")
         status = rpc_params.string(params, "status")
         if status is not None and status not in (*TASK_STATUSES, "deleted"):
@@ -121,7 +122,7 @@ class ListRunning:
 
     @classmethod
     def from_params(cls, params: Any) -> ListRunning:
-        params = _obj(params)
+        params = params_object(params)
         return cls(rpc_params.string(params, "user_id"),
                    rpc_params.integer(params, "limit", DEFAULT_LIMIT, low=1, high=MAX_LIMIT))
 
@@ -134,7 +135,7 @@ class RunningStatus:
 
     @classmethod
     def from_params(cls, params: Any) -> RunningStatus:
-        return cls(rpc_params.string_list(_obj(params), "task_ids", aliases=("context_ids",), required=True))  # type: ignore[arg-type]
+        return cls(rpc_params.string_list(params_object(params), "task_ids", aliases=("context_ids",), required=True))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +146,7 @@ class CountRunning:
 
     @classmethod
     def from_params(cls, params: Any) -> CountRunning:
-        return cls(rpc_params.string(_obj(params), "user_id"))
+        return cls(rpc_params.string(params_object(params), "user_id"))
 
 
 # --- update, delete, cancel, copy, clone, execute ---------------------------------------------
@@ -160,7 +161,7 @@ class UpdateTask:
 
     @classmethod
     def from_params(cls, params: Any) -> UpdateTask:
-        params = _obj(params)
+        params = params_object(params)
         task_id = rpc_params.string(params, "task_id", aliases=("id",), required=True)
         return cls(task_id, {k: v for k, v in params.items() if k not in ("task_id", "id")})  # type: ignore[arg-type]
 
@@ -173,7 +174,7 @@ class DeleteTask:
 
     @classmethod
     def from_params(cls, params: Any) -> DeleteTask:
-        return cls(rpc_params.string(_obj(params), "task_id", aliases=("id",), required=True))  # type: ignore[arg-type]
+        return cls(rpc_params.string(params_object(params), "task_id", aliases=("id",), required=True))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,7 +187,7 @@ class CancelTasks:
 
     @classmethod
     def from_params(cls, params: Any) -> CancelTasks:
-        params = _obj(params)
+        params = params_object(params)
         ids = rpc_params.string_list(params, "task_ids", aliases=("context_ids", "task_id"), required=True)
         return cls(ids, rpc_params.boolean(params, "force", False),  # type: ignore[arg-type]
                    rpc_params.string(params, "error_message"))
@@ -206,7 +207,7 @@ class CopyTask:
 
     @classmethod
     def from_params(cls, params: Any) -> CopyTask:
-        params = _obj(params)
+        params = params_object(params)
         task_id = rpc_params.string(params, "task_id", aliases=("id",), required=True)
         return cls(task_id, rpc_params.boolean(params, "children", False))  # type: ignore[arg-type]
 
@@ -231,7 +232,7 @@ class CloneTask:
 
     @classmethod
     def from_params(cls, params: Any) -> CloneTask:
-        params = _obj(params)
+        params = params_object(params)
         task_id = rpc_params.string(params, "task_id", aliases=("id",), required=True)
         mode = rpc_params.string(params, "origin_type") or "copy"
         if mode not in CLONE_MODES:
@@ -264,8 +265,65 @@ class ExecuteTask:
 
     @classmethod
     def from_params(cls, params: Any) -> ExecuteTask:
-        params = _obj(params)
+        params = params_object(params)
         task_id = rpc_params.string(params, "task_id", aliases=("id",), required=True)
         return cls(task_id, rpc_params.boolean(params, "use_streaming", False),  # type: ignore[arg-type]
                    rpc_params.boolean(params, "copy_execution", False),
                    rpc_params.boolean(params, "copy_children", False), params.get("webhook_config"))
+
+
+# --- create ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class NewTree:
+    """tasks.create and every other way to store a new tree (GraphQL createTask, A2A data parts,
+    tasks.generate, the command line, executors): its tasks flat, each parent before its children,
+    as storage.trees.prepare_new_tree validates them."""
+
+    tasks: list[dict[str, Any]]
+
+    @classmethod
+    def from_params(cls, params: Any, max_tasks: int = trees.DEFAULT_MAX_TREE_TASKS) -> NewTree:
+        """`params.tasks` (array or object) or `params` itself (array or object), nested children
+        flattened (parent first, siblings in order). Stops as soon as the tree has more than
+        `max_tasks` tasks (SERVICE_MAX_TREE_TASKS), so an oversized request costs no more than
+        the limit."""
+        try:
+            return cls(_flat_tasks(params, max_tasks))
+        except TreeError as exc:
+            raise invalid_params(str(exc)) from None
+
+
+def _flat_tasks(params: Any, max_tasks: int) -> list[dict[str, Any]]:
+    if isinstance(params, Mapping) and "tasks" in params:
+        params = params["tasks"]
+    if isinstance(params, Mapping):
+        params = [params]
+    if not isinstance(params, list) or not params:
+        raise TreeError("tasks must be a non-empty array of task objects or one task object")
+    if len(params) > max_tasks:
+        raise trees.too_many_tasks(max_tasks, len(params))
+    flat: list[dict[str, Any]] = []
+    # Explicit stack (no recursion over nesting depth), items pushed in reverse to keep order.
+    stack: list[tuple[Any, str | None, str]] = [
+        (item, None, f"tasks[{index}]") for index, item in reversed(list(enumerate(params)))
+    ]
+    while stack:
+        item, parent_id, where = stack.pop()
+        if len(flat) >= max_tasks:
+            raise trees.too_many_tasks(max_tasks)
+        if not isinstance(item, Mapping):
+            raise TreeError(f"{where}: each task must be an object, got {type(item).__name__}")
+        task = dict(item)
+        children = task.pop("children", None)
+        if parent_id is not None and task.get("parent_id") is None:
+            task["parent_id"] = parent_id
+        flat.append(task)
+        if children:
+            if not isinstance(children, list):
+                raise TreeError(f"{where}: children must be an array")
+            if not task.get("id"):
+                task["id"] = trees.new_id()
+            stack.extend((child, task["id"], f"{where}.children[{index}]")
+                         for index, child in reversed(list(enumerate(children))))
+    return flat

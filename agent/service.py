@@ -1,7 +1,8 @@
 """The task operations every surface calls: `/tasks`, `/`, GraphQL, the CLI.
 
-A surface parses its wire format and hands the params and the caller here; the rules (validation,
-permissions, messages) live only in this module and in storage.trees.
+A surface parses its wire format into the operation's typed request (agent/requests.py, where the
+params are read once) and hands it and the caller here; the rules (validation, permissions,
+messages) live only in this module, agent/requests.py and storage.trees.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from taskgrove.agent.engine.webhooks import WebhookConfig, deliver_webhooks
 from taskgrove.agent.errors import (INVALID_PARAMS, QuotaExceeded, RpcError, invalid_params, permission_denied,
                                    task_not_found)
 from taskgrove.agent.requests import (CancelTasks, CloneTask, CopyTask, CountRunning, DeleteTask, ExecuteTask, GetTask,
-                                      GetTree, ListChildren, ListRunning, ListTasks, RunningStatus, UpdateTask)
+                                      GetTree, ListChildren, ListRunning, ListTasks, NewTree, RunningStatus,
+                                      UpdateTask)
 from taskgrove.agent.rpc import params as rpc_params
 from taskgrove.agent.rpc.jsonrpc import CallContext, StreamReply
 from taskgrove.agent.settings import Settings
@@ -76,12 +78,11 @@ class TaskService:
 
     # --- create and read ------------------------------------------------------------------
 
-    def prepare(self, params: Any, caller: Caller, *, values_checked: bool = False) -> list[dict[str, Any]]:
+    def prepare(self, request: NewTree, caller: Caller, *, values_checked: bool = False) -> list[dict[str, Any]]:
         """Validated rows for a new tree (no I/O), permission rules applied. `values_checked`: the
-        value gate already cleared `params` (CallContext.values_checked)."""
+        value gate already cleared the request's values (CallContext.values_checked)."""
         try:
-            raw = trees.tasks_from_params(params, self.settings.max_tree_tasks)
-            rows = trees.prepare_new_tree(raw, default_user=caller.user_id, values_checked=values_checked)
+            rows = trees.prepare_new_tree(request.tasks, default_user=caller.user_id, values_checked=values_checked)
         except TreeError as exc:
             raise invalid_params(str(exc)) from None
         defaults = self.engine.default_retry
@@ -102,9 +103,9 @@ class TaskService:
                 )
         return rows
 
-    async def create_tree(self, params: Any, caller: Caller) -> list[dict[str, Any]]:
+    async def create_tree(self, request: NewTree, caller: Caller) -> list[dict[str, Any]]:
         """Store a new tree without executing it."""
-        rows = self.prepare(params, caller)
+        rows = self.prepare(request, caller)
         await self._admit(rows, caller)
         try:
             await self.repo.insert(rows)
@@ -129,30 +130,31 @@ class TaskService:
 
     async def create_tree_for(self, tasks: Any, user_id: str | None) -> list[dict[str, Any]]:
         """create_tree on behalf of `user_id`, for executors (which know the owner of the task
-        they run, not a Caller): the tree may only belong to that user. Not executed."""
+        they run, not a Caller, and plain data, not agent/requests.py): the tree may only belong to
+        that user. Not executed."""
         caller = Caller(user_id=user_id, authenticated=user_id is not None)
-        return await self.create_tree(tasks, caller)
+        return await self.create_tree(NewTree.from_params(tasks, self.settings.max_tree_tasks), caller)
 
-    async def add_child(self, parent_id: str, task: Mapping[str, Any], caller: Caller) -> list[dict[str, Any]]:
+    async def add_child(self, parent_id: str, request: NewTree, caller: Caller) -> list[dict[str, Any]]:
         """One new task under an existing task (GraphQL createTask with parentId); not executed.
 
         The tree's owner owns the new task; an admin may add under anyone's task."""
         parent = await self._task_for(parent_id, caller)
         if parent["origin_type"] == "archive":
             raise invalid_params(f"Task '{parent_id}' is an archive (read-only): no task can be added under it")
-        rows = self.prepare({"tasks": [dict(task)]}, caller)
+        rows = self.prepare(request, caller)
         rows[0].update(parent_id=parent_id, task_tree_id=parent["task_tree_id"], user_id=parent["user_id"])
         await self._admit(rows, caller)
         await self.repo.insert(rows)
         return rows
 
-    async def create(self, params: Any, ctx: CallContext) -> dict[str, Any]:
+    async def create(self, request: NewTree, ctx: CallContext) -> dict[str, Any]:
         """tasks.create: store the tree and its execution in one transaction, execute it, answer
         the tree once it finished (or the wait timed out)."""
-        rows = self.prepare(params, ctx.caller, values_checked=ctx.values_checked)
+        rows = self.prepare(request, ctx.caller, values_checked=ctx.values_checked)
         root_id = rows[0]["id"]
         if rows[0]["origin_type"] == "archive":  # e.g. an archive made from a clone preview: stored, not run
-            await self.create_tree(params, ctx.caller)
+            await self.create_tree(request, ctx.caller)
             return trees.nest(await self.repo.tree(root_id), root_id)
         try:
             await self._admit(rows, ctx.caller)
@@ -550,12 +552,6 @@ class TaskService:
                     "message": f"Task {task_id} is already {outcome['status']}, cannot cancel"}
         return {**answer, "status": "cancelled", "message": f"Task {task_id} cancelled",
                 "token_usage": outcome["token_usage"], "result": outcome["result"]}
-
-
-def _obj(params: Any) -> dict[str, Any]:
-    if not isinstance(params, Mapping):
-        raise invalid_params("params must be an object")
-    return dict(params)
 
 
 def _field_problem(key: str, value: Any) -> str | None:

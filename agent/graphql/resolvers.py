@@ -25,7 +25,7 @@ from taskgrove.agent.graphql.types import (
     children_of,
     given,
 )
-from taskgrove.agent.requests import (CancelTasks, DeleteTask, ExecuteTask, GetTask, ListTasks, UpdateTask,
+from taskgrove.agent.requests import (CancelTasks, DeleteTask, ExecuteTask, GetTask, ListTasks, NewTree, UpdateTask,
                                       task_id_text)
 from taskgrove.agent.rpc.jsonrpc import CallContext
 
@@ -103,9 +103,9 @@ async def create_task(info: strawberry.Info, task_input: CreateTaskInput | None)
     parent_id = task_input.parent_id if given(task_input.parent_id) else None
     service = ctx.services.tasks
     if parent_id is None:
-        rows = await service_call(service.create_tree, {"tasks": [new]}, ctx.call.caller)
+        rows = await service_call(service.create_tree, NewTree([new]), ctx.call.caller)
     else:
-        rows = await service_call(service.add_child, parent_id, new, ctx.call.caller)
+        rows = await service_call(service.add_child, parent_id, NewTree([new]), ctx.call.caller)
     task_id = rows[0]["id"]
     await service_call(service.execute, ExecuteTask(task_id), ctx.call)
     created = await service_call(service.get, GetTask(task_id), ctx.call)

@@ -7,10 +7,12 @@ calls the service with it.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 from taskgrove.agent.requests import (CancelTasks, CloneTask, CopyTask, CountRunning, DeleteTask, ExecuteTask, GetTask,
-                                      GetTree, ListChildren, ListRunning, ListTasks, RunningStatus, UpdateTask)
+                                      GetTree, ListChildren, ListRunning, ListTasks, NewTree, RunningStatus,
+                                      UpdateTask)
 from taskgrove.agent.rpc.jsonrpc import CallContext, Handler
 from taskgrove.agent.service import TaskService
 
@@ -27,7 +29,7 @@ def typed(read: Callable[[Any], Any], operation: Callable[[Any, CallContext], Aw
 
 def task_methods(service: TaskService) -> dict[str, Handler]:
     return {
-        "tasks.create": service.create,
+        "tasks.create": typed(partial(NewTree.from_params, max_tasks=service.settings.max_tree_tasks), service.create),
         "tasks.get": typed(GetTask.from_params, service.get),
         "tasks.detail": typed(GetTask.from_params, service.get),
         "tasks.update": typed(UpdateTask.from_params, service.update),
