@@ -27,7 +27,6 @@ from taskgrove.agent.errors import (INVALID_PARAMS, QuotaExceeded, RpcError, inv
 from taskgrove.agent.requests import (CancelTasks, CloneTask, CopyTask, CountRunning, DeleteTask, ExecuteTask, GetTask,
                                       GetTree, ListChildren, ListRunning, ListTasks, NewTree, RunningStatus,
                                       UpdateTask)
-from taskgrove.agent.rpc import params as rpc_params
 from taskgrove.agent.rpc.jsonrpc import CallContext, StreamReply
 from taskgrove.agent.settings import Settings
 from taskgrove.executors.registry import ExecutorRegistry
