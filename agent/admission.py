@@ -7,9 +7,10 @@ Two rules, one module:
   authentication and before the request is read further. Counted in this process's memory (a GCRA
   token bucket: one float per user), so with several instances each allows the rate on its own.
 - **Unfinished tasks** (`SERVICE_MAX_PENDING_PER_USER` tasks `pending` or `in_progress`): every
-  service operation that stores new tasks calls `admit_tasks` before it writes. Counted in the
-  database through a partial index, so it holds across instances (up to what requests in flight
-  at the same moment add).
+  service operation that stores new tasks asks `quota_for`, and the count is made in the database
+  (an index range, so it holds across instances, up to what requests in flight at the same moment
+  add): by `tasks.create` inside its own insert (storage/executions.py `insert_tree`), by the
+  others through `admit_tasks` just before they write.
 
 Who "the user" is: the token's user with JWT on; with JWT off the `user_id` a request names (the
 first `"user_id"` / `"userId"` member of its JSON body), else its client address. Tasks are counted
@@ -31,6 +32,7 @@ from taskgrove.agent.errors import QuotaExceeded, invalid_params
 from taskgrove.agent.metrics import Metrics
 from taskgrove.agent.rpc.jsonrpc import CallContext
 from taskgrove.agent.settings import Settings
+from taskgrove.storage.executions import Quota
 
 if TYPE_CHECKING:  # pragma: no cover
     from taskgrove.storage.repository import TaskRepository
@@ -122,24 +124,35 @@ class Admission:
             f"(bursts of {settings.rate_limit_burst}; SERVICE_RATE_LIMIT_PER_USER, SERVICE_RATE_LIMIT_BURST). "
             f"Nothing was done; retry after {retry_after} s"))
 
-    async def admit_tasks(self, caller: Caller, owner: str | None, adding: int) -> None:
-        """Raise QuotaExceeded when storing `adding` new tasks of `owner` would leave the owner
-        more than SERVICE_MAX_PENDING_PER_USER tasks pending or in progress."""
+    def quota_for(self, caller: Caller, owner: str | None, adding: int) -> Quota | None:
+        """The pending-task quota storing `adding` new tasks of `owner` must respect (None: none
+        applies). The count itself is the storage's, inside the write (executions.insert_tree) or
+        just before it (admit_tasks)."""
         limit = self.settings.max_pending_per_user
         if not limit or adding <= 0 or self.exempt(caller):
-            return
+            return None
         if adding > limit:  # waiting would never help: the request itself is too large
             raise invalid_params(f"The request would store {adding} tasks at once; a user may have at most "
                                  f"{limit} pending or in progress (SERVICE_MAX_PENDING_PER_USER): split it")
-        unfinished = await self.repo.unfinished_count(owner, limit)
-        if unfinished + adding <= limit:
-            return
+        return Quota(owner, limit, adding)
+
+    async def admit_tasks(self, caller: Caller, owner: str | None, adding: int) -> None:
+        """Raise QuotaExceeded when storing `adding` new tasks of `owner` would leave the owner
+        more than SERVICE_MAX_PENDING_PER_USER tasks pending or in progress."""
+        quota = self.quota_for(caller, owner, adding)
+        if quota is not None and (unfinished := await self.repo.unfinished_count(owner, quota.limit)) \
+                + adding > quota.limit:
+            raise self.over_quota(quota, unfinished)
+
+    def over_quota(self, quota: Quota, unfinished: int) -> QuotaExceeded:
+        """The refusal of a request whose `quota` had no room: `unfinished` counted up to its limit."""
+        limit, owner = quota.limit, quota.owner
         who = f"user '{owner}'" if owner is not None else "the anonymous owner (tasks without a user_id)"
         have = f"at least {limit}" if unfinished >= limit else str(unfinished)
-        raise self._refused(QuotaExceeded(
+        return self._refused(QuotaExceeded(
             "pending", "SERVICE_MAX_PENDING_PER_USER", PENDING_RETRY_SECONDS,
             f"Over quota: {who} already has {have} tasks pending or in progress, and this request would add "
-            f"{adding}; the most is {limit} (SERVICE_MAX_PENDING_PER_USER). Nothing was stored; retry after "
+            f"{quota.adding}; the most is {limit} (SERVICE_MAX_PENDING_PER_USER). Nothing was stored; retry after "
             f"{PENDING_RETRY_SECONDS} s, or once some of those tasks have finished"))
 
     def _refused(self, refusal: QuotaExceeded) -> QuotaExceeded:

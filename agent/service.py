@@ -22,7 +22,7 @@ from taskgrove.agent.engine.retry import PolicyError, RetryPolicy, stored_policy
 from taskgrove.agent.engine.follow import follow_execution
 from taskgrove.agent.engine.stream import sse_events
 from taskgrove.agent.engine.webhooks import WebhookConfig, deliver_webhooks
-from taskgrove.agent.errors import (INVALID_PARAMS, QuotaExceeded, RpcError, invalid_params, permission_denied,
+from taskgrove.agent.errors import (INVALID_PARAMS, RpcError, invalid_params, permission_denied,
                                    task_not_found)
 from taskgrove.agent.requests import (CancelTasks, CloneTask, CopyTask, CountRunning, DeleteTask, ExecuteTask, GetTask,
                                       GetTree, ListChildren, ListRunning, ListTasks, NewTree, RunningStatus,
@@ -31,6 +31,7 @@ from taskgrove.agent.rpc.jsonrpc import CallContext, StreamReply
 from taskgrove.agent.settings import Settings
 from taskgrove.executors.registry import ExecutorRegistry
 from taskgrove.storage import fields, jsonvalues, trees
+from taskgrove.storage.executions import OverQuota
 from taskgrove.storage.models import UNFINISHED_STATUSES, TaskStatus
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.trees import TreeError, now_iso, public
@@ -115,9 +116,7 @@ class TaskService:
     async def _admit(self, rows: list[dict[str, Any]], caller: Caller) -> None:
         """The pending-task quota of the new rows' owner (one owner per tree), before any write:
         rows stored finished (links, archives of finished tasks) do not count."""
-        unfinished = sum(1 for row in rows if row.get("status", TaskStatus.PENDING) in UNFINISHED_STATUSES)
-        if unfinished:
-            await self.admission.admit_tasks(caller, rows[0]["user_id"], unfinished)
+        await self.admission.admit_tasks(caller, rows[0]["user_id"], _unfinished(rows))
 
     async def _taken(self, rows: list[dict[str, Any]]) -> None:
         """Raise the error naming which id of `rows` is already stored."""
@@ -155,17 +154,15 @@ class TaskService:
         if rows[0]["origin_type"] == "archive":  # e.g. an archive made from a clone preview: stored, not run
             await self.create_tree(request, ctx.caller)
             return trees.nest(await self.repo.tree(root_id), root_id)
+        quota = self.admission.quota_for(ctx.caller, rows[0]["user_id"], _unfinished(rows))
         try:
-            await self._admit(rows, ctx.caller)
-        except QuotaExceeded:
+            run = await self.engine.create_and_execute(rows, _call(ctx), quota)
+        except OverQuota as over:
             if not await self.repo.get_many([root_id]):  # a new tree over the quota
-                raise
+                raise self.admission.over_quota(over.quota, over.unfinished) from None
             run = await self._resent(rows, ctx)  # resent: it adds nothing, so the quota has no say
-        else:
-            try:
-                run = await self.engine.create_and_execute(rows, _call(ctx))
-            except IntegrityError:
-                run = await self._resent(rows, ctx)
+        except IntegrityError:
+            run = await self._resent(rows, ctx)
         if run is not None:
             await self.engine.wait(run, self.settings.create_wait_timeout)
         return trees.nest(await self.repo.tree(root_id), root_id)
@@ -575,6 +572,12 @@ def _preview(row: Mapping[str, Any]) -> dict[str, Any]:
     for key in ("created_at", "updated_at", "task_tree_id"):
         task.pop(key, None)
     return task
+
+
+def _unfinished(rows: list[dict[str, Any]]) -> int:
+    """How many of a new tree's rows count against the pending-task quota: rows stored finished
+    (links, archives of finished tasks) do not."""
+    return sum(1 for row in rows if row.get("status", TaskStatus.PENDING) in UNFINISHED_STATUSES)
 
 
 def _call(ctx: CallContext) -> dict[str, Any]:

@@ -25,7 +25,7 @@ import sqlite3
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import case, insert, select, update
 from sqlalchemy.engine import Connection
@@ -417,10 +417,46 @@ def _new_execution(tree_id: str, task_id: str, user_id: str | None, owner: str, 
             "ended_at": None}
 
 
+class Quota(NamedTuple):
+    """Store new tasks only if `owner` then has at most `limit` unfinished ones
+    (SERVICE_MAX_PENDING_PER_USER; agent/admission.py decides who is held to it)."""
+
+    owner: str | None
+    limit: int
+    adding: int
+
+
+class OverQuota(Exception):
+    """`quota` had no room: the owner already has `unfinished` tasks (counted up to the limit).
+    Nothing was stored."""
+
+    def __init__(self, quota: Quota, unfinished: int) -> None:
+        super().__init__(quota, unfinished)
+        self.quota = quota
+        self.unfinished = unfinished
+
+
+def count_unfinished(c: Connection, owner: str | None, at_most: int) -> int:
+    """Pending and in-progress tasks of `owner` (None: tasks without one), counted up to `at_most`."""
+    statement, args = (S.UNFINISHED_OF_NOBODY, (at_most,)) if owner is None else \
+        (S.UNFINISHED_OF_USER, (owner, at_most))
+    # On the driver's own connection, as the inserts are: SQLAlchemy's execution path costs more
+    # than the count itself (measured: 30 of a one-task create's 40 us for it).
+    if c.dialect.name == "sqlite":
+        return int(c.connection.driver_connection.execute(statement.sqlite, args).fetchone()[0])
+    if c.dialect.driver == "asyncpg":
+        return int(await_(c.connection.driver_connection.fetchval(statement.postgresql, *args)))
+    return int(c.exec_driver_sql(statement.form(c.dialect.name), args).scalar_one())
+
+
 def insert_tree(c: Connection, rows: Sequence[Mapping[str, Any]], user_id: str | None, owner: str, until: str,
-                stamp: str, webhook: Mapping[str, Any] | None = None) -> Row:
+                stamp: str, webhook: Mapping[str, Any] | None = None, quota: Quota | None = None) -> Row:
     """A new tree and its execution in one transaction (IntegrityError when an id is taken: the
-    tree's, or a running execution's of a tree with the same root id)."""
+    tree's, or a running execution's of a tree with the same root id). With a `quota`, the
+    owner's unfinished tasks are counted first, in the same call (no round trip of its own):
+    OverQuota, nothing stored, when the new ones would not fit."""
+    if quota is not None and (unfinished := count_unfinished(c, quota.owner, quota.limit)) + quota.adding > quota.limit:
+        raise OverQuota(quota, unfinished)
     root = rows[0]
     execution = _new_execution(root["task_tree_id"], root["id"], user_id, owner, until, stamp, webhook)
     c.execute(insert(X), execution)

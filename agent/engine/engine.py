@@ -169,13 +169,15 @@ class Engine:
         """
         return await self.run_keeper.execute(task_id, call, fresh_rows, webhook)
 
-    async def create_and_execute(self, rows: list[dict[str, Any]], call: Mapping[str, Any]) -> TreeRun:
+    async def create_and_execute(self, rows: list[dict[str, Any]], call: Mapping[str, Any],
+                                 quota: executions.Quota | None = None) -> TreeRun:
         """Store a new tree and its execution in one transaction, then run it.
 
         A create cut off by a crash therefore leaves either nothing or a tree whose execution the
-        next instance continues. Raises IntegrityError when an id is taken (nothing stored).
+        next instance continues. Raises IntegrityError when an id is taken, OverQuota when the
+        owner's `quota` has no room (nothing stored either way).
         """
-        return await self.run_keeper.create_and_execute(rows, call)
+        return await self.run_keeper.create_and_execute(rows, call, quota)
 
     async def run_inserted(self, execution: Mapping[str, Any], rows: list[dict[str, Any]],
                            call: Mapping[str, Any]) -> TreeRun:

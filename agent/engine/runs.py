@@ -140,12 +140,13 @@ class RunKeeper:
             execution["updated_at"] = stamp
         return execution, joined
 
-    async def create_and_execute(self, rows: list[dict[str, Any]], call: Mapping[str, Any]) -> TreeRun:
+    async def create_and_execute(self, rows: list[dict[str, Any]], call: Mapping[str, Any],
+                                 quota: executions.Quota | None = None) -> TreeRun:
         """Store a new tree and its execution in one transaction, then run it (see Engine)."""
         stamp = now_iso()
         # A new tree cannot be any run's yet: the insert needs no lock, so creates run side by side.
         execution = await self.repo.run(executions.insert_tree, rows, call.get("user_id"), self.instance_id,
-                                        self.lease_until(), stamp, small=may_use_loop_thread(len(rows)))
+                                        self.lease_until(), stamp, None, quota, small=may_use_loop_thread(len(rows)))
         return await self.run_inserted(execution, rows, call)
 
     async def run_inserted(self, execution: Mapping[str, Any], rows: list[dict[str, Any]],
