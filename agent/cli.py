@@ -124,6 +124,7 @@ async def _run(settings: Settings, path: Path, timeout: float | None) -> int:
 
     from taskgrove.agent.container import Services
     from taskgrove.agent.errors import RpcError
+    from taskgrove.agent.requests import NewTree
     from taskgrove.agent.rpc.jsonrpc import CallContext
 
     try:
@@ -136,7 +137,8 @@ async def _run(settings: Settings, path: Path, timeout: float | None) -> int:
     await services.start()
     try:
         try:
-            rows = await services.tasks.create_tree(payload, CallContext().caller)
+            rows = await services.tasks.create_tree(NewTree.from_params(payload, settings.max_tree_tasks),
+                                                    CallContext().caller)
         except RpcError as exc:
             console.print(f"[red]Invalid tree:[/red] {exc.message}")
             return 2

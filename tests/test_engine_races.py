@@ -10,13 +10,14 @@ import asyncio
 from typing import Any
 
 from taskgrove.agent.auth import ANONYMOUS
+from taskgrove.agent.requests import NewTree
 from tests.conftest import Client
 from tests.test_engine import FAIL, task
 
 
 async def store(client: Client, *tasks: dict[str, Any]) -> None:
     """Create a tree without executing it."""
-    await client.services.tasks.create_tree(list(tasks), ANONYMOUS)
+    await client.services.tasks.create_tree(NewTree.from_params(list(tasks)), ANONYMOUS)
 
 
 def drain(sub: Any) -> list[str]:
