@@ -105,7 +105,10 @@ class TaskService:
 
     async def create_tree(self, request: NewTree, caller: Caller) -> list[dict[str, Any]]:
         """Store a new tree without executing it."""
-        rows = self.prepare(request, caller)
+        return await self._store(self.prepare(request, caller), caller)
+
+    async def _store(self, rows: list[dict[str, Any]], caller: Caller) -> list[dict[str, Any]]:
+        """Store prepared rows as they are (not executed), once the owner's quota admits them."""
         await self._admit(rows, caller)
         try:
             await self.repo.insert(rows)
@@ -152,7 +155,7 @@ class TaskService:
         rows = self.prepare(request, ctx.caller, values_checked=ctx.values_checked)
         root_id = rows[0]["id"]
         if rows[0]["origin_type"] == "archive":  # e.g. an archive made from a clone preview: stored, not run
-            await self.create_tree(request, ctx.caller)
+            await self._store(rows, ctx.caller)  # these rows: prepared again, a root without an id would get another
             return trees.nest(await self.repo.tree(root_id), root_id)
         quota = self.admission.quota_for(ctx.caller, rows[0]["user_id"], _unfinished(rows))
         try:
