@@ -95,13 +95,23 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> None:
                 ws_max_size=settings.max_request_bytes)
 
 
+# Allocations between two young-generation collections (CPython's default is 700). A request or
+# a pass allocates thousands of short-lived containers that reference counting frees anyway;
+# collecting every 700 made a 1000-task fan-out spend 4-5 % of its time in the collector for
+# nothing (bench/README.md, issues 25-28 third round). Cyclic garbage waits at most this long.
+YOUNG_GC_THRESHOLD = 10_000
+
+
 def freeze_long_lived_objects() -> None:
     """Everything imported and built before serving lives as long as the process: keep it out
     of the cyclic garbage collector's full passes, which otherwise stall a large tree's execution
-    by tens of milliseconds. Once per process, at the entry point (not in build_app: a test
-    process builds hundreds of apps and would freeze their garbage)."""
+    by tens of milliseconds; and collect the young generation less often (YOUNG_GC_THRESHOLD).
+    Once per process, at the entry point (not in build_app: a test process builds hundreds of
+    apps and would freeze their garbage)."""
     gc.collect()
     gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(YOUNG_GC_THRESHOLD, older, oldest)
 
 
 def _run_remote(url: str, token: str | None, path: Path, as_json: bool, timeout: float | None) -> int:
@@ -124,6 +134,7 @@ async def _run(settings: Settings, path: Path, timeout: float | None) -> int:
 
     from taskgrove.agent.container import Services
     from taskgrove.agent.errors import RpcError
+    from taskgrove.agent.requests import NewTree
     from taskgrove.agent.rpc.jsonrpc import CallContext
 
     try:
@@ -136,7 +147,8 @@ async def _run(settings: Settings, path: Path, timeout: float | None) -> int:
     await services.start()
     try:
         try:
-            rows = await services.tasks.create_tree(payload, CallContext().caller)
+            rows = await services.tasks.create_tree(NewTree.from_params(payload, settings.max_tree_tasks),
+                                                    CallContext().caller)
         except RpcError as exc:
             console.print(f"[red]Invalid tree:[/red] {exc.message}")
             return 2

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from taskgrove.agent.errors import INVALID_PARAMS, RpcError, invalid_params, permission_denied
+from taskgrove.agent.requests import NewTree
 from taskgrove.agent.rpc import params as rpc_params
 from taskgrove.agent.rpc.jsonrpc import CallContext
 from taskgrove.agent.service import TaskService
@@ -117,7 +118,7 @@ class GenerateService:
         answer: dict[str, Any] = {"tasks": tasks, "count": len(tasks)}
         repaired = " after one repair round" if result.attempts > 1 else ""
         if save:
-            rows = await self.tasks.create_tree(tasks, caller)
+            rows = await self.tasks.create_tree(NewTree.from_params(tasks, self.settings.max_tree_tasks), caller)
             answer["root_task_id"] = rows[0]["id"]
             answer["message"] = (f"Generated and saved {len(tasks)} tasks{repaired}; they are pending, "
                                  f"start them with tasks.execute on root task '{rows[0]['id']}'")

@@ -1,7 +1,8 @@
 """The task operations every surface calls: `/tasks`, `/`, GraphQL, the CLI.
 
-A surface parses its wire format and hands the params and the caller here; the rules (validation,
-permissions, messages) live only in this module and in storage.trees.
+A surface parses its wire format into the operation's typed request (agent/requests.py, where the
+params are read once) and hands it and the caller here; the rules (validation, permissions,
+messages) live only in this module, agent/requests.py and storage.trees.
 """
 
 from __future__ import annotations
@@ -23,13 +24,15 @@ from taskgrove.agent.engine.stream import sse_events
 from taskgrove.agent.engine.webhooks import WebhookConfig, deliver_webhooks
 from taskgrove.agent.errors import (INVALID_PARAMS, RpcError, invalid_params, permission_denied,
                                    task_not_found)
-from taskgrove.agent.rpc import params as rpc_params
+from taskgrove.agent.requests import (CancelTasks, CloneTask, CopyTask, CountRunning, DeleteTask, ExecuteTask, GetTask,
+                                      GetTree, ListChildren, ListRunning, ListTasks, NewTree, RunningStatus,
+                                      UpdateTask)
 from taskgrove.agent.rpc.jsonrpc import CallContext, StreamReply
 from taskgrove.agent.settings import Settings
 from taskgrove.executors.registry import ExecutorRegistry
 from taskgrove.storage import fields, jsonvalues, trees
-from taskgrove.storage.models import TASK_STATUSES, UNFINISHED_STATUSES, TaskStatus
 from taskgrove.storage.executions import OverQuota
+from taskgrove.storage.models import UNFINISHED_STATUSES, TaskStatus
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.trees import TreeError, now_iso, public
 
@@ -37,7 +40,6 @@ UPDATABLE = {
     "status", "inputs", "name", "priority", "params", "schemas", "dependencies", "result", "error",
     "progress", "started_at", "completed_at", "description", "retry", "timeout_seconds",
 }
-CLONE_MODES = ("copy", "link", "archive", "mixed")
 
 
 class TaskService:
@@ -76,12 +78,11 @@ class TaskService:
 
     # --- create and read ------------------------------------------------------------------
 
-    def prepare(self, params: Any, caller: Caller, *, values_checked: bool = False) -> list[dict[str, Any]]:
+    def prepare(self, request: NewTree, caller: Caller, *, values_checked: bool = False) -> list[dict[str, Any]]:
         """Validated rows for a new tree (no I/O), permission rules applied. `values_checked`: the
-        value gate already cleared `params` (CallContext.values_checked)."""
+        value gate already cleared the request's values (CallContext.values_checked)."""
         try:
-            raw = trees.tasks_from_params(params, self.settings.max_tree_tasks)
-            rows = trees.prepare_new_tree(raw, default_user=caller.user_id, values_checked=values_checked)
+            rows = trees.prepare_new_tree(request.tasks, default_user=caller.user_id, values_checked=values_checked)
         except TreeError as exc:
             raise invalid_params(str(exc)) from None
         defaults = self.engine.default_retry
@@ -102,9 +103,12 @@ class TaskService:
                 )
         return rows
 
-    async def create_tree(self, params: Any, caller: Caller) -> list[dict[str, Any]]:
+    async def create_tree(self, request: NewTree, caller: Caller) -> list[dict[str, Any]]:
         """Store a new tree without executing it."""
-        rows = self.prepare(params, caller)
+        return await self._store(self.prepare(request, caller), caller)
+
+    async def _store(self, rows: list[dict[str, Any]], caller: Caller) -> list[dict[str, Any]]:
+        """Store prepared rows as they are (not executed), once the owner's quota admits them."""
         await self._admit(rows, caller)
         try:
             await self.repo.insert(rows)
@@ -127,30 +131,31 @@ class TaskService:
 
     async def create_tree_for(self, tasks: Any, user_id: str | None) -> list[dict[str, Any]]:
         """create_tree on behalf of `user_id`, for executors (which know the owner of the task
-        they run, not a Caller): the tree may only belong to that user. Not executed."""
+        they run, not a Caller, and plain data, not agent/requests.py): the tree may only belong to
+        that user. Not executed."""
         caller = Caller(user_id=user_id, authenticated=user_id is not None)
-        return await self.create_tree(tasks, caller)
+        return await self.create_tree(NewTree.from_params(tasks, self.settings.max_tree_tasks), caller)
 
-    async def add_child(self, parent_id: str, task: Mapping[str, Any], caller: Caller) -> list[dict[str, Any]]:
+    async def add_child(self, parent_id: str, request: NewTree, caller: Caller) -> list[dict[str, Any]]:
         """One new task under an existing task (GraphQL createTask with parentId); not executed.
 
         The tree's owner owns the new task; an admin may add under anyone's task."""
         parent = await self._task_for(parent_id, caller)
         if parent["origin_type"] == "archive":
             raise invalid_params(f"Task '{parent_id}' is an archive (read-only): no task can be added under it")
-        rows = self.prepare({"tasks": [dict(task)]}, caller)
+        rows = self.prepare(request, caller)
         rows[0].update(parent_id=parent_id, task_tree_id=parent["task_tree_id"], user_id=parent["user_id"])
         await self._admit(rows, caller)
         await self.repo.insert(rows)
         return rows
 
-    async def create(self, params: Any, ctx: CallContext) -> dict[str, Any]:
+    async def create(self, request: NewTree, ctx: CallContext) -> dict[str, Any]:
         """tasks.create: store the tree and its execution in one transaction, execute it, answer
         the tree once it finished, or waits for an answer (docs/waits.md), or the wait timed out."""
-        rows = self.prepare(params, ctx.caller, values_checked=ctx.values_checked)
+        rows = self.prepare(request, ctx.caller, values_checked=ctx.values_checked)
         root_id = rows[0]["id"]
         if rows[0]["origin_type"] == "archive":  # e.g. an archive made from a clone preview: stored, not run
-            await self.create_tree(params, ctx.caller)
+            await self._store(rows, ctx.caller)  # these rows: prepared again, a root without an id would get another
             return trees.nest(await self.repo.tree(root_id), root_id)
         quota = self.admission.quota_for(ctx.caller, rows[0]["user_id"], _unfinished(rows))
         try:
@@ -184,8 +189,8 @@ class TaskService:
                 run = await self.engine.following(rows[0]["id"])
         return run
 
-    async def get(self, params: Any, ctx: CallContext) -> dict[str, Any] | None:
-        task_id = rpc_params.string(_obj(params), "task_id", aliases=("id",), required=True)
+    async def get(self, request: GetTask, ctx: CallContext) -> dict[str, Any] | None:
+        task_id = request.task_id
         row = await self.repo.get(task_id)
         if row is None:
             return None
@@ -198,36 +203,24 @@ class TaskService:
                 answer["waiting_for"] = reason
         return answer
 
-    async def list(self, params: Any, ctx: CallContext) -> list[dict[str, Any]]:
-        params = _obj(params)
-        user_id = rpc_params.string(params, "user_id")
-        status = rpc_params.string(params, "status")
-        if status is not None and status not in (*TASK_STATUSES, "deleted"):
-            raise invalid_params(f"status must be one of {', '.join((*TASK_STATUSES, 'deleted'))}, got '{status}'")
-        limit = rpc_params.integer(params, "limit", 100, low=1, high=1000)
-        offset = rpc_params.integer(params, "offset", 0, low=0, high=10**9)
+    async def list(self, request: ListTasks, ctx: CallContext) -> list[dict[str, Any]]:
+        user_id = request.user_id
         if user_id is None and ctx.caller.authenticated and not ctx.caller.unrestricted:
             user_id = ctx.caller.user_id
-        if status == "deleted":
+        if request.status == "deleted":
             return []  # deletion is physical: deleted tasks never appear in lists
-        root_only = rpc_params.boolean(params, "root_only", False)
-        search = rpc_params.string(params, "search")
-        if search is not None:
-            search = search.strip()[:255] or None
-        waiting = params.get("waiting")  # true: only tasks parked on a wait; false: only the others
-        if waiting is not None and not isinstance(waiting, bool):
-            raise invalid_params(f"waiting must be true or false, got {waiting!r}"[:300])
-        rows = await self.repo.list(user_id=user_id, status=status, limit=limit, offset=offset,
-                                    root_only=root_only, search=search, waiting=waiting)
+        rows = await self.repo.list(user_id=user_id, status=request.status, limit=request.limit,
+                                    offset=request.offset, root_only=request.root_only, search=request.search,
+                                    waiting=request.waiting)
         listed = [public(r) for r in rows if ctx.caller.can_access(r["user_id"])]
-        if root_only:  # one row per tree: say what its tree holds (the dashboard's tree list)
+        if request.root_only:  # one row per tree: say what its tree holds (the dashboard's tree list)
             counts = await self.repo.status_counts([r["task_tree_id"] for r in listed])
             for row in listed:
                 row["status_counts"] = counts.get(row["task_tree_id"], {})
         return listed
 
-    async def children(self, params: Any, ctx: CallContext) -> list[dict[str, Any]]:
-        parent_id = rpc_params.string(_obj(params), "parent_id", aliases=("task_id",), required=True)
+    async def children(self, request: ListChildren, ctx: CallContext) -> list[dict[str, Any]]:
+        parent_id = request.parent_id
         parent = await self.repo.get(parent_id)
         if parent is None:
             raise task_not_found(parent_id)
@@ -236,26 +229,24 @@ class TaskService:
         rows = await self.repo.children(parent_id)
         return [public(r) for r in rows if ctx.caller.can_access(r["user_id"])]
 
-    async def tree(self, params: Any, ctx: CallContext) -> dict[str, Any]:
-        task_id = rpc_params.string(_obj(params), "task_id", aliases=("root_id", "id"), required=True)
-        row = await self._task_for(task_id, ctx.caller)
+    async def tree(self, request: GetTree, ctx: CallContext) -> dict[str, Any]:
+        row = await self._task_for(request.task_id, ctx.caller)
         rows = await self.repo.tree(row["task_tree_id"])
         return trees.nest(rows, row["task_tree_id"])
 
     # --- update and delete ----------------------------------------------------------------
 
-    async def update(self, params: Any, ctx: CallContext) -> dict[str, Any]:
-        params = _obj(params)
-        task_id = rpc_params.string(params, "task_id", aliases=("id",), required=True)
+    async def update(self, request: UpdateTask, ctx: CallContext) -> dict[str, Any]:
+        task_id = request.task_id
         async with self.repo.transaction() as conn:
-            if "dependencies" in params:  # the cycle check and the write: one decision per tree
+            if "dependencies" in request.fields:  # the cycle check and the write: one decision per tree
                 await self.repo.serialise_tree(task_id, conn)
             row = await self.repo.get(task_id, conn)
             if row is None:
                 raise task_not_found(task_id)
             if not ctx.caller.can_access(row["user_id"]):
                 raise permission_denied(f"Only the owner or an admin may update task '{task_id}'")
-            problems, values = await self._update_values(row, params, conn)
+            problems, values = await self._update_values(row, request.fields, conn)
             if problems:
                 raise RpcError(INVALID_PARAMS, "Invalid params", "Update failed:\n" + "\n".join(problems))
             values["updated_at"] = now_iso()
@@ -276,14 +267,12 @@ class TaskService:
             self.engine.task_changed(updated)
         return public(updated)
 
-    async def _update_values(self, row: dict[str, Any], params: Mapping[str, Any], conn: Any) -> tuple[list[str], dict[str, Any]]:
+    async def _update_values(self, row: dict[str, Any], given: Mapping[str, Any], conn: Any) -> tuple[list[str], dict[str, Any]]:
         problems: list[str] = []
         values: dict[str, Any] = {}
         if row["origin_type"] == "archive":
             problems.append(f"Cannot update task '{row['id']}': task is an archive (read-only)")
-        for key, value in params.items():
-            if key in ("task_id", "id"):
-                continue
+        for key, value in given.items():
             if key == "parent_id":
                 problems.append("Cannot update 'parent_id': field cannot be modified (task hierarchy is fixed)")
             elif key == "user_id":
@@ -301,8 +290,8 @@ class TaskService:
                     problems.append(f"Cannot update 'retry': {exc}")
             elif key != "dependencies":
                 values[key] = float(value) if key in ("progress", "timeout_seconds") and value is not None else value
-        if "dependencies" in params:
-            deps_problems, deps = await self._dependency_problems(row, params["dependencies"], conn)
+        if "dependencies" in given:
+            deps_problems, deps = await self._dependency_problems(row, given["dependencies"], conn)
             problems.extend(deps_problems)
             if not deps_problems:
                 values["dependencies"] = deps
@@ -333,8 +322,8 @@ class TaskService:
             )
         return problems, deps
 
-    async def delete(self, params: Any, ctx: CallContext) -> dict[str, Any]:
-        task_id = rpc_params.string(_obj(params), "task_id", aliases=("id",), required=True)
+    async def delete(self, request: DeleteTask, ctx: CallContext) -> dict[str, Any]:
+        task_id = request.task_id
         async with self.repo.transaction() as conn:
             # "nothing depends on it" and the delete: one decision, or a dependency added meanwhile
             # would name a task that is gone.
@@ -369,11 +358,8 @@ class TaskService:
 
     # --- copy and clone -------------------------------------------------------------------
 
-    async def copy(self, params: Any, ctx: CallContext) -> dict[str, Any]:
-        params = _obj(params)
-        task_id = rpc_params.string(params, "task_id", aliases=("id",), required=True)
-        with_children = rpc_params.boolean(params, "children", False)
-        copies = await self.copy_tree(task_id, with_children, ctx.caller)
+    async def copy(self, request: CopyTask, ctx: CallContext) -> dict[str, Any]:
+        copies = await self.copy_tree(request.task_id, request.children, ctx.caller)
         return trees.nest(copies, copies[0]["id"])
 
     async def copy_tree(self, task_id: str, with_children: bool, caller: Caller) -> list[dict[str, Any]]:
@@ -399,23 +385,8 @@ class TaskService:
             await self.repo.update_many(sorted(selected), {"has_copy": True}, conn=conn)
         return copies
 
-    async def clone(self, params: Any, ctx: CallContext) -> dict[str, Any]:
-        params = _obj(params)
-        task_id = rpc_params.string(params, "task_id", aliases=("id",), required=True)
-        mode = rpc_params.string(params, "origin_type") or "copy"
-        if mode not in CLONE_MODES:
-            raise invalid_params(f"origin_type must be one of {', '.join(CLONE_MODES)}, got '{mode}'")
-        recursive = rpc_params.boolean(params, "recursive", True)
-        with_children = rpc_params.boolean(params, "_recursive", False, aliases=("children",))
-        link_ids = rpc_params.string_list(params, "link_task_ids") or []
-        save = rpc_params.boolean(params, "save", True)
-        if mode == "mixed" and not link_ids:
-            raise invalid_params("origin_type 'mixed' needs link_task_ids: the ids to link instead of copy")
-        try:
-            reset = trees.reset_values(params.get("reset_fields"))
-        except TreeError as exc:
-            raise invalid_params(str(exc)) from None
-
+    async def clone(self, request: CloneTask, ctx: CallContext) -> dict[str, Any]:
+        task_id, mode, link_ids = request.task_id, request.mode, request.link_ids
         async with self.repo.transaction() as conn:
             await self.repo.serialise_tree(task_id, conn)  # see copy_tree
             row = await self.repo.get(task_id, conn)
@@ -425,8 +396,8 @@ class TaskService:
                 raise permission_denied(f"You may not clone task '{task_id}'")
             rows = await self.repo.tree(row["task_tree_id"], conn)
             by_id = {r["id"]: r for r in rows}
-            selected = set(trees.subtree_ids(rows, task_id)) if recursive else {task_id}
-            if with_children:
+            selected = set(trees.subtree_ids(rows, task_id)) if request.recursive else {task_id}
+            if request.with_children:
                 deps = {r["id"]: [d["id"] for d in r["dependencies"] if d["id"] in by_id] for r in rows}
                 for child in trees.children_index(rows).get(task_id, ()):
                     selected |= trees.transitive([child["id"]], deps)
@@ -435,11 +406,8 @@ class TaskService:
             origin_for = self._clone_origins(mode, rows, selected, link_ids)
             copies = trees.plan_copies(rows, selected, root, origin_for=origin_for, reset=None)
             for copy in copies:
-                if copy["origin_type"] == "clone":
-                    copy.update(reset)
-                elif isinstance(params.get("reset_fields"), Mapping):
-                    copy.update({k: v for k, v in params["reset_fields"].items() if k not in trees.RESETTABLE})
-            if not save:
+                copy.update(request.reset if copy["origin_type"] == "clone" else request.overrides)
+            if not request.save:
                 return {"tasks": [_preview(c) for c in copies], "saved": False}
             await self._admit(copies, ctx.caller)
             await self.repo.insert(copies, conn)
@@ -475,18 +443,14 @@ class TaskService:
 
     # --- execution ------------------------------------------------------------------------
 
-    async def execute(self, params: Any, ctx: CallContext) -> Any:
-        params = _obj(params)
-        task_id = rpc_params.string(params, "task_id", aliases=("id",), required=True)
-        streaming = rpc_params.boolean(params, "use_streaming", False)
-        copy_execution = rpc_params.boolean(params, "copy_execution", False)
-        copy_children = rpc_params.boolean(params, "copy_children", False)
-        webhook = await WebhookConfig.parse(params.get("webhook_config"), self.settings) \
-            if params.get("webhook_config") is not None else None
+    async def execute(self, request: ExecuteTask, ctx: CallContext) -> Any:
+        task_id, streaming = request.task_id, request.streaming
+        webhook = await WebhookConfig.parse(request.webhook_config, self.settings) \
+            if request.webhook_config is not None else None
         await self._task_for(task_id, ctx.caller)
         answer: dict[str, Any] = {"protocol": ctx.surface}
-        if copy_execution:
-            copies = await self.copy_tree(task_id, copy_children, ctx.caller)
+        if request.copy_execution:
+            copies = await self.copy_tree(task_id, request.copy_children, ctx.caller)
             copy_of = {c["original_task_id"]: c["id"] for c in copies}
             answer["original_task_id"] = task_id
             task_id = copy_of[task_id]
@@ -529,16 +493,14 @@ class TaskService:
                                close=subs[0].close)
         return answer
 
-    async def running_list(self, params: Any, ctx: CallContext) -> list[dict[str, Any]]:
-        params = _obj(params)
-        user_id = rpc_params.string(params, "user_id")
-        limit = rpc_params.integer(params, "limit", 100, low=1, high=1000)
+    async def running_list(self, request: ListRunning, ctx: CallContext) -> list[dict[str, Any]]:
+        user_id = request.user_id
         rows = [public(r) for r in self.engine.running_rows()
                 if (user_id is None or r["user_id"] == user_id) and ctx.caller.can_access(r["user_id"])]
-        return rows[:limit]
+        return rows[:request.limit]
 
-    async def running_status(self, params: Any, ctx: CallContext) -> list[dict[str, Any]]:
-        ids = rpc_params.string_list(_obj(params), "task_ids", aliases=("context_ids",), required=True)
+    async def running_status(self, request: RunningStatus, ctx: CallContext) -> list[dict[str, Any]]:
+        ids = request.task_ids
         found = await self.repo.get_many(ids)
         answer = []
         for tid in ids:
@@ -555,8 +517,8 @@ class TaskService:
                 })
         return answer
 
-    async def running_count(self, params: Any, ctx: CallContext) -> dict[str, Any]:
-        user_id = rpc_params.string(_obj(params), "user_id")
+    async def running_count(self, request: CountRunning, ctx: CallContext) -> dict[str, Any]:
+        user_id = request.user_id
         if user_id is not None and ctx.caller.authenticated and not ctx.caller.unrestricted \
                 and user_id != ctx.caller.user_id:
             raise permission_denied("Counting another user's running tasks needs the admin role")
@@ -569,12 +531,9 @@ class TaskService:
             answer["user_id"] = user_id
         return answer
 
-    async def cancel(self, params: Any, ctx: CallContext) -> list[dict[str, Any]]:
-        params = _obj(params)
-        ids = rpc_params.string_list(params, "task_ids", aliases=("context_ids", "task_id"), required=True)
-        force = rpc_params.boolean(params, "force", False)
-        error_message = rpc_params.string(params, "error_message")
-        return [await self.cancel_one(tid, ctx.caller, force=force, error_message=error_message) for tid in ids]
+    async def cancel(self, request: CancelTasks, ctx: CallContext) -> list[dict[str, Any]]:
+        return [await self.cancel_one(tid, ctx.caller, force=request.force, error_message=request.error_message)
+                for tid in request.task_ids]
 
     async def cancel_one(self, task_id: str, caller: Caller, *, force: bool = False,
                          error_message: str | None = None) -> dict[str, Any]:
@@ -594,12 +553,6 @@ class TaskService:
                     "message": f"Task {task_id} is already {outcome['status']}, cannot cancel"}
         return {**answer, "status": "cancelled", "message": f"Task {task_id} cancelled",
                 "token_usage": outcome["token_usage"], "result": outcome["result"]}
-
-
-def _obj(params: Any) -> dict[str, Any]:
-    if not isinstance(params, Mapping):
-        raise invalid_params("params must be an object")
-    return dict(params)
 
 
 def _field_problem(key: str, value: Any) -> str | None:

@@ -7,9 +7,10 @@ from typing import Any
 from taskgrove.agent import __version__
 from taskgrove.agent.engine.engine import Engine
 from taskgrove.agent.examples import EXAMPLE_PRODUCT, example_trees
+from taskgrove.agent.requests import NewTree, params_object
 from taskgrove.agent.rpc import params as rpc_params
 from taskgrove.agent.rpc.jsonrpc import CallContext
-from taskgrove.agent.service import TaskService, _obj
+from taskgrove.agent.service import TaskService
 from taskgrove.executors.registry import ExecutorRegistry
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.trees import now_iso
@@ -60,12 +61,12 @@ class SystemService:
         }
 
     async def examples_init(self, params: Any, ctx: CallContext) -> dict[str, Any]:
-        force = rpc_params.boolean(_obj(params), "force", False)
+        force = rpc_params.boolean(params_object(params), "force", False)
         if await self._example_count() and not force:
             return {"success": True, "created_count": 0, "message": "Examples already initialized (use force to add again)"}
         created = 0
         for tree in example_trees(self.registry.ids()):
-            rows = await self.tasks.create_tree(tree, ctx.caller)
+            rows = await self.tasks.create_tree(NewTree.from_params(tree, self.tasks.settings.max_tree_tasks), ctx.caller)
             created += len(rows)
         return {"success": True, "created_count": created, "message": f"Created {created} example tasks"}
 

@@ -1,22 +1,22 @@
 """Answering waits: `tasks.respond` and `events.emit` (docs/waits.md).
 
 The service functions every surface calls (JSON-RPC here; GraphQL, MCP, the CLI, the dashboard
-and A2A's input-required later): `WaitService.respond(task_id, value, caller)` and
-`WaitService.emit(name, payload, caller, user_id=None)`. They check who may answer and what the
+and A2A's input-required later), with the typed requests of agent/requests.py:
+`WaitService.respond(RespondToTask(task_id, value), ctx)` and
+`WaitService.emit(EmitEvent(name, payload, user_id), ctx)` (`RespondToTask.of`, `EmitEvent.of`
+check typed arguments as `from_params` checks params). They check who may answer and what the
 answer may be; the engine (agent/engine/waits.py) ends the wait in the database, once, and
 resumes the task wherever its tree runs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-from taskgrove.agent.auth import Caller
 from taskgrove.agent.engine.engine import AlreadyAnswered, Engine, NotWaiting
 from taskgrove.agent.engine.waits import schema_problem
 from taskgrove.agent.errors import invalid_params, permission_denied, task_not_found
-from taskgrove.agent.rpc import params as rpc_params
+from taskgrove.agent.requests import EmitEvent, RespondToTask
 from taskgrove.agent.rpc.jsonrpc import CallContext
 from taskgrove.agent.settings import Settings
 from taskgrove.storage import jsonvalues
@@ -33,22 +33,24 @@ class WaitService:
 
     # --- the service API ------------------------------------------------------------------
 
-    async def respond(self, task_id: str, value: Any, caller: Caller) -> dict[str, Any]:
-        """Answer the wait for input of `task_id` with `value`; the task resumes.
+    async def respond(self, request: RespondToTask, ctx: CallContext) -> dict[str, Any]:
+        """tasks.respond: answer the wait for input of `request.task_id` with `request.value`; the
+        task resumes.
 
         Refused (RpcError): an unknown task (-32602), a caller who is neither its owner nor an
         admin (-32001), a task that waits for no input (-32602 "task X is not waiting for input"),
         a value the wait's schema refuses (-32602 naming the problem), a wait already answered
         (-32602 "already answered"). Returns {task_id, status: "resumed", wait}."""
+        task_id = request.task_id
         row = await self.repo.get(task_id)
         if row is None:
             raise task_not_found(task_id)
-        if not caller.can_access(row["user_id"]):
+        if not ctx.caller.can_access(row["user_id"]):
             raise permission_denied(f"Only the owner or an admin may answer task '{task_id}'")
         wait = read(row.get("waiting"))
         if not isinstance(wait, dict) or wait.get("kind") != "input":
             raise invalid_params(f"task {task_id} is not waiting for input")
-        value = self._storable(value)
+        value = self._storable(request.value)
         if (problem := schema_problem(wait.get("schema"), value)) is not None:
             raise invalid_params(problem)
         try:
@@ -60,18 +62,18 @@ class WaitService:
                 from None
         return {"task_id": task_id, "status": "resumed", "wait": public_wait(row["waiting"])}
 
-    async def emit(self, name: str, payload: Mapping[str, Any], caller: Caller,
-                   user_id: str | None = None) -> dict[str, Any]:
-        """Store event `name` of the caller's user (`user_id`: another user's, admins only) and
-        resume every wait of that user it answers (docs/waits.md, "Which events count").
-        Returns {event_id, name, user_id, created_at, resumed: count, task_ids}."""
-        if user_id is not None and user_id != caller.user_id and not caller.unrestricted:
+    async def emit(self, request: EmitEvent, ctx: CallContext) -> dict[str, Any]:
+        """events.emit: store event `request.name` of the caller's user (`request.user_id`: another
+        user's, admins only) and resume every wait of that user it answers (docs/waits.md, "Which
+        events count"). Returns {event_id, name, user_id, created_at, resumed: count, task_ids}."""
+        caller = ctx.caller
+        if request.user_id is not None and request.user_id != caller.user_id and not caller.unrestricted:
             raise permission_denied("Only an admin may emit events for another user")
-        owner = user_id if user_id is not None else caller.user_id
-        payload = self._storable(dict(payload), what="payload")
-        answer = await self.engine.emit_event(owner, name, payload)
-        return {"event_id": answer["event_id"], "name": name, "user_id": owner, "created_at": answer["created_at"],
-                "resumed": answer["resumed"], "task_ids": answer["task_ids"]}
+        owner = request.user_id if request.user_id is not None else caller.user_id
+        payload = self._storable(dict(request.payload), what="payload")
+        answer = await self.engine.emit_event(owner, request.name, payload)
+        return {"event_id": answer["event_id"], "name": request.name, "user_id": owner,
+                "created_at": answer["created_at"], "resumed": answer["resumed"], "task_ids": answer["task_ids"]}
 
     def _storable(self, value: Any, what: str = "value") -> Any:
         """The one JSON value gate, then the result's limits (an answer becomes a result)."""
@@ -82,29 +84,3 @@ class WaitService:
                             max_bytes=self.settings.max_result_bytes, what=what)
         except Unstorable as exc:
             raise invalid_params(str(exc)) from None
-
-    # --- JSON-RPC -------------------------------------------------------------------------
-
-    async def respond_rpc(self, params: Any, ctx: CallContext) -> dict[str, Any]:
-        """tasks.respond: {task_id, value}."""
-        params = _obj(params)
-        task_id = rpc_params.string(params, "task_id", aliases=("id",), required=True)
-        if "value" not in params:
-            raise invalid_params("value is required (null is a value)")
-        assert task_id is not None
-        return await self.respond(task_id, params["value"], ctx.caller)
-
-    async def emit_rpc(self, params: Any, ctx: CallContext) -> dict[str, Any]:
-        """events.emit: {name, payload?, user_id?}."""
-        params = _obj(params)
-        name = rpc_params.string(params, "name", required=True, max_length=255)
-        payload = rpc_params.obj(params, "payload") or {}
-        user_id = rpc_params.string(params, "user_id", max_length=255)
-        assert name is not None
-        return await self.emit(name, payload, ctx.caller, user_id)
-
-
-def _obj(params: Any) -> dict[str, Any]:
-    if not isinstance(params, Mapping):
-        raise invalid_params("params must be an object")
-    return dict(params)

@@ -32,6 +32,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from taskgrove.agent.auth import AuthError, authenticate
 from taskgrove.agent.engine import bus
 from taskgrove.agent.errors import INTERNAL_ERROR, PERMISSION_DENIED, RpcError, task_not_found
+from taskgrove.agent.requests import GetTask, task_id_text
 from taskgrove.agent.rpc.jsonrpc import CallContext
 from taskgrove.storage import jsonvalues
 from taskgrove.storage.status import TaskStatus
@@ -262,7 +263,7 @@ class Session:
             self.watched.add(task_id)
             live = self.services.engine.live_state(task_id)
             try:
-                task = await self.services.tasks.get({"task_id": task_id}, self.ctx)
+                task = await self.services.tasks.get(GetTask(task_id_text(task_id)), self.ctx)
                 if task is None:
                     raise task_not_found(task_id)
             except RpcError as exc:

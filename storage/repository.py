@@ -178,6 +178,18 @@ class TaskRepository:
         counted up to `at_most` only: two ranges of ix_tasks_status_user, so the cost is bounded
         by the quota however many tasks the user ever had (SERVICE_MAX_PENDING_PER_USER). A create
         that executes counts inside its own insert instead (executions.insert_tree)."""
+        statement, args = (S.UNFINISHED_OF_NOBODY, (at_most,)) if user_id is None else \
+            (S.UNFINISHED_OF_USER, (user_id, at_most))
+        if self.connections.reader is not None:
+            # On the loop's thread even while the database thread is busy (unlike Connections.read): a count
+            # a write or two behind is as good a quota check, and a request must not queue behind the
+            # engine's writes for it.
+            found = self.connections.reader.scalar(statement.sqlite, args)
+            if found is not None:
+                return int(found)
+        if self.connections.pg is not None:  # asyncpg's own pool: never one of the transactions' connections
+            rows = await self.connections.pg.rows(statement.postgresql, args)
+            return int(rows[0]["n"])
         return await self.connections.read_run(executions.count_unfinished, user_id, at_most)
 
     async def count_by_status(self) -> dict[str, int]:

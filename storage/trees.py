@@ -50,44 +50,7 @@ def new_id() -> str:
 
 
 # --- reading input --------------------------------------------------------------------------
-
-def tasks_from_params(params: Any, max_tasks: int = DEFAULT_MAX_TREE_TASKS) -> list[dict[str, Any]]:
-    """`params.tasks` (array or object) or `params` itself (array or object), nested children
-    flattened (parent first, siblings in order). Stops as soon as the tree has more than
-    `max_tasks` tasks, so an oversized request costs no more than the limit."""
-    if isinstance(params, Mapping) and "tasks" in params:
-        params = params["tasks"]
-    if isinstance(params, Mapping):
-        params = [params]
-    if not isinstance(params, list) or not params:
-        raise TreeError("tasks must be a non-empty array of task objects or one task object")
-    if len(params) > max_tasks:
-        raise too_many_tasks(max_tasks, len(params))
-    flat: list[dict[str, Any]] = []
-    # Explicit stack (no recursion over nesting depth), items pushed in reverse to keep order.
-    stack: list[tuple[Any, str | None, str]] = [
-        (item, None, f"tasks[{index}]") for index, item in reversed(list(enumerate(params)))
-    ]
-    while stack:
-        item, parent_id, where = stack.pop()
-        if len(flat) >= max_tasks:
-            raise too_many_tasks(max_tasks)
-        if not isinstance(item, Mapping):
-            raise TreeError(f"{where}: each task must be an object, got {type(item).__name__}")
-        task = dict(item)
-        children = task.pop("children", None)
-        if parent_id is not None and task.get("parent_id") is None:
-            task["parent_id"] = parent_id
-        flat.append(task)
-        if children:
-            if not isinstance(children, list):
-                raise TreeError(f"{where}: children must be an array")
-            if not task.get("id"):
-                task["id"] = new_id()
-            stack.extend((child, task["id"], f"{where}.children[{index}]")
-                         for index, child in reversed(list(enumerate(children))))
-    return flat
-
+# (The request shapes, e.g. tasks.create's params, are read in agent/requests.py.)
 
 def too_many_tasks(max_tasks: int, count: int | None = None) -> TreeError:
     got = f" (this one has {count})" if count is not None else ""

@@ -10,13 +10,14 @@ import asyncio
 from typing import Any
 
 from taskgrove.agent.auth import ANONYMOUS
+from taskgrove.agent.requests import NewTree
 from tests.conftest import Client
 from tests.test_engine import FAIL, task
 
 
 async def store(client: Client, *tasks: dict[str, Any]) -> None:
     """Create a tree without executing it."""
-    await client.services.tasks.create_tree(list(tasks), ANONYMOUS)
+    await client.services.tasks.create_tree(NewTree.from_params(list(tasks)), ANONYMOUS)
 
 
 def drain(sub: Any) -> list[str]:
@@ -214,3 +215,13 @@ async def test_a_tree_started_while_leases_are_renewed_is_not_dropped(client: Cl
     await renewal
     assert (await client.wait_status("b", ("completed",)))["status"] == "completed"
     assert (await client.wait_status("a", ("completed",)))["status"] == "completed"
+
+
+async def test_an_archive_without_ids_is_stored_once_and_answered(client: Client) -> None:
+    """An archive root without an id gets one generated id: the answer is the tree stored with it."""
+    stored = await client.result("tasks.create", [{"name": "archived root", "origin_type": "archive",
+                                                    "status": "completed"}])
+    assert stored["name"] == "archived root" and stored["origin_type"] == "archive"
+    assert (await client.result("tasks.get", {"task_id": stored["id"]}))["id"] == stored["id"]
+    listed = await client.result("tasks.list", {"root_only": True})
+    assert [t["id"] for t in listed if t["name"] == "archived root"] == [stored["id"]]

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from taskgrove.agent.auth import ANONYMOUS
+from taskgrove.agent.requests import NewTree
 from taskgrove.agent.settings import Settings
 from taskgrove.storage import executions
 from tests.conftest import POSTGRES_URL, Client, postgres_database, running_app
@@ -50,7 +51,7 @@ def assert_ends_with_one_final(events: list[dict[str, Any]], status: str) -> dic
 
 @pytest.mark.parametrize("fails", [False, True])
 async def test_a_joining_stream_ends_with_the_stored_final(client: Client, fails: bool) -> None:
-    await client.services.tasks.create_tree(tree("root", fails), ANONYMOUS)
+    await client.services.tasks.create_tree(NewTree.from_params(tree("root", fails)), ANONYMOUS)
     started = await client.result("tasks.execute", {"task_id": "root"})
     assert started["status"] == "started"
     response = await client.http.post("/tasks", json={**STREAM, "params": {"task_id": "root", "use_streaming": True}})
@@ -64,7 +65,7 @@ async def test_a_joining_stream_ends_with_the_stored_final(client: Client, fails
 
 
 async def test_a_joining_webhook_receives_the_stored_final(client: Client) -> None:
-    await client.services.tasks.create_tree(tree("root", False), ANONYMOUS)
+    await client.services.tasks.create_tree(NewTree.from_params(tree("root", False)), ANONYMOUS)
     await client.result("tasks.execute", {"task_id": "root"})
     async with receiver() as rec:
         answer = await client.result("tasks.execute", {"task_id": "root", "webhook_config": {"url": rec.url + "/h"}})
@@ -86,7 +87,7 @@ async def test_streams_on_b_for_trees_a_runs_end_with_the_stored_final() -> None
         b = await stack.enter_async_context(running_app(settings))
         for n in range(4):
             root = f"r{n}"
-            await a.services.tasks.create_tree(tree(root, fails=n % 2 == 1), ANONYMOUS)
+            await a.services.tasks.create_tree(NewTree.from_params(tree(root, fails=n % 2 == 1)), ANONYMOUS)
             assert (await a.result("tasks.execute", {"task_id": root}))["status"] == "started"
             response = await b.http.post("/tasks", json={**STREAM, "params": {"task_id": root, "use_streaming": True}})
             events = sse(response.text)
@@ -104,7 +105,7 @@ async def test_a_webhook_joining_on_b_receives_the_stored_final() -> None:
                                       "SERVICE_ALLOW_PRIVATE_URLS": "true"})
         a = await stack.enter_async_context(running_app(settings))
         b = await stack.enter_async_context(running_app(settings))
-        await a.services.tasks.create_tree(tree("root", True), ANONYMOUS)
+        await a.services.tasks.create_tree(NewTree.from_params(tree("root", True)), ANONYMOUS)
         await a.result("tasks.execute", {"task_id": "root"})
         answer = await b.result("tasks.execute", {"task_id": "root", "webhook_config": {"url": rec.url + "/h"}})
         assert answer["status"] == "already_running"
@@ -124,11 +125,11 @@ async def test_a_stream_on_b_ends_with_final_when_b_takes_over_from_a_stopped_ow
                                       "SERVICE_LEASE_SECONDS": "1", "SERVICE_SHUTDOWN_GRACE_SECONDS": "0"})
         b = await stack.enter_async_context(running_app(settings))
         async with running_app(settings) as a:
-            await a.services.tasks.create_tree([
+            await a.services.tasks.create_tree(NewTree.from_params([
                 task("root", deps=["y"], method=None),
                 task("x", "root", method="sleep_executor", inputs={"seconds": 0.5}),
                 task("y", "root", deps=["x"], method="sleep_executor", inputs={"seconds": 0.3}),
-            ], ANONYMOUS)
+            ]), ANONYMOUS)
             await a.result("tasks.execute", {"task_id": "root"})
             stream = asyncio.create_task(
                 b.http.post("/tasks", json={**STREAM, "params": {"task_id": "root", "use_streaming": True}}))
@@ -152,7 +153,7 @@ async def test_a_stream_on_b_that_never_hears_the_owners_final_reads_it_from_the
         b = await stack.enter_async_context(running_app(settings))
         publish = b.services.bus.publish
         b.services.bus.publish = lambda e: None if e["type"] == "final" else publish(e)  # type: ignore[method-assign]
-        await a.services.tasks.create_tree(tree("root", fails=True), ANONYMOUS)
+        await a.services.tasks.create_tree(NewTree.from_params(tree("root", fails=True)), ANONYMOUS)
         await a.result("tasks.execute", {"task_id": "root"})
         response = await b.http.post("/tasks", json={**STREAM, "params": {"task_id": "root", "use_streaming": True}})
         events = sse(response.text)
@@ -173,7 +174,7 @@ async def test_a_graphql_subscription_whose_terminal_event_is_lost_ends_with_the
         bus = server.services.bus
         publish = bus.publish
         bus.publish = lambda e: None if e["type"] == "task_completed" else publish(e)
-        await server.services.tasks.create_tree(tree("root", False), ANONYMOUS)
+        await server.services.tasks.create_tree(NewTree.from_params(tree("root", False)), ANONYMOUS)
         await server.rpc("tasks.execute", {"task_id": "root"})
         messages = await subscribe(server, "root-x")
     assert messages[-1]["type"] == "complete"

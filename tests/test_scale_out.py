@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from taskgrove.agent.auth import ANONYMOUS
+from taskgrove.agent.requests import NewTree
 from taskgrove.agent.settings import Settings
 from taskgrove.executors.base import ExecutionContext, Executor
 from taskgrove.executors.core import SleepExecutor
@@ -47,7 +48,7 @@ async def test_two_instances_never_run_a_task_twice() -> None:
         tasks += [{"id": f"t{i}", "name": f"t{i}", "parent_id": "root", "schemas": {"method": "counting_executor"},
                    "dependencies": [{"id": f"t{i - 1}"}] if i % 3 else []} for i in range(150)]
         # stored through A without running...
-        await a.services.tasks.create_tree(tasks, ANONYMOUS)
+        await a.services.tasks.create_tree(NewTree.from_params(tasks), ANONYMOUS)
         # ...then executed by both instances at once
         await asyncio.gather(a.result("tasks.execute", {"task_id": "root"}),
                              b.result("tasks.execute", {"task_id": "root"}))
@@ -99,13 +100,13 @@ async def test_an_execution_waits_for_a_dependency_running_on_another_instance()
         settings = Settings.from_env({"SERVICE_DATABASE_URL": url, "SERVICE_CREATE_WAIT_TIMEOUT": "0"})
         a = await stack.enter_async_context(running_app(settings, registry=registry()))
         b = await stack.enter_async_context(running_app(settings, registry=registry()))
-        await a.services.tasks.create_tree([
+        await a.services.tasks.create_tree(NewTree.from_params([
             {"id": "root", "name": "root"},
             {"id": "dep", "name": "dep", "parent_id": "root", "schemas": {"method": "sleep_executor"},
              "inputs": {"seconds": 0.5}},
             {"id": "after", "name": "after", "parent_id": "root", "schemas": {"method": "counting_executor"},
              "dependencies": [{"id": "dep"}]},
-        ], ANONYMOUS)
+        ]), ANONYMOUS)
         await a.result("tasks.execute", {"task_id": "dep"})
         await a.wait_status("dep", ("in_progress",))
         await b.result("tasks.execute", {"task_id": "after"})  # waits for A's work, does not redo it
@@ -126,12 +127,12 @@ async def test_a_stream_watched_on_another_instance_reports_the_stored_final_sta
         b = await stack.enter_async_context(running_app(settings, registry=registry()))
         for n in range(3):
             root = f"root{n}"
-            await a.services.tasks.create_tree([
+            await a.services.tasks.create_tree(NewTree.from_params([
                 {"id": root, "name": "root", "dependencies": [{"id": f"{root}-x"}, {"id": f"{root}-y"}]},
                 {"id": f"{root}-x", "name": "x", "parent_id": root, "schemas": {"method": "sleep_executor"},
                  "inputs": {"seconds": 0.4}},
                 {"id": f"{root}-y", "name": "y", "parent_id": root, "schemas": {"method": "counting_executor"}},
-            ], ANONYMOUS)
+            ]), ANONYMOUS)
             await a.result("tasks.execute", {"task_id": f"{root}-x"})  # A drives the tree's execution
             body = {"jsonrpc": "2.0", "id": 1, "method": "tasks.execute",
                     "params": {"task_id": root, "use_streaming": True}}

@@ -17,6 +17,7 @@ import jwt
 import pytest
 
 from taskgrove.agent.engine import slots
+from taskgrove.agent.requests import NewTree
 from taskgrove.agent.settings import Settings
 from tests.conftest import Client, running_app
 
@@ -116,8 +117,8 @@ async def template(client: Client, root: str = "tpl", seconds: float | None = No
         child.update(schemas={"method": "sleep_executor"}, inputs={"seconds": seconds})
     else:
         child.update(schemas={"method": "noop_executor"})
-    await client.services.tasks.create_tree([{"id": root, "name": "template", "dependencies": [{"id": child["id"]}]},
-                                             child], kw.get("caller") or _anyone())
+    template = [{"id": root, "name": "template", "dependencies": [{"id": child["id"]}]}, child]
+    await client.services.tasks.create_tree(NewTree.from_params(template), kw.get("caller") or _anyone())
     return root
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from taskgrove.agent.requests import NewTree
 from tests.conftest import Client
 from tests.servers import receiver
 from tests.test_engine import FAIL, task
@@ -102,10 +103,10 @@ async def test_a_run_of_two_system_info_tasks_shows_progress_on_sse(client: Clie
     """Issue 14: executors that report no progress of their own still show their start as `progress`."""
     from taskgrove.agent.auth import ANONYMOUS
 
-    await client.services.tasks.create_tree([  # stored, not run yet
+    await client.services.tasks.create_tree(NewTree.from_params([  # stored, not run yet
         task("root", deps=["i1", "i2"], method=None),
         task("i1", "root", method="system_info_executor", inputs={"resource": "cpu"}),
-        task("i2", "root", method="system_info_executor", inputs={"resource": "memory"})], ANONYMOUS)
+        task("i2", "root", method="system_info_executor", inputs={"resource": "memory"})]), ANONYMOUS)
     body = {"jsonrpc": "2.0", "id": 1, "method": "tasks.execute", "params": {"task_id": "root", "use_streaming": True}}
     events = sse_events((await client.http.post("/tasks", json=body)).text)[1:]
     for tid in ("i1", "i2"):

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from taskgrove.agent.requests import NewTree
+
 FAIL = {"method": "command_executor"}  # no allow-list configured: fails at once
 PRIORITY = "priority must be an integer from 0 (urgent) to 3 (low)"
 PROGRESS = "progress must be a number from 0.0 to 1.0"
@@ -348,7 +350,7 @@ async def test_a_create_that_differs_from_the_stored_tree_is_still_refused(clien
 async def test_a_resent_create_of_a_tree_stored_but_never_run_runs_it(client):
     from taskgrove.agent.auth import ANONYMOUS
 
-    await client.services.tasks.create_tree(RESENT, ANONYMOUS)  # as a create cut off before it ran
+    await client.services.tasks.create_tree(NewTree.from_params(RESENT), ANONYMOUS)  # as a create cut off before it ran
     answer = await client.result("tasks.create", RESENT)
     assert answer["status"] == "completed" and answer["children"][0]["status"] == "completed"
 

@@ -22,6 +22,7 @@ from websockets.exceptions import InvalidStatus
 
 from taskgrove.agent.app import build_app
 from taskgrove.agent.auth import mint_token
+from taskgrove.agent.requests import NewTree
 from taskgrove.agent.settings import Settings
 from taskgrove.agent.ws import BUFFER_EVENTS
 
@@ -351,12 +352,12 @@ async def test_a_run_of_two_system_info_tasks_shows_task_progress(live: Callable
     from taskgrove.agent.auth import ANONYMOUS
 
     async with live() as server:
-        await server.services.tasks.create_tree([
+        await server.services.tasks.create_tree(NewTree.from_params([
             {"id": "root", "name": "root", "dependencies": [{"id": "i1"}, {"id": "i2"}]},
             {"id": "i1", "name": "i1", "parent_id": "root", "schemas": {"method": "system_info_executor"},
              "inputs": {"resource": "cpu"}},
             {"id": "i2", "name": "i2", "parent_id": "root", "schemas": {"method": "system_info_executor"},
-             "inputs": {"resource": "memory"}}], ANONYMOUS)
+             "inputs": {"resource": "memory"}}]), ANONYMOUS)
         async with websockets.connect(f"{server.ws_url}/ws") as ws:
             for tid in ("i1", "i2"):
                 await ws.send(json.dumps({"action": "subscribe", "task_id": tid}))

@@ -47,6 +47,7 @@ from taskgrove.agent.a2a.plain_language import (
 from taskgrove.agent.a2a.push import PushConfigError, PushTarget, PushTargets, check_url, parse_target
 from taskgrove.agent.a2a.wire import restore_ints
 from taskgrove.agent.errors import PERMISSION_DENIED, QuotaExceeded, RpcError
+from taskgrove.agent.requests import NewTree
 from taskgrove.agent.rpc import params as rpc_params
 from taskgrove.agent.rpc.jsonrpc import CallContext
 from taskgrove.storage import jsonvalues
@@ -299,7 +300,7 @@ class TreeRequestContextBuilder(RequestContextBuilder):
             raise InvalidParamsError(message="metadata.copy_children needs metadata.copy_execution: true")
         run_call = _run_call(call)
         if tasks is not None:
-            rows = await self._services.tasks.create_tree({"tasks": tasks}, call.caller)
+            rows = await self._services.tasks.create_tree(self._new_tree(tasks), call.caller)
             root = rows[0]
             return TreePlan(task_id=root["id"], root_task_id=root["task_tree_id"], task_count=len(rows),
                             user_id=root["user_id"], call=run_call)
@@ -319,10 +320,14 @@ class TreeRequestContextBuilder(RequestContextBuilder):
         return await self._run_tasks(tasks, call, planned=tasks)
 
     async def _run_tasks(self, tasks: Any, call: CallContext, planned: list[dict[str, Any]] | None = None) -> TreePlan:
-        rows = await self._services.tasks.create_tree({"tasks": tasks}, call.caller)
+        rows = await self._services.tasks.create_tree(self._new_tree(tasks), call.caller)
         root = rows[0]
         return TreePlan(task_id=root["id"], root_task_id=root["task_tree_id"], task_count=len(rows),
                         user_id=root["user_id"], call=_run_call(call), planned=planned)
+
+    def _new_tree(self, tasks: Any) -> NewTree:
+        """The tasks of a data part `{tasks: [...]}` or a plan, read as tasks.create reads its params."""
+        return NewTree.from_params({"tasks": tasks}, self._services.settings.max_tree_tasks)
 
     async def _follow_up(self, message: Message, draft: Draft, context_id: str, call: CallContext) -> TreePlan:
         """The caller's answer to a plan waiting in input-required: approve, replace or refine."""

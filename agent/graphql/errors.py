@@ -87,6 +87,15 @@ async def service_call(method: Callable[..., Awaitable[T]], *args: Any) -> T:
         raise internal() from None
 
 
+def checked(build: Callable[..., T], *args: Any) -> T:
+    """A typed request built from GraphQL arguments (agent/requests.py); an argument its rules
+    refuse comes out as service_call's errors do."""
+    try:
+        return build(*args)
+    except RpcError as exc:
+        raise from_rpc(exc) from None
+
+
 # The cost-limit extensions' messages, said in our words with the setting that sets the limit.
 _COST_LIMITS = (
     (re.compile(r"^'.*' exceeds maximum operation depth of (\d+)$", re.S),

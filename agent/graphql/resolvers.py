@@ -1,9 +1,10 @@
 """GraphQL arguments -> the TaskService operations `/tasks` uses, and their answers -> TaskType.
 
-Each resolver only renames: it builds the params dict the JSON-RPC method would receive and calls
-the same service method with a CallContext, so validation, permission rules and messages are
-the ones of `/tasks`. createTask under an existing parent (`parentId`), which `tasks.create`
-cannot express (it takes whole trees), uses `TaskService.add_child`.
+Each resolver only renames: it builds the typed request of the operation (agent/requests.py,
+its argument rules through `checked`) and calls the same service method as `/tasks` with a
+CallContext, so validation, permission rules and messages are the ones of `/tasks`. createTask
+under an existing parent (`parentId`), which `tasks.create` cannot express (it takes whole
+trees), uses `TaskService.add_child`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import strawberry
 
 from taskgrove.agent.errors import invalid_params, permission_denied, task_not_found
 from taskgrove.agent.graphql.budget import ListBudget, budget_of
-from taskgrove.agent.graphql.errors import from_rpc, service_call
+from taskgrove.agent.graphql.errors import checked, from_rpc, service_call
 from taskgrove.agent.graphql.types import (
     CreateTaskInput,
     TaskStatusEnum,
@@ -24,6 +25,8 @@ from taskgrove.agent.graphql.types import (
     children_of,
     given,
 )
+from taskgrove.agent.requests import (CancelTasks, DeleteTask, ExecuteTask, GetTask, ListTasks, NewTree, UpdateTask,
+                                      task_id_text)
 from taskgrove.agent.rpc.jsonrpc import CallContext
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -60,23 +63,18 @@ def required(value: Any, name: str) -> str:
 
 async def task(info: strawberry.Info, task_id: str | None) -> TaskType | None:
     ctx = _context(info)
-    found = await service_call(ctx.services.tasks.get, {"task_id": required(task_id, "taskId")}, ctx.call)
+    request = GetTask(checked(task_id_text, required(task_id, "taskId")))
+    found = await service_call(ctx.services.tasks.get, request, ctx.call)
     return TaskType.from_wire(found) if found is not None else None
 
 
 async def tasks(info: strawberry.Info, status: TaskStatusEnum | None, limit: int | None,
                 offset: int | None) -> list[TaskType]:
     ctx = _context(info)
-    params: dict[str, Any] = {}
-    if status is not None:
-        params["status"] = status.value
-    if limit is not None:
-        params["limit"] = limit
-    if offset is not None:
-        params["offset"] = offset
     budget = budget_of(info)
     budget.check(limit if isinstance(limit, int) and limit > 0 else 100)  # before reading: what is asked
-    found = await service_call(ctx.services.tasks.list, params, ctx.call)
+    request = checked(ListTasks.page, status.value if status is not None else None, limit, offset)
+    found = await service_call(ctx.services.tasks.list, request, ctx.call)
     budget.spend(len(found))
     return [TaskType.from_wire(t) for t in found]
 
@@ -105,12 +103,12 @@ async def create_task(info: strawberry.Info, task_input: CreateTaskInput | None)
     parent_id = task_input.parent_id if given(task_input.parent_id) else None
     service = ctx.services.tasks
     if parent_id is None:
-        rows = await service_call(service.create_tree, {"tasks": [new]}, ctx.call.caller)
+        rows = await service_call(service.create_tree, NewTree([new]), ctx.call.caller)
     else:
-        rows = await service_call(service.add_child, parent_id, new, ctx.call.caller)
+        rows = await service_call(service.add_child, parent_id, NewTree([new]), ctx.call.caller)
     task_id = rows[0]["id"]
-    await service_call(service.execute, {"task_id": task_id}, ctx.call)
-    created = await service_call(service.get, {"task_id": task_id}, ctx.call)
+    await service_call(service.execute, ExecuteTask(task_id), ctx.call)
+    created = await service_call(service.get, GetTask(task_id), ctx.call)
     assert created is not None
     return TaskType.from_wire(created)
 
@@ -118,15 +116,16 @@ async def create_task(info: strawberry.Info, task_input: CreateTaskInput | None)
 async def update_task(info: strawberry.Info, task_id: str | None,
                       task_input: UpdateTaskInput | None) -> TaskType:
     ctx = _context(info)
-    params: dict[str, Any] = {"task_id": required(task_id, "taskId")}
+    tid = checked(task_id_text, required(task_id, "taskId"))
+    changes: dict[str, Any] = {}
     if task_input is not None:
         for field in ("name", "description", "inputs"):
             value = getattr(task_input, field)
             if given(value):
-                params[field] = value
+                changes[field] = value
         if given(task_input.status):
-            params["status"] = task_input.status.value if task_input.status is not None else None
-    updated = await service_call(ctx.services.tasks.update, params, ctx.call)
+            changes["status"] = task_input.status.value if task_input.status is not None else None
+    updated = await service_call(ctx.services.tasks.update, UpdateTask(tid, changes), ctx.call)
     return TaskType.from_wire(updated)
 
 
@@ -135,7 +134,7 @@ async def cancel_task(info: strawberry.Info, task_id: str | None) -> bool:
     one the caller may not see is an error, as on tasks.get."""
     ctx = _context(info)
     tid = required(task_id, "taskId")
-    [answer] = await service_call(ctx.services.tasks.cancel, {"task_ids": [tid]}, ctx.call)
+    [answer] = await service_call(ctx.services.tasks.cancel, checked(CancelTasks.one, tid), ctx.call)
     if answer["status"] == "cancelled":
         return True
     if answer.get("error") == "not_found":
@@ -147,5 +146,6 @@ async def cancel_task(info: strawberry.Info, task_id: str | None) -> bool:
 
 async def delete_task(info: strawberry.Info, task_id: str | None) -> bool:
     ctx = _context(info)
-    answer = await service_call(ctx.services.tasks.delete, {"task_id": required(task_id, "taskId")}, ctx.call)
+    request = DeleteTask(checked(task_id_text, required(task_id, "taskId")))
+    answer = await service_call(ctx.services.tasks.delete, request, ctx.call)
     return bool(answer["success"])

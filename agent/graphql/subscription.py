@@ -19,9 +19,10 @@ import strawberry
 from taskgrove.agent.engine import bus
 from taskgrove.agent.engine.bus import Subscription
 from taskgrove.agent.errors import task_not_found
-from taskgrove.agent.graphql.errors import from_rpc, service_call
+from taskgrove.agent.graphql.errors import checked, from_rpc, service_call
 from taskgrove.agent.graphql.resolvers import GraphQLContext, required
 from taskgrove.agent.graphql.types import TERMINAL, TaskStatusEnum, TaskType
+from taskgrove.agent.requests import GetTask, task_id_text
 from taskgrove.agent.service import TaskService
 
 STATUS_EVENTS = frozenset({bus.TASK_START, bus.TASK_COMPLETED, bus.TASK_FAILED, bus.TASK_CANCELLED})
@@ -39,7 +40,7 @@ async def _next_change(subscription: Subscription, service: TaskService, tid: st
         try:
             return await asyncio.wait_for(subscription.get(), CHECK_EVERY)
         except asyncio.TimeoutError:
-            stored = await service_call(service.get, {"task_id": tid}, ctx.call)
+            stored = await service_call(service.get, GetTask(tid), ctx.call)
             if stored is None or TaskStatusEnum(stored["status"]) in TERMINAL:
                 return stored
 
@@ -58,14 +59,14 @@ def _overlay(task: Mapping[str, Any], event: Mapping[str, Any]) -> dict[str, Any
 
 async def task_status_changes(info: strawberry.Info, task_id: str | None) -> AsyncGenerator[TaskType, None]:
     ctx: GraphQLContext = info.context
-    tid = required(task_id, "taskId")
+    tid = checked(task_id_text, required(task_id, "taskId"))
     service = ctx.services.tasks
     subscription = ctx.services.bus.subscribe(
         lambda e: e["task_id"] == tid and (e["type"] in STATUS_EVENTS or e.get("status_changed", False)),
         maxsize=BUFFER_EVENTS)
     try:
         live = ctx.services.engine.live_state(tid)  # same step as subscribing: no gap
-        current = await service_call(service.get, {"task_id": tid}, ctx.call)
+        current = await service_call(service.get, GetTask(tid), ctx.call)
         if current is None:
             raise from_rpc(task_not_found(tid))
         if live is not None:
@@ -79,7 +80,7 @@ async def task_status_changes(info: strawberry.Info, task_id: str | None) -> Asy
             status = TaskStatusEnum(event["status"])
             if status == last:
                 continue
-            stored = await service_call(service.get, {"task_id": tid}, ctx.call)
+            stored = await service_call(service.get, GetTask(tid), ctx.call)
             if stored is None:  # deleted meanwhile: nothing more will happen to it
                 return
             last = status

@@ -15,7 +15,8 @@ import strawberry
 from strawberry.scalars import JSON
 
 from taskgrove.agent.graphql.budget import budget_of
-from taskgrove.agent.graphql.errors import service_call
+from taskgrove.agent.graphql.errors import checked, service_call
+from taskgrove.agent.requests import ListChildren, task_id_text
 from taskgrove.storage.status import TaskStatus
 
 
@@ -93,7 +94,8 @@ class UpdateTaskInput:
 async def children_of(info: strawberry.Info, parent_id: str) -> list[TaskType]:
     """`parent_id`'s direct children as the caller may see them (`info.context` is a GraphQLContext)."""
     ctx = info.context
-    found = await service_call(ctx.services.tasks.children, {"parent_id": parent_id}, ctx.call)
+    request = ListChildren(checked(task_id_text, parent_id, "parent_id"))
+    found = await service_call(ctx.services.tasks.children, request, ctx.call)
     budget_of(info).spend(len(found))
     return [TaskType.from_wire(t) for t in found]
 

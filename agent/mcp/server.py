@@ -30,6 +30,7 @@ from taskgrove.agent.edge import call_context, limits, unauthorized
 from taskgrove.agent.engine import bus
 from taskgrove.agent.errors import INTERNAL_ERROR, RpcError, invalid_params
 from taskgrove.agent.mcp.tools import ToolSpec, tool_specs
+from taskgrove.agent.requests import GetTask, GetTree, task_id_text
 from taskgrove.agent.rpc.jsonrpc import CallContext, JsonReply, StreamReply
 from taskgrove.storage import jsonvalues
 
@@ -211,7 +212,7 @@ class McpSurface:
                     break
         finally:
             sub.close()
-        tree = await self.services.task_methods["tasks.tree"]({"task_id": root}, call)
+        tree = await self.services.tasks.tree(GetTree(root), call)
         return {"execution": started, "tree": tree}
 
     # --- resources ------------------------------------------------------------------------
@@ -234,12 +235,12 @@ class McpSurface:
         if uri == EXECUTORS_URI:
             return await self.services.system_methods["system.executors"]({}, call)
         if uri.startswith(TASK_URI) and len(uri) > len(TASK_URI):
-            task = await self.services.task_methods["tasks.get"]({"task_id": uri[len(TASK_URI):]}, call)
+            task = await self.services.tasks.get(GetTask(task_id_text(uri[len(TASK_URI):])), call)
             if task is None:
                 raise invalid_params(f"Task '{uri[len(TASK_URI):]}' not found")
             return task
         if uri.startswith(TREE_URI) and len(uri) > len(TREE_URI):
-            return await self.services.task_methods["tasks.tree"]({"task_id": uri[len(TREE_URI):]}, call)
+            return await self.services.tasks.tree(GetTree(task_id_text(uri[len(TREE_URI):])), call)
         raise invalid_params(f"Unknown resource '{uri}' (taskgrove://tasks/<id>, taskgrove://trees/<id>, "
                              f"{EXECUTORS_URI})")
 

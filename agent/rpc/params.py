@@ -26,6 +26,12 @@ def string(params: Mapping[str, Any], name: str, *, aliases: Sequence[str] = (),
             also = f" (or {', '.join(aliases)})" if aliases else ""
             raise invalid_params(f"{name}{also} is required")
         return None
+    return text(value, name, max_length)
+
+
+def text(value: Any, name: str, max_length: int = 10_000) -> str:
+    """`value` as a non-empty string that can be stored (checked_text), else -32602 naming `name`:
+    what `string` checks once it found the value, for surfaces whose arguments are already typed."""
     if not isinstance(value, str) or not value:
         raise invalid_params(f"{name} must be a non-empty string, got {value!r}"[:300])
     return checked_text(value, name, max_length)
@@ -56,6 +62,12 @@ def integer(params: Mapping[str, Any], name: str, default: int, *, low: int, hig
     value = _lookup(params, name, ())
     if value is _MISSING:
         return default
+    return bounded(value, name, low=low, high=high)
+
+
+def bounded(value: Any, name: str, *, low: int, high: int) -> int:
+    """`value` as an integer within [low, high], else -32602 naming `name` (what `integer` checks
+    once it found the value)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise invalid_params(f"{name} must be an integer, got {value!r}"[:300])
     if not low <= value <= high:
@@ -71,6 +83,12 @@ def string_list(params: Mapping[str, Any], name: str, *, aliases: Sequence[str] 
             also = f" (or {', '.join(aliases)})" if aliases else ""
             raise invalid_params(f"{name}{also} is required: an array of task ids")
         return None
+    return texts(value, name)
+
+
+def texts(value: Any, name: str) -> list[str]:
+    """`value` (one string or an array) as a list of non-empty valid strings, else -32602 naming
+    `name`: what `string_list` checks once it found the value."""
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
