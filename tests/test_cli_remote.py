@@ -8,6 +8,7 @@ process read line by line until the line it must print; never a sleep and a gues
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -235,6 +236,19 @@ def test_schedules_list_for_people_and_scripts(services: dict[str, Service]) -> 
     assert refused.returncode == 3 and "Traceback" not in refused.stderr
 
 
+@contextlib.contextmanager
+def watching(service: Service, *args: str) -> Iterator[subprocess.Popen[str]]:
+    """`taskgrove tasks watch ARGS` running while the block runs; killed if it has not ended."""
+    watch = subprocess.Popen([str(BIN), "tasks", "watch", *args], env=env_for(service),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        yield watch
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+            watch.wait()
+
+
 def waits_for(service: Service, task_id: str) -> dict[str, Any]:
     """Poll the service until the task waits (it parks just after it starts)."""
     for _ in range(1000):
@@ -263,9 +277,7 @@ def test_respond_to_a_waiting_task_that_watch_shows(services: dict[str, Service]
     assert "waits for input: Approve the [b]refund[/b]?" in tree.stdout
     assert json.loads(cli(["tasks", "get", "cr-approve", "--json"], service).stdout)["waiting"]["schema"] == schema
 
-    watch = subprocess.Popen([str(BIN), "tasks", "watch", "cr"], env=env_for(service),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
+    with watching(service, "cr") as watch:
         while "waits for input" not in (line := watch.stdout.readline()):  # type: ignore[union-attr]
             assert line, watch.stderr.read()  # type: ignore[union-attr]
         assert "Approve the [b]refund[/b]?" in line
@@ -279,10 +291,6 @@ def test_respond_to_a_waiting_task_that_watch_shows(services: dict[str, Service]
         assert answered.returncode == 0, answered.stderr
         assert "answered cr-approve: resumed" in answered.stdout
         out, err = watch.communicate(timeout=30)
-    finally:
-        if watch.poll() is None:
-            watch.kill()
-            watch.wait()
     assert watch.returncode == 0, out + err
     assert "tree cr: completed" in out
     assert asyncio.run(service.task("cr-approve"))["result"] == {"approved": True}
@@ -296,9 +304,7 @@ def test_watch_json_carries_the_wait_and_events_emit_resumes(services: dict[str,
         {"id": "ce", "name": "deploy gate", "schemas": {"method": "event_wait_executor"},
          "inputs": {"event": "cli-deployed", "match": {"service": "api"}}}]}))
     waits_for(service, "ce")
-    watch = subprocess.Popen([str(BIN), "tasks", "watch", "ce", "--json"], env=env_for(service),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
+    with watching(service, "ce", "--json") as watch:
         snapshot = json.loads(watch.stdout.readline())  # type: ignore[union-attr]
         assert snapshot["data"]["waiting"]["event"] == "cli-deployed"
 
@@ -313,10 +319,6 @@ def test_watch_json_carries_the_wait_and_events_emit_resumes(services: dict[str,
         answer = json.loads(emitted.stdout)
         assert answer["resumed"] == 1 and answer["task_ids"] == ["ce"]
         out, err = watch.communicate(timeout=30)
-    finally:
-        if watch.poll() is None:
-            watch.kill()
-            watch.wait()
     assert watch.returncode == 0, out + err
     lines = [json.loads(line) for line in out.splitlines()]
     resumed = [m for m in lines if "waiting" in m.get("data", {}) and m["data"]["waiting"] is None]
