@@ -5,7 +5,8 @@ Protocol (SPEC.md, WebSocket `/ws`; docs/live-updates.md has examples):
 * client -> server: `{"action": "subscribe" | "unsubscribe" | "ping", "task_id": "..."}`
 * server -> client: `{"type", "task_id", "context_id", "data": {"status", "progress", ...}}` with
   `type` one of `task_status`, `task_progress`, `task_completed`, `task_failed`, `pong`, and
-  `{"type": "error", "message": ...}` for a message the server could not act on.
+  `{"type": "error", "message": ...}` for a message the server could not act on. `data.waiting`
+  is a parked task's wait (docs/waits.md) in its snapshot and when it parks, null when it resumes.
 
 One connection holds one bus subscription whose filter is the set of subscribed task ids, so the
 engine only ever does a set lookup and a non-blocking `put` per event and connection. The bus
@@ -93,6 +94,8 @@ def event_message(event: Mapping[str, Any]) -> dict[str, Any] | None:
         "message": event.get("message"),
         "timestamp": event["timestamp"],
     }
+    if "waiting" in event:  # a task parks (its wait) or its wait ends (null): docs/waits.md
+        data["waiting"] = event["waiting"]
     if event["type"] == bus.TASK_COMPLETED:
         data["result"] = event.get("result")
     elif event["type"] in (bus.TASK_FAILED, bus.TASK_CANCELLED):
@@ -110,6 +113,8 @@ def snapshot_message(task: Mapping[str, Any]) -> dict[str, Any]:
         "timestamp": now_iso(),
         "snapshot": True,
     }
+    if task.get("waiting"):
+        data["waiting"] = task["waiting"]
     if status == TaskStatus.COMPLETED:
         kind = "task_completed"
         data["result"] = task.get("result")

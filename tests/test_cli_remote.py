@@ -8,6 +8,7 @@ process read line by line until the line it must print; never a sleep and a gues
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -233,3 +234,94 @@ def test_schedules_list_for_people_and_scripts(services: dict[str, Service]) -> 
 
     refused = cli(["schedules", "list"], services["jwt"])
     assert refused.returncode == 3 and "Traceback" not in refused.stderr
+
+
+@contextlib.contextmanager
+def watching(service: Service, *args: str) -> Iterator[subprocess.Popen[str]]:
+    """`taskgrove tasks watch ARGS` running while the block runs; killed if it has not ended."""
+    watch = subprocess.Popen([str(BIN), "tasks", "watch", *args], env=env_for(service),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        yield watch
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+            watch.wait()
+
+
+def waits_for(service: Service, task_id: str) -> dict[str, Any]:
+    """Poll the service until the task waits (it parks just after it starts)."""
+    for _ in range(1000):
+        task = asyncio.run(service.task(task_id))
+        if task and task.get("waiting"):
+            return task
+        asyncio.run(asyncio.sleep(0.02))
+    raise AssertionError(f"task {task_id} never waited")
+
+
+def test_respond_to_a_waiting_task_that_watch_shows(services: dict[str, Service]) -> None:
+    service = services["plain"]
+    schema = {"type": "object", "properties": {"approved": {"type": "boolean"}}, "required": ["approved"]}
+    asyncio.run(service.rpc("tasks.create", {"tasks": [
+        {"id": "cr", "name": "refund", "schemas": {"method": "aggregate_results_executor"},
+         "dependencies": [{"id": "cr-approve"}]},
+        {"id": "cr-approve", "name": "approve", "parent_id": "cr", "schemas": {"method": "human_input_executor"},
+         "inputs": {"prompt": "Approve the [b]refund[/b]?", "schema": schema}}]}))
+    waits_for(service, "cr-approve")
+
+    got = cli(["tasks", "get", "cr-approve"], service)
+    assert got.returncode == 0, got.stderr
+    assert "waits for input: Approve the [b]refund[/b]?" in got.stdout  # a prompt is text, never styling
+    assert "taskgrove tasks respond cr-approve --value JSON" in got.stdout
+    tree = cli(["tasks", "tree", "cr"], service)
+    assert "waits for input: Approve the [b]refund[/b]?" in tree.stdout
+    assert json.loads(cli(["tasks", "get", "cr-approve", "--json"], service).stdout)["waiting"]["schema"] == schema
+
+    with watching(service, "cr") as watch:
+        while "waits for input" not in (line := watch.stdout.readline()):  # type: ignore[union-attr]
+            assert line, watch.stderr.read()  # type: ignore[union-attr]
+        assert "Approve the [b]refund[/b]?" in line
+
+        bad_json = cli(["tasks", "respond", "cr-approve", "--value", "{approved: true}"], service)
+        assert bad_json.returncode == 2 and "--value is not valid JSON" in bad_json.stderr
+        assert "Traceback" not in bad_json.stderr
+        refused = cli(["tasks", "respond", "cr-approve", "--value", '{"approved": "yes"}'], service)
+        assert refused.returncode == 1 and "tasks.respond" in refused.stderr and "approved" in refused.stderr
+        answered = cli(["tasks", "respond", "cr-approve", "--value", '{"approved": true}'], service)
+        assert answered.returncode == 0, answered.stderr
+        assert "answered cr-approve: resumed" in answered.stdout
+        out, err = watch.communicate(timeout=30)
+    assert watch.returncode == 0, out + err
+    assert "tree cr: completed" in out
+    assert asyncio.run(service.task("cr-approve"))["result"] == {"approved": True}
+    again = cli(["tasks", "respond", "cr-approve", "--value", "true", "--json"], service)
+    assert again.returncode == 1 and "not waiting for input" in again.stderr
+
+
+def test_watch_json_carries_the_wait_and_events_emit_resumes(services: dict[str, Service]) -> None:
+    service = services["plain"]
+    asyncio.run(service.rpc("tasks.create", {"tasks": [
+        {"id": "ce", "name": "deploy gate", "schemas": {"method": "event_wait_executor"},
+         "inputs": {"event": "cli-deployed", "match": {"service": "api"}}}]}))
+    waits_for(service, "ce")
+    with watching(service, "ce", "--json") as watch:
+        snapshot = json.loads(watch.stdout.readline())  # type: ignore[union-attr]
+        assert snapshot["data"]["waiting"]["event"] == "cli-deployed"
+
+        bad = cli(["events", "emit", "cli-deployed", "--payload", "{service: api}"], service)
+        assert bad.returncode == 2 and "--payload is not valid JSON" in bad.stderr
+        not_object = cli(["events", "emit", "cli-deployed", "--payload", "[1]"], service)
+        assert not_object.returncode == 2 and "JSON object" in not_object.stderr
+        other = cli(["events", "emit", "cli-deployed", "--payload", '{"service": "web"}'], service)
+        assert other.returncode == 0 and "resumed 0 task(s)" in other.stdout, other.stderr
+        emitted = cli(["events", "emit", "cli-deployed", "--payload", '{"service": "api"}', "--json"], service)
+        assert emitted.returncode == 0, emitted.stderr
+        answer = json.loads(emitted.stdout)
+        assert answer["resumed"] == 1 and answer["task_ids"] == ["ce"]
+        out, err = watch.communicate(timeout=30)
+    assert watch.returncode == 0, out + err
+    lines = [json.loads(line) for line in out.splitlines()]
+    resumed = [m for m in lines if "waiting" in m.get("data", {}) and m["data"]["waiting"] is None]
+    assert resumed and resumed[0]["data"]["status"] == "pending"
+    assert lines[-1]["status"] == "completed"
+    assert asyncio.run(service.task("ce"))["result"] == {"service": "api"}

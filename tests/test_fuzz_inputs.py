@@ -471,7 +471,8 @@ def test_fuzz_params_of_the_schedule_methods(schedule_world: World, message: dic
 # --- GraphQL ------------------------------------------------------------------------------------
 
 FIELDS = st.lists(st.sampled_from(["id", "name", "status", "priority", "progress", "result", "error",
-                                   "createdAt", "parentId", "children { id name }"]), min_size=1, max_size=4)
+                                   "createdAt", "parentId", "children { id name }",
+                                   "waiting { kind prompt schema since deadline event match }"]), min_size=1, max_size=4)
 
 
 @st.composite
@@ -488,6 +489,8 @@ def graphql_documents(draw: Any) -> str:
         f"mutation {{ updateTask(taskId: {literal}, taskInput: {{inputs: {literal}}}) {{ {fields} }} }}",
         f"mutation {{ cancelTask(taskId: {literal}) }}",
         f"mutation {{ deleteTask(taskId: {literal}) }}",
+        f"mutation {{ respondToTask(taskId: {literal}, value: {literal}) {{ {fields} }} }}",
+        f"mutation {{ emitEvent(name: {literal}, payload: {literal}) }}",
         "query($id: String) { task(taskId: $id) { id } }",
         "{ " + " ".join(f"a{i}: tasks {{ id }}" for i in range(draw(st.integers(0, 60)))) + " }",
         "{ tasks { " + "children { " * draw(st.integers(0, 20)) + "id" + " }" * 0 + " }",

@@ -16,6 +16,7 @@ from websockets.exceptions import InvalidStatus
 
 from taskgrove.agent.auth import mint_token
 from taskgrove.agent.settings import Settings
+from tests.test_waits import APPROVAL_SCHEMA, approval_tree
 from tests.test_ws import SECRET, Live, live_server, recv, send, sleep
 
 GRAPHQL = {"SERVICE_API_PROTOCOL": "graphql"}
@@ -100,7 +101,11 @@ async def test_introspection_shows_the_spec_types(live_sqlite: Callable[..., Any
         "id": "String!", "name": "String!", "status": "TaskStatusEnum!", "priority": "Int!",
         "progress": "Float!", "result": "String", "error": "String", "createdAt": "DateTime",
         "updatedAt": "DateTime", "parentId": "String", "description": "String", "children": "[TaskType!]",
+        "waiting": "WaitingType",
     }
+    assert {f["name"]: shape(f["type"]) for f in types["WaitingType"]["fields"]} == {
+        "kind": "String!", "prompt": "String", "schema": "JSON", "since": "DateTime", "deadline": "DateTime",
+        "event": "String", "match": "JSON"}
     assert [v["name"] for v in types["TaskStatusEnum"]["enumValues"]] == [
         "PENDING", "IN_PROGRESS", "COMPLETED", "FAILED", "CANCELLED"]
     assert {f["name"]: shape(f["type"]) for f in types["CreateTaskInput"]["inputFields"]} == {
@@ -125,6 +130,8 @@ async def test_introspection_shows_the_spec_types(live_sqlite: Callable[..., Any
         "updateTask": ({"taskId": "String", "taskInput": "UpdateTaskInput"}, "TaskType"),
         "cancelTask": ({"taskId": "String"}, "Boolean"),
         "deleteTask": ({"taskId": "String"}, "Boolean"),
+        "respondToTask": ({"taskId": "String", "value": "JSON"}, "TaskType"),
+        "emitEvent": ({"name": "String", "payload": "JSON", "userId": "String"}, "Int"),
     }
     assert operations("Subscription") == {"taskStatusChanged": ({"taskId": "String"}, "TaskType")}
 
@@ -284,6 +291,85 @@ async def test_permissions_and_authentication(live: Callable[..., Any]) -> None:
                 "query": SUBSCRIBE, "variables": {"id": task["id"]}}})
             answer = await recv(ws)
             assert answer["payload"]["errors"][0]["extensions"]["code"] == -32001
+
+
+# --- durable waits (docs/waits.md) -----------------------------------------------------------
+
+WAITING = "waiting { kind prompt schema since deadline event match }"
+RESPOND = f"mutation($id: String, $value: JSON) {{ respondToTask(taskId: $id, value: $value) {{ id status {WAITING} }} }}"
+EMIT = "mutation($name: String, $payload: JSON) { emitEvent(name: $name, payload: $payload) }"
+
+
+async def parked(server: Live, task_id: str, headers: dict[str, str] | None = None) -> dict[str, Any]:
+    """Poll tasks.get until the task waits (it parks just after it starts)."""
+    deadline = asyncio.get_running_loop().time() + 10
+    while not (task := await server.rpc("tasks.get", {"task_id": task_id}, headers)).get("waiting"):
+        assert asyncio.get_running_loop().time() < deadline, f"task {task_id} never waited: {task}"
+        await asyncio.sleep(0.02)
+    return task
+
+
+async def test_respond_to_task_and_emit_event(live: Callable[..., Any]) -> None:
+    async with live() as server:
+        await server.rpc("tasks.create", {"tasks": approval_tree("g")})
+        await parked(server, "g-approve")
+        task = (await data(server, f'query($id: String) {{ task(taskId: $id) {{ status {WAITING} }} }}',
+                           {"id": "g-approve"}))["task"]
+        wait = task["waiting"]
+        assert task["status"] == "IN_PROGRESS" and wait["kind"] == "input"
+        assert wait["prompt"] == "Approve the refund?" and wait["schema"] == APPROVAL_SCHEMA
+        assert wait["since"] and wait["deadline"] is None and wait["event"] is None
+        listed = (await data(server, f"{{ tasks {{ id {WAITING} }} }}"))["tasks"]
+        assert [t["id"] for t in listed if t["waiting"]] == ["g-approve"]
+
+        # the errors of tasks.respond, with their codes
+        bad = await error(server, RESPOND, {"id": "g-approve", "value": {"approved": "yes"}})
+        assert bad["extensions"]["code"] == -32602 and "approved" in bad["message"], bad
+        no_value = await error(server, RESPOND, {"id": "g-approve"})
+        assert no_value["extensions"]["code"] == -32602 and "value is required" in no_value["message"]
+        no_id = await error(server, RESPOND, {"value": 1})
+        assert no_id["message"] == "taskId is required"
+        missing = await error(server, RESPOND, {"id": "nope", "value": 1})
+        assert missing["extensions"]["code"] == -32602 and "not found" in missing["message"]
+        not_waiting = await error(server, RESPOND, {"id": "g-prep", "value": 1})
+        assert not_waiting["message"] == "task g-prep is not waiting for input"
+
+        answered = (await data(server, RESPOND, {"id": "g-approve", "value": {"approved": True}}))["respondToTask"]
+        assert answered["id"] == "g-approve" and answered["waiting"] is None
+        assert answered["status"] in ("PENDING", "IN_PROGRESS", "COMPLETED")
+        assert (await server.wait_status("g", ("completed", "failed")))["status"] == "completed"
+        again = await error(server, RESPOND, {"id": "g-approve", "value": {"approved": False}})
+        assert again["extensions"]["code"] == -32602 and "not waiting for input" in again["message"]
+
+        # events: a wait on an event shows it; emitEvent answers how many waits it resumed
+        await server.rpc("tasks.create", {"tasks": [{"id": "e", "name": "e", "schemas": {"method": "event_wait_executor"},
+                                                     "inputs": {"event": "deployed", "match": {"service": "api"}}}]})
+        await parked(server, "e")
+        event_wait = (await data(server, f'{{ task(taskId: "e") {{ {WAITING} }} }}'))["task"]["waiting"]
+        assert (event_wait["kind"], event_wait["event"], event_wait["match"]) == ("event", "deployed", {"service": "api"})
+        assert (await data(server, EMIT, {"name": "deployed", "payload": {"service": "web"}}))["emitEvent"] == 0
+        assert (await data(server, EMIT, {"name": "deployed", "payload": {"service": "api"}}))["emitEvent"] == 1
+        done = await server.wait_status("e", ("completed", "failed"))
+        assert done["result"] == {"service": "api"}
+        no_name = await error(server, EMIT, {"payload": {}})
+        assert no_name["message"] == "name is required" and no_name["extensions"]["code"] == -32602
+        not_object = await error(server, EMIT, {"name": "x", "payload": [1]})
+        assert not_object["extensions"]["code"] == -32602
+
+
+async def test_only_the_owner_or_an_admin_answers(live: Callable[..., Any]) -> None:
+    async with live({"SERVICE_JWT_SECRET": SECRET}) as server:
+        settings = server.services.settings
+        alice = {"Authorization": f"Bearer {mint_token(settings, 'alice')}"}
+        bob = {"Authorization": f"Bearer {mint_token(settings, 'bob')}"}
+        await server.rpc("tasks.create", {"tasks": approval_tree("p")}, alice)
+        await parked(server, "p-approve", alice)
+        denied = await error(server, RESPOND, {"id": "p-approve", "value": {"approved": True}}, headers=bob)
+        assert denied["extensions"] == {"code": -32001, "codeName": "PERMISSION_DENIED"}
+        other = await error(server, "mutation { emitEvent(name: \"x\", userId: \"alice\") }", headers=bob)
+        assert other["extensions"]["code"] == -32001
+        answered = await data(server, RESPOND, {"id": "p-approve", "value": {"approved": True}}, headers=alice)
+        assert answered["respondToTask"]["waiting"] is None
 
 
 # --- the subscription -------------------------------------------------------------------------

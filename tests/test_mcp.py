@@ -25,7 +25,8 @@ SECRET = "mcp-test-secret-with-enough-bytes-for-hs256"
 TOOLS = {"tasks_create", "tasks_get", "tasks_tree", "tasks_list", "tasks_children", "tasks_update",
          "tasks_delete", "tasks_copy", "tasks_clone", "tasks_execute", "tasks_cancel", "tasks_generate",
          "tasks_running", "system_executors", "system_health", "schedules_create", "schedules_get",
-         "schedules_list", "schedules_update", "schedules_delete", "schedules_trigger"}
+         "schedules_list", "schedules_update", "schedules_delete", "schedules_trigger", "tasks_respond",
+         "events_emit"}
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -254,6 +255,72 @@ async def test_resources_read_and_subscription_sees_a_status_change(service: Ser
         await asyncio.wait_for(seen.wait(), 10)
         assert updated[-1] == solo
         assert json.loads((await client.read_resource(solo)).contents[0].text)["status"] == "cancelled"
+
+
+async def test_a_waiting_prompt_is_a_resource_update_and_tasks_respond_answers_it(tmp_path: Path) -> None:
+    svc = Service(tmp_path, _env(tmp_path, SERVICE_CREATE_WAIT_TIMEOUT="0")).start()
+    try:
+        await _answer_a_wait_over_mcp(svc)
+    finally:
+        svc.stop()
+
+
+async def _answer_a_wait_over_mcp(service: Service) -> None:
+    schema = {"type": "object", "properties": {"approved": {"type": "boolean"}}, "required": ["approved"]}
+    await service.rpc("tasks.create", {"tasks": [
+        {"id": "m", "name": "refund", "schemas": {"method": "aggregate_results_executor"},
+         "dependencies": [{"id": "m-approve"}]},
+        {"id": "m-prep", "name": "prepare", "parent_id": "m", "schemas": {"method": "sleep_executor"},
+         "inputs": {"seconds": 0.5}},
+        {"id": "m-approve", "name": "approve", "parent_id": "m", "schemas": {"method": "human_input_executor"},
+         "inputs": {"prompt": "Approve the refund?", "schema": schema}, "dependencies": [{"id": "m-prep"}]}]})
+    updates = asyncio.Queue[str]()
+
+    async def on_message(message: Any) -> None:
+        root = getattr(message, "root", message)
+        if getattr(root, "method", None) == "notifications/resources/updated":
+            updates.put_nowait(str(root.params.uri))
+
+    uri = "taskgrove://tasks/m-approve"
+    async with session(service.url, message_handler=on_message) as client:
+        assert json.loads((await client.read_resource(uri)).contents[0].text)["waiting"] is None
+        await client.subscribe_resource(uri)
+        for _ in range(10):  # its start, then its park: a notice each (or one for both)
+            assert await asyncio.wait_for(updates.get(), 10) == uri
+            task = json.loads((await client.read_resource(uri)).contents[0].text)
+            if task["waiting"]:
+                break
+        assert task["status"] == "in_progress"
+        assert task["waiting"]["kind"] == "input" and task["waiting"]["prompt"] == "Approve the refund?"
+        assert task["waiting"]["schema"] == schema
+        listed = _value(await client.call_tool("tasks_list", {"waiting": True}))
+        assert [t["id"] for t in listed] == ["m-approve"]
+
+        # The errors of tasks.respond, as JSON-RPC answers them.
+        for arguments in ({"task_id": "m-approve", "value": {"approved": "yes"}}, {"task_id": "m-approve"},
+                          {"task_id": "m-prep", "value": 1}):
+            refused = await client.call_tool("tasks_respond", arguments)
+            rpc = await service.call("tasks.respond", arguments)
+            assert refused.is_error and _value(refused)["error"] == rpc["error"], arguments
+            assert rpc["error"]["code"] == -32602
+        answered = await client.call_tool("tasks_respond", {"task_id": "m-approve", "value": {"approved": True}})
+        assert not answered.is_error, answered
+        assert _value(answered)["status"] == "resumed"
+        await service.wait_status("m", ("completed",))
+        assert _value(await client.call_tool("tasks_get", {"task_id": "m-approve"}))["result"] == {"approved": True}
+
+        # events_emit resumes the waits for that event.
+        await service.rpc("tasks.create", {"tasks": [{"id": "ev", "name": "ev", "schemas": {
+            "method": "event_wait_executor"}, "inputs": {"event": "deployed", "match": {"service": "api"}}}]})
+        for _ in range(500):
+            if (await service.rpc("tasks.get", {"task_id": "ev"}))["waiting"]:
+                break
+            await asyncio.sleep(0.02)
+        emitted = _value(await client.call_tool("events_emit", {"name": "deployed", "payload": {"service": "api"}}))
+        assert emitted["resumed"] == 1 and emitted["task_ids"] == ["ev"]
+        assert (await service.wait_status("ev", ("completed",)))["result"] == {"service": "api"}
+        no_name = await client.call_tool("events_emit", {"payload": {}})
+        assert no_name.is_error and _value(no_name)["error"]["code"] == -32602
 
 
 async def test_stdio_proxy_lists_tools_and_calls_one(jwt_service: Service) -> None:

@@ -307,3 +307,114 @@ def test_the_schedules_page_lists_runs_now_and_disables(services: dict[str, Serv
     row.get_by_test_id("toggle").click()
     expect(row).to_contain_text("disabled", timeout=WAIT_MS)
     assert rpc(service, "schedules.get", {"schedule_id": schedule["id"]})["enabled"] is False
+
+
+# --- durable waits (docs/waits.md): the answer form ----------------------------------------------
+
+APPROVAL = {"type": "object", "properties": {"approved": {"type": "boolean"}}, "required": ["approved"]}
+
+
+def wait_parked(service: Service, task_id: str, timeout: float = 20) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while not (task := rpc(service, "tasks.get", {"task_id": task_id})).get("waiting"):
+        assert time.monotonic() < deadline, f"task {task_id} never waited: {task}"
+        time.sleep(0.05)
+    return task
+
+
+def test_a_waiting_task_is_answered_from_its_form(services: dict[str, Service], page: Page) -> None:
+    service = services["plain"]
+    rpc(service, "tasks.create", {"tasks": [
+        {"id": "ask", "name": "refund", "schemas": {"method": "aggregate_results_executor"},
+         "dependencies": [{"id": "ask-approve"}]},
+        {"id": "ask-approve", "name": "approve", "parent_id": "ask", "schemas": {"method": "human_input_executor"},
+         "inputs": {"prompt": f"Approve {XSS}?", "schema": APPROVAL}}]})
+    wait_parked(service, "ask-approve")
+    page.goto(f"{service.url}/ui#/tree/ask")
+    expect(node(page, "ask-approve")).to_have_attribute("data-waiting", "input", timeout=WAIT_MS)
+    expect(node(page, "ask-approve")).to_contain_text("waits for input")
+    node(page, "ask-approve").click()
+    form = page.get_by_test_id("answer-form")
+    expect(page.get_by_test_id("answer-prompt")).to_have_text(f"Approve {XSS}?", timeout=WAIT_MS)  # text, not markup
+    expect(page.locator("main img")).to_have_count(0)
+    value = form.get_by_test_id("answer-value")
+    expect(value).to_have_js_property("tagName", "TEXTAREA")  # an object: JSON
+
+    value.fill("{approved: true}")  # not JSON: said before anything is sent
+    form.get_by_test_id("answer-send").click()
+    expect(page.get_by_test_id("answer-error")).to_contain_text("not valid JSON", timeout=WAIT_MS)
+    value.fill('{"approved": "yes"}')  # JSON the schema refuses: the service's -32602, shown
+    form.get_by_test_id("answer-send").click()
+    expect(page.get_by_test_id("answer-error")).to_contain_text("approved", timeout=WAIT_MS)
+    expect(page.get_by_test_id("answer-error")).not_to_contain_text("not valid JSON")
+    assert rpc(service, "tasks.get", {"task_id": "ask-approve"})["waiting"] is not None
+
+    value.fill('{"approved": true}')
+    form.get_by_test_id("answer-send").click()
+    expect(node(page, "ask-approve")).to_have_attribute("data-status", "completed", timeout=WAIT_MS)
+    expect(node(page, "ask")).to_have_attribute("data-status", "completed", timeout=WAIT_MS)
+    expect(node(page, "ask-approve")).not_to_have_attribute("data-waiting", "input")
+    expect(page.get_by_test_id("answer-form")).to_have_count(0, timeout=WAIT_MS)
+    assert rpc(service, "tasks.get", {"task_id": "ask-approve"})["result"] == {"approved": True}
+
+
+def test_the_form_follows_the_schema(services: dict[str, Service], page: Page) -> None:
+    service = services["plain"]
+    schemas: dict[str, Any] = {
+        "text": {"type": "string"}, "count": {"type": "integer", "minimum": 1}, "ratio": {"type": "number"},
+        "flag": {"type": "boolean"}, "plan": {"enum": ["a", "b", {"c": 1}]}, "free": None,
+    }
+    tasks: list[dict[str, Any]] = [{"id": "form", "name": "form"}]
+    for name, schema in schemas.items():
+        inputs: dict[str, Any] = {"prompt": f"give {name}"}
+        if schema is not None:
+            inputs["schema"] = schema
+        tasks.append({"id": f"form-{name}", "name": name, "parent_id": "form",
+                      "schemas": {"method": "human_input_executor"}, "inputs": inputs})
+    rpc(service, "tasks.create", {"tasks": tasks})
+    for name in schemas:
+        wait_parked(service, f"form-{name}")
+    page.goto(f"{service.url}/ui#/tree/form")
+
+    def open_form(name: str) -> Any:
+        node(page, f"form-{name}").click()
+        expect(page.get_by_test_id("answer-prompt")).to_have_text(f"give {name}", timeout=WAIT_MS)
+        return page.get_by_test_id("answer-form")
+
+    def answer(form: Any) -> None:
+        form.get_by_test_id("answer-send").click()
+
+    form = open_form("text")
+    expect(form.get_by_test_id("answer-value")).to_have_attribute("type", "text")
+    form.get_by_test_id("answer-value").fill("hello")
+    answer(form)
+    form = open_form("count")
+    expect(form.get_by_test_id("answer-value")).to_have_attribute("type", "number")
+    answer(form)  # empty: null, refused by the service (-32602), said on the form
+    expect(page.get_by_test_id("answer-error")).to_be_visible(timeout=WAIT_MS)
+    form.get_by_test_id("answer-value").fill("0")  # below the minimum
+    answer(form)
+    expect(page.get_by_test_id("answer-error")).to_contain_text("minimum", timeout=WAIT_MS)
+    form.get_by_test_id("answer-value").fill("7")
+    answer(form)
+    form = open_form("ratio")
+    form.get_by_test_id("answer-value").fill("0.25")
+    answer(form)
+    form = open_form("flag")
+    expect(form.get_by_test_id("answer-value")).to_have_attribute("type", "checkbox")
+    form.get_by_test_id("answer-value").check()
+    answer(form)
+    form = open_form("plan")
+    expect(form.get_by_test_id("answer-value")).to_have_js_property("tagName", "SELECT")
+    form.get_by_test_id("answer-value").select_option(label='{"c":1}')
+    answer(form)
+    form = open_form("free")
+    expect(form.get_by_test_id("answer-value")).to_have_js_property("tagName", "TEXTAREA")
+    form.get_by_test_id("answer-value").fill('[1, "two", null]')
+    answer(form)
+
+    for name in schemas:
+        expect(node(page, f"form-{name}")).to_have_attribute("data-status", "completed", timeout=WAIT_MS)
+    results = {name: wait_status(service, f"form-{name}", ("completed",))["result"] for name in schemas}
+    assert results == {"text": "hello", "count": 7, "ratio": 0.25, "flag": True, "plan": {"c": 1},
+                       "free": [1, "two", None]}

@@ -25,8 +25,8 @@ from taskgrove.agent.graphql.types import (
     children_of,
     given,
 )
-from taskgrove.agent.requests import (CancelTasks, DeleteTask, ExecuteTask, GetTask, ListTasks, NewTree, UpdateTask,
-                                      task_id_text)
+from taskgrove.agent.requests import (CancelTasks, DeleteTask, EmitEvent, ExecuteTask, GetTask, ListTasks, NewTree,
+                                      RespondToTask, UpdateTask, task_id_text)
 from taskgrove.agent.rpc.jsonrpc import CallContext
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -149,3 +149,24 @@ async def delete_task(info: strawberry.Info, task_id: str | None) -> bool:
     request = DeleteTask(checked(task_id_text, required(task_id, "taskId")))
     answer = await service_call(ctx.services.tasks.delete, request, ctx.call)
     return bool(answer["success"])
+
+
+async def respond_to_task(info: strawberry.Info, task_id: str | None, value: Any) -> TaskType:
+    """tasks.respond, then the task as it is now (usually PENDING again: its wait is answered)."""
+    ctx = _context(info)
+    tid = required(task_id, "taskId")
+    params = {"task_id": tid, "value": value} if given(value) else {"task_id": tid}
+    request = checked(RespondToTask.from_params, params)
+    await service_call(ctx.services.waits.respond, request, ctx.call)
+    answered = await service_call(ctx.services.tasks.get, GetTask(request.task_id), ctx.call)
+    if answered is None:  # deleted in between
+        raise from_rpc(task_not_found(request.task_id))
+    return TaskType.from_wire(answered)
+
+
+async def emit_event(info: strawberry.Info, name: str | None, payload: Any, user_id: str | None) -> int:
+    """events.emit; the number of waits the event resumed."""
+    ctx = _context(info)
+    request = checked(EmitEvent.of, required(name, "name"), payload, user_id)
+    answer = await service_call(ctx.services.waits.emit, request, ctx.call)
+    return int(answer["resumed"])

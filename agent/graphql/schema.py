@@ -8,6 +8,7 @@ from typing import Any, Optional
 import strawberry
 from graphql import GraphQLError
 from graphql import SelectionSetNode, ValidationContext, ValidationRule
+from strawberry.scalars import JSON
 from strawberry.extensions import AddValidationRules, MaxAliasesLimiter, MaxTokensLimiter, QueryDepthLimiter
 
 from taskgrove.agent.graphql import resolvers
@@ -48,6 +49,16 @@ class Mutation:
     @strawberry.mutation(description="Cancel a pending or running task: true when cancelled, false when already finished.")
     async def cancel_task(self, info: strawberry.Info, task_id: Optional[str] = None) -> Optional[bool]:
         return await resolvers.cancel_task(info, task_id)
+
+    @strawberry.mutation(description="Answer the wait for input of a task (the rules of tasks.respond); returns the task.")
+    async def respond_to_task(self, info: strawberry.Info, task_id: Optional[str] = None,
+                              value: Optional[JSON] = strawberry.UNSET) -> Optional[TaskType]:
+        return await resolvers.respond_to_task(info, task_id, value)
+
+    @strawberry.mutation(description="Emit an event (the rules of events.emit); returns how many waits it resumed.")
+    async def emit_event(self, info: strawberry.Info, name: Optional[str] = None,
+                         payload: Optional[JSON] = None, user_id: Optional[str] = None) -> Optional[int]:
+        return await resolvers.emit_event(info, name, payload, user_id)
 
     @strawberry.mutation(description="Delete a pending task and its descendants (the rules of tasks.delete).")
     async def delete_task(self, info: strawberry.Info, task_id: Optional[str] = None) -> Optional[bool]:

@@ -38,6 +38,25 @@ def _json_text(value: Any) -> Optional[str]:
     return None if value is None else json.dumps(value, default=str)
 
 
+@strawberry.type(description="What a waiting task waits for (docs/waits.md): kind INPUT, EVENT or TIMER.")
+class WaitingType:
+    kind: str = strawberry.field(description="input, event or timer (the wire's words).")
+    prompt: Optional[str]
+    schema: Optional[JSON] = strawberry.field(description="The JSON Schema an answer must pass, or null.")
+    since: Optional[datetime]
+    deadline: Optional[datetime]
+    event: Optional[str] = strawberry.field(default=None, description="An event wait's event name.")
+    match: Optional[JSON] = strawberry.field(default=None, description="An event wait's payload keys to match.")
+
+    @classmethod
+    def from_wire(cls, wait: Optional[Mapping[str, Any]]) -> Optional["WaitingType"]:
+        if not wait:
+            return None
+        return cls(kind=wait["kind"], prompt=wait.get("prompt"), schema=wait.get("schema"),
+                   since=_timestamp(wait.get("since")), deadline=_timestamp(wait.get("deadline")),
+                   event=wait.get("event"), match=wait.get("match"))
+
+
 @strawberry.type(description="A task. `children` are its direct children (read on demand).")
 class TaskType:
     id: str
@@ -51,6 +70,8 @@ class TaskType:
     updated_at: Optional[datetime]
     parent_id: Optional[str]
     description: Optional[str]
+    waiting: Optional[WaitingType] = strawberry.field(
+        default=None, description="What the task waits for while it is parked (answer with respondToTask); null otherwise.")
 
     @strawberry.field(description="Direct children, oldest first; tasks the caller may not see are left out.")
     async def children(self, info: strawberry.Info) -> Optional[list["TaskType"]]:
@@ -70,6 +91,7 @@ class TaskType:
             updated_at=_timestamp(task.get("updated_at")),
             parent_id=task.get("parent_id"),
             description=task.get("description"),
+            waiting=WaitingType.from_wire(task.get("waiting")),
         )
 
 

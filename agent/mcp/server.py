@@ -225,7 +225,8 @@ class McpSurface:
     async def _list_templates(self, _ctx: Any, _params: Any) -> types.ListResourceTemplatesResult:
         return types.ListResourceTemplatesResult(resource_templates=[
             types.ResourceTemplate(uri_template=TASK_URI + "{id}", name="task", mime_type="application/json",
-                                   description="One task (tasks_get); subscribe to hear of its changes."),
+                                   description="One task (tasks_get); subscribe to hear of its changes, a wait for input "
+                                               "(its `waiting`: prompt, schema) among them."),
             types.ResourceTemplate(uri_template=TREE_URI + "{id}", name="tree", mime_type="application/json",
                                    description="The whole tree of a task (tasks_tree); subscribe to hear of "
                                                "changes anywhere in it."),

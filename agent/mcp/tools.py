@@ -106,6 +106,8 @@ def tool_specs(executor_ids: list[str]) -> list[ToolSpec]:
                  "List tasks you may see, newest first.",
                  _obj({"user_id": {"type": "string"},
                        "status": {"type": "string", "enum": [*TASK_STATUSES, "deleted"]},
+                       "waiting": {"type": "boolean", "description": "true: only tasks that wait (for an "
+                                                                     "answer, an event or a time); false: the others."},
                        "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
                        "offset": {"type": "integer", "minimum": 0, "default": 0}})),
         ToolSpec("tasks_children", "tasks.children", "tasks",
@@ -180,6 +182,21 @@ def tool_specs(executor_ids: list[str]) -> list[ToolSpec]:
                  "The tasks executing right now.",
                  _obj({"user_id": {"type": "string"},
                        "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}})),
+        ToolSpec("tasks_respond", "tasks.respond", "tasks",
+                 "Answer a task that waits for input (its `waiting` shows kind input, the prompt and the JSON "
+                 "Schema the answer must pass); the task goes on with `value` as its answer. Refused: a value the "
+                 "schema refuses, a task that waits for no input, a second answer.",
+                 _obj({"task_id": TASK_ID,
+                       "value": {"description": "The answer: any JSON value the wait's schema accepts."}},
+                      ["task_id", "value"])),
+        ToolSpec("events_emit", "events.emit", "tasks",
+                 "Emit an event: every task of your user that waits for an event of this name, and whose "
+                 "match keys all have the same values in the payload, goes on with the payload as its result. "
+                 "Returns how many waits it resumed (resumed, task_ids).",
+                 _obj({"name": {"type": "string", "minLength": 1, "maxLength": 255},
+                       "payload": {"type": "object", "default": {}},
+                       "user_id": {"type": "string", "description": "Another user's event (admins only)."}},
+                      ["name"])),
         *schedule_specs(),
         ToolSpec("system_executors", "system.executors", "system",
                  "The executors this service offers, with their input schemas: what schemas.method may name.",

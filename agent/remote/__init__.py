@@ -15,10 +15,11 @@ from collections.abc import Awaitable, Callable
 
 from taskgrove.agent.remote.client import Remote, RemoteError, add_connection_options
 from taskgrove.agent.remote.commands import Group
+from taskgrove.agent.remote.events import GROUP as EVENTS
 from taskgrove.agent.remote.schedules import GROUP as SCHEDULES
 from taskgrove.agent.remote.tasks import GROUP as TASKS
 
-GROUPS: tuple[Group, ...] = (TASKS, SCHEDULES)
+GROUPS: tuple[Group, ...] = (TASKS, SCHEDULES, EVENTS)
 
 
 def add_groups(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

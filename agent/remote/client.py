@@ -145,6 +145,15 @@ class Remote:
             raise unreachable(self.url, exc) from None
 
 
+def json_argument(option: str, text: str) -> Any:
+    """A command-line option given as JSON; bad JSON is bad input (exit status 2), said with where."""
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise RemoteError(f"{option} is not valid JSON ({exc}); e.g. {option} '{{\"approved\": true}}', "
+                          f"{option} '\"text\"', {option} 42", 2) from None
+
+
 def unreachable(url: str, exc: Exception) -> RemoteError:
     reason = str(exc) or type(exc).__name__
     return RemoteError(f"cannot reach the service at {url} ({reason}); is `taskgrove serve` running there? "

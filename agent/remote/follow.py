@@ -35,7 +35,8 @@ class TreeState:
             node = stack.pop()
             self.tasks[node["id"]] = {"name": node["name"], "status": node["status"],
                                       "progress": node.get("progress") or 0.0,
-                                      "dependencies": node.get("dependencies") or [], "error": node.get("error")}
+                                      "dependencies": node.get("dependencies") or [], "error": node.get("error"),
+                                      "waiting": node.get("waiting")}
             stack.extend(reversed(node.get("children") or []))
         self.unseen = set(self.tasks)
 
@@ -50,6 +51,10 @@ class TreeState:
         if message.get("type") == "error" or "status" not in data:
             return None
         task["status"] = data["status"]
+        if "waiting" in data:  # it parked (its wait) or resumed (null)
+            task["waiting"] = data["waiting"]
+        elif task["status"] != TaskStatus.IN_PROGRESS:
+            task["waiting"] = None
         if isinstance(data.get("progress"), (int, float)):
             task["progress"] = float(data["progress"])
         if task["status"] == TaskStatus.COMPLETED:
@@ -132,14 +137,30 @@ async def _follow_bars(remote: Remote, state: TreeState) -> None:
     columns = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TextColumn("{task.fields[status]}"))
     with Progress(*columns, console=console, refresh_per_second=10) as progress:
         bars = {tid: progress.add_task(_label(t["name"]), total=1.0, completed=t["progress"],
-                                       status=_status(t["status"])) for tid, t in state.tasks.items()}
+                                       status=_status(t["status"], t["waiting"])) for tid, t in state.tasks.items()}
+        announced: set[tuple[str, str]] = set()
+        for tid in state.tasks:
+            _announce_wait(progress.console, state, tid, announced)
         async for message in remote.events(list(state.tasks)):
             changed = state.apply(message)
             if changed is not None:
                 task = state.tasks[changed]
-                progress.update(bars[changed], completed=task["progress"], status=_status(task["status"]))
+                progress.update(bars[changed], completed=task["progress"], status=_status(task["status"], task["waiting"]))
+                _announce_wait(progress.console, state, changed, announced)
             if state.settled():
                 return
+
+
+def _announce_wait(console: Any, state: TreeState, task_id: str, announced: set[tuple[str, str]]) -> None:
+    """One line above the bars when a task starts waiting: its prompt and how to answer it."""
+    from taskgrove.agent.remote.show import waiting_line
+
+    task = state.tasks[task_id]
+    wait = task["waiting"]
+    if not isinstance(wait, Mapping) or (task_id, str(wait.get("since"))) in announced:
+        return
+    announced.add((task_id, str(wait.get("since"))))
+    console.print(f"{_label(task['name'])} {waiting_line(task_id, wait)}", highlight=False)
 
 
 def _label(name: str) -> str:
@@ -148,5 +169,6 @@ def _label(name: str) -> str:
     return escape(name if len(name) <= 40 else name[:39] + "…")
 
 
-def _status(status: str) -> str:
-    return f"[{COLOURS.get(status, 'white')}]{status}[/]"
+def _status(status: str, waiting: Any = None) -> str:
+    kind = f" (waits for {waiting.get('kind')})" if isinstance(waiting, Mapping) else ""
+    return f"[{COLOURS.get(status, 'white')}]{status}{kind}[/]"

@@ -16,7 +16,7 @@ from taskgrove.storage.status import TaskStatus
 
 COLOURS = {TaskStatus.COMPLETED: "green", TaskStatus.FAILED: "red", TaskStatus.CANCELLED: "yellow",
            TaskStatus.IN_PROGRESS: "cyan", TaskStatus.PENDING: "white"}
-DETAIL_FIELDS = ("id", "name", "status", "progress", "priority", "user_id", "parent_id", "task_tree_id",
+DETAIL_FIELDS = ("id", "name", "status", "waiting", "progress", "priority", "user_id", "parent_id", "task_tree_id",
                  "dependencies", "inputs", "params", "schemas", "result", "error", "retry", "attempt",
                  "next_attempt_at", "created_at", "started_at", "completed_at", "updated_at")
 
@@ -42,6 +42,18 @@ def task_table(rows: Sequence[Mapping[str, Any]]) -> Table:
     return table
 
 
+def waiting_line(task_id: str, wait: Mapping[str, Any]) -> str:
+    """What a waiting task waits for, and for input how to answer it (markup escaped)."""
+    if wait.get("kind") == "input":
+        said = f"waits for input: {escape(str(wait.get('prompt') or ''))}"
+        if wait.get("schema") is not None:
+            said += f"\n  [dim]schema {escape(json.dumps(wait['schema']))}[/]"
+        return said + f"\n  [dim]answer with: taskgrove tasks respond {escape(task_id)} --value JSON[/]"
+    if wait.get("kind") == "event":
+        return f"waits for the event {escape(str(wait.get('event')))} [dim](taskgrove events emit NAME)[/]"
+    return f"waits until {escape(str(wait.get('deadline')))}"
+
+
 def task_detail(task: Mapping[str, Any]) -> Table:
     table = Table(show_header=False, box=None)
     table.add_column(style="bold")
@@ -50,6 +62,9 @@ def task_detail(task: Mapping[str, Any]) -> Table:
         if field not in task:
             continue
         value = task[field]
+        if field == "waiting" and isinstance(value, Mapping):
+            table.add_row(field, waiting_line(str(task["id"]), value))
+            continue
         shown = status(value) if field == "status" and isinstance(value, str) else escape(
             json.dumps(value, indent=2) if isinstance(value, (dict, list)) else str(value if value is not None else "—"))
         table.add_row(field, shown)
@@ -70,8 +85,10 @@ def _node_label(node: Mapping[str, Any]) -> str:
     deps = [str(d.get("id")) for d in node.get("dependencies") or []]
     named = ", ".join(deps[:5]) + (f" and {len(deps) - 5} more" if len(deps) > 5 else "")
     after = f" [dim]after {escape(named)}[/]" if deps else ""
+    wait = node.get("waiting")
+    waits = f" [magenta]{waiting_line(str(node['id']), wait)}[/]" if isinstance(wait, Mapping) else ""
     return (f"{escape(str(node['name']))} [dim]{escape(str(node['id']))}[/] {status(str(node['status']))} "
-            f"{(node.get('progress') or 0.0):.0%}{after}")
+            f"{(node.get('progress') or 0.0):.0%}{after}{waits}")
 
 
 def emit(console: Console, value: Any, as_json: bool, render: Any = None) -> None:

@@ -1,4 +1,4 @@
-"""`taskgrove tasks list|get|tree|execute|cancel|delete|watch`: the tasks.* JSON-RPC methods of a
+"""`taskgrove tasks list|get|tree|execute|cancel|delete|watch|respond`: the tasks.* JSON-RPC methods of a
 running service, as tables and trees for people or JSON (--json) for scripts."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from taskgrove.agent.remote.client import Remote, RemoteError
+from taskgrove.agent.remote.client import Remote, RemoteError, json_argument
 from taskgrove.agent.remote.commands import Command, Group
 from taskgrove.agent.remote.follow import follow
 from taskgrove.storage.status import TASK_STATUSES, TaskStatus
@@ -98,6 +98,21 @@ async def _delete(remote: Remote, args: argparse.Namespace, console: "Console") 
     return 0 if answer.get("success") else 1
 
 
+def _respond_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("task_id", help="the task that waits for input")
+    parser.add_argument("--value", required=True, metavar="JSON",
+                        help="the answer as JSON: '{\"approved\": true}', '\"plan b\"', 42, null")
+
+
+async def _respond(remote: Remote, args: argparse.Namespace, console: "Console") -> int:
+    from taskgrove.agent.remote import show  # rich loads only when a command runs
+
+    value = json_argument("--value", args.value)
+    answer = await remote.call("tasks.respond", {"task_id": args.task_id, "value": value})
+    show.emit(console, answer, args.json, lambda a: f"answered {show.escape(str(a['task_id']))}: {a['status']}")
+    return 0
+
+
 def _watch_arguments(parser: argparse.ArgumentParser) -> None:
     _task_id(parser)
     parser.add_argument("--timeout", type=float, help="give up after this many seconds (exit status 1)")
@@ -115,4 +130,5 @@ GROUP = Group("tasks", "tasks of a running service (tasks.* over JSON-RPC)", (
     Command("cancel", "cancel pending or running tasks", _cancel, _cancel_arguments),
     Command("delete", "delete a pending task and its descendants", _delete, _task_id),
     Command("watch", "follow a tree live over /ws; exit status 1 when it fails", _watch, _watch_arguments),
+    Command("respond", "answer a task that waits for input (tasks.respond)", _respond, _respond_arguments),
 ))

@@ -43,7 +43,7 @@ export function drawGraph(plan, onSelect) {
       state);
     nodes.set(id, {group, bar, state});
     boxes.append(group);
-    paint(nodes.get(id), task.status, task.progress);
+    paint(nodes.get(id), task.status, task.progress, task.waiting);
   }
   svg.append(s("g", {class: "nodes"}, boxes));
   svg.addEventListener("click", (event) => {
@@ -57,9 +57,9 @@ export function drawGraph(plan, onSelect) {
 
   return {
     svg,
-    update(id, status, progress) {
+    update(id, status, progress, waiting) {
       const node = nodes.get(id);
-      if (node) paint(node, status, progress);
+      if (node) paint(node, status, progress, waiting);
     },
     select(id) {
       for (const [other, node] of nodes) node.group.classList.toggle("selected", other === id);
@@ -67,10 +67,14 @@ export function drawGraph(plan, onSelect) {
   };
 }
 
-function paint(node, status, progress) {
+// `waiting`: a parked task's wait (docs/waits.md), said in its state line and data-waiting.
+function paint(node, status, progress, waiting) {
   const value = Number.isFinite(progress) ? Math.min(Math.max(progress, 0), 1) : 0;
   node.group.setAttribute("class", `node status-${status}${node.group.classList.contains("selected") ? " selected" : ""}`);
   node.group.setAttribute("data-status", status);
   node.bar.setAttribute("width", String(value * NODE_W));
-  node.state.textContent = `${status} · ${Math.round(value * 100)}%`;
+  const kind = waiting && waiting.kind;
+  if (kind) node.group.setAttribute("data-waiting", kind);
+  else node.group.removeAttribute("data-waiting");
+  node.state.textContent = kind ? `${status} · waits for ${kind}` : `${status} · ${Math.round(value * 100)}%`;
 }

@@ -1,6 +1,8 @@
 // A tree page: the dependency graph (layout.js, graph.js) kept live over /ws, a task's detail,
-// and the actions execute, re-execute (on a copy), cancel and copy.
+// the actions execute, re-execute (on a copy), cancel and copy, and the answer form of a task
+// that waits for input (answer.js).
 
+import {answerForm} from "./answer.js";
 import {call, watch} from "./api.js";
 import {h, json} from "./dom.js";
 import {drawGraph} from "./graph.js";
@@ -9,7 +11,8 @@ import {counts} from "./list.js";
 
 // Detail fields in reading order; objects are shown as JSON.
 // `waiting_for` (docs/sharing.md, "Why a task waits") sits next to the status it explains.
-const FIELDS = ["id", "name", "status", "waiting_for", "progress", "priority", "user_id", "parent_id",
+// `waiting` (docs/waits.md) is what a parked task waits for.
+const FIELDS = ["id", "name", "status", "waiting", "waiting_for", "progress", "priority", "user_id", "parent_id",
   "task_tree_id", "original_task_id", "dependencies", "inputs", "params", "schemas", "result", "error", "retry",
   "attempt", "interruptions", "next_attempt_at", "timeout_seconds", "concurrency", "rate_limit", "created_at",
   "started_at", "completed_at", "updated_at"];
@@ -82,7 +85,10 @@ export async function showTree(main, rootId, notify, go, current) {
       const copy = await call("tasks.copy", {task_id: id, children: true});
       go(`#/tree/${encodeURIComponent(copy.id)}`);
     })}, "Copy"));
-    detail.replaceChildren(h("h2", {}, task.name), h("p", {class: "actions"}, buttons), fields);
+    const answer = task.waiting && task.waiting.kind === "input" && task.status === "in_progress"
+      ? answerForm(task, () => { notify(`Answered ${task.name}`, "info"); if (selected === id) showDetail(id); })
+      : null;
+    detail.replaceChildren(h("h2", {}, task.name), answer, h("p", {class: "actions"}, buttons), fields);
   }
 
   main.replaceChildren(
@@ -107,9 +113,11 @@ export async function showTree(main, rootId, notify, go, current) {
     }
     if (!task || !message.data || !message.data.status) return;
     task.status = message.data.status;
+    if ("waiting" in message.data) task.waiting = message.data.waiting;  // parked, or resumed (null)
+    else if (task.status !== "in_progress") task.waiting = null;
     if (typeof message.data.progress === "number") task.progress = message.data.progress;
     if (task.status === "completed") task.progress = 1;
-    graph.update(task.id, task.status, task.progress);
+    graph.update(task.id, task.status, task.progress, task.waiting);
     if (!timer) timer = setTimeout(() => { timer = null; refreshSummary(); }, 100);
     if (message.task_id === selected && !message.data.snapshot) showDetail(selected);
   }, () => {
