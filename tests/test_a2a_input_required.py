@@ -1,0 +1,278 @@
+"""Durable waits through A2A (docs/waits.md, "A2A"): a tree with `human_input_executor` in the
+middle makes its agent task `input-required`; a follow-up message on the agent task answers it.
+
+Driven by the official a2a-sdk client (1.0 wire) against the service on uvicorn, plus the 0.3 wire
+as raw JSON-RPC, push notifications to a local receiver, and one real `taskgrove serve` process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+from a2a.helpers.proto_helpers import new_data_part, new_text_part
+from a2a.types.a2a_pb2 import (
+    GetTaskRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageRequest,
+    StreamResponse,
+    SubscribeToTaskRequest,
+    Task,
+    TaskPushNotificationConfig,
+    TaskState,
+)
+from google.protobuf.json_format import MessageToDict, ParseDict
+
+from tests.processes import Service
+from tests.servers import receiver
+from tests.test_a2a_client import a2a_client, agent_server, collect, send_request, wait_until
+from tests.test_auth import token
+
+APPROVAL = {"type": "object", "properties": {"approved": {"type": "boolean"}}, "required": ["approved"]}
+PROMPT = "Refund 1250 EUR to ACME?"
+INPUT_REQUIRED = TaskState.TASK_STATE_INPUT_REQUIRED
+
+
+def approval_tree(schema: Any = APPROVAL) -> list[dict[str, Any]]:
+    """prepare -> approve (waits for input) -> pay; the root aggregates pay. Ids unique per call."""
+    s = uuid.uuid4().hex[:8]
+    inputs: dict[str, Any] = {"prompt": PROMPT}
+    if schema is not None:
+        inputs["schema"] = schema
+    return [
+        {"id": f"refund-{s}", "name": "Refund", "schemas": {"method": "aggregate_results_executor"},
+         "dependencies": [{"id": f"pay-{s}", "required": True}]},
+        {"id": f"prepare-{s}", "name": "Prepare", "parent_id": f"refund-{s}", "schemas": {"method": "noop_executor"}},
+        {"id": f"approve-{s}", "name": "Approve", "parent_id": f"refund-{s}",
+         "schemas": {"method": "human_input_executor"}, "inputs": inputs,
+         "dependencies": [{"id": f"prepare-{s}", "required": True}]},
+        {"id": f"pay-{s}", "name": "Pay", "parent_id": f"refund-{s}", "schemas": {"method": "aggregate_results_executor"},
+         "dependencies": [{"id": f"approve-{s}", "required": True}]},
+    ]
+
+
+def follow_up(task: Task, *parts: Part) -> SendMessageRequest:
+    """A message on the agent task (taskId and contextId set, as A2A does for input-required)."""
+    return SendMessageRequest(message=Message(role=Role.ROLE_USER, message_id=uuid.uuid4().hex, task_id=task.id,
+                                              context_id=task.context_id, parts=list(parts)))
+
+
+def wait_data(task: Task) -> dict[str, Any]:
+    """The status message's data part (run summary and the wait), and its text part as `text`."""
+    parts = task.status.message.parts
+    (data,) = [MessageToDict(p.data) for p in parts if p.HasField("data")]
+    (text,) = [p.text for p in parts if p.WhichOneof("content") == "text"]
+    return {**data, "text": text}
+
+
+def outcome(task: Task) -> dict[str, Any]:
+    (artifact,) = [a for a in task.artifacts if a.name == "task_results"]
+    return MessageToDict(artifact.parts[0].data)
+
+
+# --- message/send -------------------------------------------------------------------------------
+
+async def test_send_answers_input_required_and_a_follow_up_completes_the_tree(make_settings: Any) -> None:
+    tasks = approval_tree()
+    root, approve = tasks[0]["id"], tasks[2]["id"]
+    async with agent_server(make_settings()) as (url, app), a2a_client(url, streaming=False) as client:
+        (response,) = await collect(client, send_request(tasks))
+        waiting = response.task
+        assert waiting.status.state == INPUT_REQUIRED
+        assert waiting.context_id == root
+        data = wait_data(waiting)
+        assert data["text"] == PROMPT
+        assert data["prompt"] == PROMPT and data["schema"] == APPROVAL and data["task_id"] == approve
+        assert data["root_task_id"] == root and data["status"] == "in_progress" and "value" in data["next"]
+        assert "problem" not in data
+        row = await app.state.services.repo.get(approve)
+        assert row["status"] == "in_progress" and row["waiting"] is not None
+        read = await client.get_task(GetTaskRequest(id=waiting.id))
+        assert read.status.state == INPUT_REQUIRED  # also on read: the state is stored
+
+        answer = follow_up(waiting, new_data_part({"value": {"approved": True}}))
+        (done,) = await collect(client, answer)
+        assert done.task.id == waiting.id
+        assert done.task.status.state == TaskState.TASK_STATE_COMPLETED
+        results = outcome(done.task)
+        assert results["status"] == "completed"
+        assert {t["id"]: t["result"] for t in results["tasks"]}[approve] == {"approved": True}
+        stored = await client.get_task(GetTaskRequest(id=waiting.id))
+    assert stored.status.state == TaskState.TASK_STATE_COMPLETED
+    assert answer.message.message_id in [m.message_id for m in stored.history]
+
+
+async def test_a_wrong_value_keeps_input_required_and_says_why(make_settings: Any) -> None:
+    tasks = approval_tree()
+    approve = tasks[2]["id"]
+    async with agent_server(make_settings()) as (url, app), a2a_client(url, streaming=False) as client:
+        (response,) = await collect(client, send_request(tasks))
+        waiting = response.task
+        (wrong,) = await collect(client, follow_up(waiting, new_data_part({"value": {"approved": "yes"}})))
+        assert wrong.task.status.state == INPUT_REQUIRED
+        data = wait_data(wrong.task)
+        assert "approved" in data["problem"] and data["task_id"] == approve
+        assert data["text"].startswith("Not accepted: ") and data["text"].endswith(PROMPT)
+        (text,) = await collect(client, follow_up(waiting, new_text_part("yes")))  # the schema wants an object
+        assert text.task.status.state == INPUT_REQUIRED
+        assert 'data part {"value": ...}' in wait_data(text.task)["problem"]
+        row = await app.state.services.repo.get(approve)
+        assert row["waiting"] is not None, "a refused answer leaves the wait as it was"
+
+        (done,) = await collect(client, follow_up(waiting, new_data_part({"value": {"approved": False}})))
+    assert done.task.status.state == TaskState.TASK_STATE_COMPLETED
+    assert {t["id"]: t["result"] for t in outcome(done.task)["tasks"]}[approve] == {"approved": False}
+
+
+async def test_text_answers_a_wait_without_a_schema(make_settings: Any) -> None:
+    tasks = approval_tree(schema=None)
+    approve = tasks[2]["id"]
+    async with agent_server(make_settings()) as (url, _app), a2a_client(url, streaming=False) as client:
+        (response,) = await collect(client, send_request(tasks))
+        data = wait_data(response.task)
+        assert data["schema"] is None and "or text" in data["next"]
+        (done,) = await collect(client, follow_up(response.task, new_text_part("ship it")))
+    assert done.task.status.state == TaskState.TASK_STATE_COMPLETED
+    assert {t["id"]: t["result"] for t in outcome(done.task)["tasks"]}[approve] == "ship it"
+
+
+async def test_only_the_owner_answers(make_settings: Any) -> None:
+    secret = "a2a-wait-secret-" + "x" * 16
+    tasks = approval_tree()
+    async with agent_server(make_settings({"SERVICE_JWT_SECRET": secret})) as (url, app):
+        async def send(user: str, body: dict[str, Any]) -> dict[str, Any]:
+            async with httpx.AsyncClient(timeout=30) as http:
+                response = await http.post(url + "/", json=body,
+                                           headers={"Authorization": f"Bearer {token(user, secret=secret)}"})
+            return response.json()
+
+        first = await send("alice", {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": {
+            "kind": "message", "role": "user", "messageId": uuid.uuid4().hex,
+            "parts": [{"kind": "data", "data": {"tasks": tasks}}]}}})
+        agent_task = first["result"]
+        assert agent_task["status"]["state"] == "input-required"
+        answer = {"jsonrpc": "2.0", "id": 2, "method": "message/send", "params": {"message": {
+            "kind": "message", "role": "user", "messageId": uuid.uuid4().hex, "taskId": agent_task["id"],
+            "contextId": agent_task["contextId"], "parts": [{"kind": "data", "data": {"value": {"approved": True}}}]}}}
+        refused = await send("mallory", answer)
+        assert refused["error"]["code"] == -32001, refused
+        assert (await app.state.services.repo.get(tasks[2]["id"]))["waiting"] is not None
+        done = await send("alice", answer)
+    assert done["result"]["status"]["state"] == "completed", done
+
+
+# --- streams and push -----------------------------------------------------------------------------
+
+async def test_streams_show_input_required_then_completed(make_settings: Any) -> None:
+    tasks = approval_tree()
+    async with agent_server(make_settings()) as (url, _app), a2a_client(url, streaming=True) as client:
+        first = await collect(client, send_request(tasks))
+        assert first[0].task.status.state == TaskState.TASK_STATE_WORKING
+        last = first[-1].status_update
+        assert last.status.state == INPUT_REQUIRED
+        assert MessageToDict(last.status.message.parts[0].data)["prompt"] == PROMPT
+        waiting = await client.get_task(GetTaskRequest(id=first[0].task.id))
+
+        watched: list[StreamResponse] = []
+
+        async def watch() -> None:  # tasks/resubscribe (1.0 SubscribeToTask) of the waiting task
+            async for event in client.subscribe(SubscribeToTaskRequest(id=waiting.id)):
+                watched.append(event)
+
+        watcher = asyncio.create_task(watch())
+        await asyncio.sleep(0.3)  # the subscription is open
+        second = await collect(client, follow_up(waiting, new_data_part({"value": {"approved": True}})))
+        await asyncio.wait_for(watcher, 10)
+    states = [e.status_update.status.state for e in second if e.HasField("status_update")]
+    assert states[0] == TaskState.TASK_STATE_WORKING and states[-1] == TaskState.TASK_STATE_COMPLETED
+    assert any(e.HasField("artifact_update") and e.artifact_update.artifact.name == "task_results" for e in second)
+    assert watched[0].task.status.state == INPUT_REQUIRED  # a subscription starts with the task as it is
+    watched_states = [e.status_update.status.state for e in watched if e.HasField("status_update")]
+    assert watched_states[-1] == TaskState.TASK_STATE_COMPLETED
+    assert TaskState.TASK_STATE_WORKING in watched_states
+
+
+async def test_push_notifications_show_input_required_on_both_wires(make_settings: Any) -> None:
+    async with receiver() as rec, agent_server(make_settings()) as (url, _app):
+        # 1.0: StreamResponse bodies.
+        tasks = approval_tree()
+        request = send_request(tasks)
+        request.configuration.task_push_notification_config.CopyFrom(
+            TaskPushNotificationConfig(url=f"{rec.url}/v1"))
+        async with a2a_client(url, streaming=False) as client:
+            (response,) = await collect(client, request)
+            agent_id = response.task.id
+
+            def states(path: str) -> list[str]:
+                return [r["json"].get("statusUpdate", {}).get("status", {}).get("state")
+                        for r in rec.requests if r["path"] == path]
+
+            async def asked() -> bool:
+                return "TASK_STATE_INPUT_REQUIRED" in states("/v1")
+
+            await wait_until(asked)
+            waiting = await client.get_task(GetTaskRequest(id=agent_id))
+            assert waiting.status.state == INPUT_REQUIRED
+            (ask,) = [ParseDict(r["json"], StreamResponse()) for r in rec.requests if r["path"] == "/v1"
+                      and r["json"].get("statusUpdate", {}).get("status", {}).get("state") == "TASK_STATE_INPUT_REQUIRED"]
+            assert MessageToDict(ask.status_update.status.message.parts[0].data)["task_id"] == tasks[2]["id"]
+            await collect(client, follow_up(waiting, new_data_part({"value": {"approved": True}})))
+
+            async def completed() -> bool:
+                return "TASK_STATE_COMPLETED" in states("/v1")
+
+            await wait_until(completed)
+        # 0.3: SPEC.md's payload (lowercase states, final).
+        body = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {
+            "message": {"kind": "message", "role": "user", "messageId": uuid.uuid4().hex,
+                        "parts": [{"kind": "data", "data": {"tasks": approval_tree()}}]},
+            "configuration": {"pushNotificationConfig": {"url": f"{rec.url}/v03"}}}}
+        async with httpx.AsyncClient(timeout=30) as http:
+            task = (await http.post(url + "/", json=body)).json()["result"]
+
+            def old(state: str) -> list[dict[str, Any]]:
+                return [r["json"] for r in rec.requests if r["path"] == "/v03"
+                        and r["json"].get("status", {}).get("state") == state]
+
+            async def asked_old() -> bool:
+                return bool(old("input-required"))
+
+            await wait_until(asked_old)
+            (payload,) = old("input-required")
+            assert payload["final"] is False
+            assert payload["status"]["message"]["parts"][0]["data"]["prompt"] == PROMPT
+            answer = {"jsonrpc": "2.0", "id": 2, "method": "message/send", "params": {"message": {
+                "kind": "message", "role": "user", "messageId": uuid.uuid4().hex, "taskId": task["id"],
+                "contextId": task["contextId"], "parts": [{"kind": "data", "data": {"value": {"approved": True}}}]}}}
+            done = (await http.post(url + "/", json=answer)).json()
+
+            async def completed_old() -> bool:
+                return bool(old("completed"))
+
+            await wait_until(completed_old)
+    assert done["result"]["status"]["state"] in ("working", "completed")
+    assert old("completed")[0]["final"] is True
+
+
+# --- a real process ---------------------------------------------------------------------------------
+
+async def test_end_to_end_through_a_real_service(tmp_path: Path) -> None:
+    service = Service(tmp_path, {"SERVICE_DATABASE_URL": f"sqlite:///{tmp_path / 'tg.db'}"}).start()
+    try:
+        tasks = approval_tree()
+        async with a2a_client(service.url, streaming=False) as client:
+            (response,) = await collect(client, send_request(tasks))
+            assert response.task.status.state == INPUT_REQUIRED
+            assert wait_data(response.task)["task_id"] == tasks[2]["id"]
+            listed = await service.rpc("tasks.list", {"waiting": True})
+            assert [t["id"] for t in listed] == [tasks[2]["id"]]
+            (done,) = await collect(client, follow_up(response.task, new_data_part({"value": {"approved": True}})))
+        assert done.task.status.state == TaskState.TASK_STATE_COMPLETED
+        assert (await service.task(tasks[0]["id"]))["status"] == "completed"
+    finally:
+        service.stop()
