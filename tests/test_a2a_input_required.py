@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from a2a.helpers.proto_helpers import new_data_part, new_text_part
 from a2a.types.a2a_pb2 import (
+    CancelTaskRequest,
     GetTaskRequest,
     Message,
     Part,
@@ -28,6 +31,7 @@ from a2a.types.a2a_pb2 import (
 )
 from google.protobuf.json_format import MessageToDict, ParseDict
 
+from taskgrove.agent.a2a import executor
 from tests.processes import Service
 from tests.servers import receiver
 from tests.test_a2a_client import a2a_client, agent_server, collect, send_request, wait_until
@@ -164,6 +168,65 @@ async def test_only_the_owner_answers(make_settings: Any) -> None:
         assert (await app.state.services.repo.get(tasks[2]["id"]))["waiting"] is not None
         done = await send("alice", answer)
     assert done["result"]["status"]["state"] == "completed", done
+
+
+async def test_an_answer_never_reaches_a_question_not_shown(make_settings: Any) -> None:
+    """The wait shown timed out (its default taken) and a later one asks: an answer without
+    task_id is not given to the later one; the agent task shows it instead."""
+    tasks = approval_tree()
+    first, second = tasks[2], dict(tasks[3])
+    first["inputs"] = {**first["inputs"], "timeout_seconds": 0.5, "default": {"approved": True}}
+    second.update(schemas={"method": "human_input_executor"}, inputs={"prompt": "Send the receipt?"})
+    tasks[3] = second
+    async with agent_server(make_settings()) as (url, app), a2a_client(url, streaming=False) as client:
+        (response,) = await collect(client, send_request(tasks))
+        assert wait_data(response.task)["task_id"] == first["id"]
+        repo = app.state.services.repo
+
+        async def second_waits() -> bool:
+            return (await repo.get(second["id"]))["waiting"] is not None
+
+        await wait_until(second_waits)
+        (moved,) = await collect(client, follow_up(response.task, new_data_part({"value": {"approved": False}})))
+        data = wait_data(moved.task)
+        assert moved.task.status.state == INPUT_REQUIRED
+        assert data["task_id"] == second["id"] and data["prompt"] == "Send the receipt?"
+        assert f"task {first['id']} no longer waits" in data["problem"]
+        assert (await repo.get(first["id"]))["result"] == {"approved": True}  # its default, untouched
+        (done,) = await collect(client, follow_up(moved.task, new_text_part("yes")))
+    assert done.task.status.state == TaskState.TASK_STATE_COMPLETED
+    assert {t["id"]: t["result"] for t in outcome(done.task)["tasks"]}[second["id"]] == "yes"
+
+
+async def test_cancel_ends_the_wait(make_settings: Any) -> None:
+    tasks = approval_tree()
+    async with agent_server(make_settings()) as (url, app), a2a_client(url, streaming=False) as client:
+        (response,) = await collect(client, send_request(tasks))
+        cancelled = await client.cancel_task(CancelTaskRequest(id=response.task.id))
+        assert cancelled.status.state == TaskState.TASK_STATE_CANCELED
+        row = await app.state.services.repo.get(tasks[2]["id"])
+    assert row["status"] == "cancelled" and row["waiting"] is None
+
+
+async def test_a_wait_answered_elsewhere_settles_the_agent_task(make_settings: Any,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """tasks.respond answers the wait instead of a follow-up: the agent task, read once the tree
+    has ended, shows the outcome."""
+    monkeypatch.setattr(executor, "SETTLE_AFTER", timedelta(0))
+    tasks = approval_tree()
+    async with agent_server(make_settings()) as (url, _app), a2a_client(url, streaming=False) as client:
+        (response,) = await collect(client, send_request(tasks))
+        async with httpx.AsyncClient(timeout=30) as http:
+            answer = (await http.post(url + "/tasks", json={"jsonrpc": "2.0", "id": 1, "method": "tasks.respond",
+                                                            "params": {"task_id": tasks[2]["id"],
+                                                                       "value": {"approved": True}}})).json()
+        assert answer["result"]["status"] == "resumed", answer
+
+        async def settled() -> bool:
+            task = await client.get_task(GetTaskRequest(id=response.task.id))
+            return task.status.state == TaskState.TASK_STATE_COMPLETED
+
+        await wait_until(settled)
 
 
 # --- streams and push -----------------------------------------------------------------------------

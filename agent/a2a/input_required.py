@@ -39,6 +39,7 @@ class InputWait:
     task_id: str
     prompt: str
     schema: Any
+    since: str | None
     deadline: str | None
 
     @property
@@ -59,8 +60,8 @@ class InputWait:
 
     def data(self, problem: str | None = None) -> dict[str, Any]:
         """What the status message's data part carries beside the run summary."""
-        data = {"task_id": self.task_id, "prompt": self.prompt, "schema": self.schema, "deadline": self.deadline,
-                "next": self.hint()}
+        data = {"task_id": self.task_id, "prompt": self.prompt, "schema": self.schema, "since": self.since,
+                "deadline": self.deadline, "next": self.hint()}
         if problem is not None:
             data["problem"] = problem
         return data
@@ -91,7 +92,7 @@ def waits_for_input(rows: Iterable[Mapping[str, Any]]) -> list[InputWait]:
         wait = _public(row.get("waiting"))
         if wait is not None and wait.get("kind") == "input" and row["status"] == TaskStatus.IN_PROGRESS:
             found.append((wait.get("since") or "", InputWait(row["id"], wait.get("prompt") or "", wait.get("schema"),
-                                                              wait.get("deadline"))))
+                                                              wait.get("since"), wait.get("deadline"))))
     return [wait for _, wait in sorted(found, key=lambda pair: pair[0])]
 
 
@@ -102,25 +103,39 @@ def _public(waiting: Any) -> dict[str, Any] | None:
     return public_wait(waiting)
 
 
-def read_answer(message: Message, waits: list[InputWait], call: CallContext) -> Answer:
-    """What a follow-up message answers, and to which wait (the oldest, unless it names one)."""
+def read_answer(message: Message, waits: list[InputWait], call: CallContext,
+                shown: Mapping[str, Any] | None = None) -> Answer:
+    """What a follow-up message answers, and to which wait: the one the message names
+    (`task_id` beside `value`), else the one the agent task shows (`shown`: its status message's
+    data), which must still be waiting: an answer is never given to a question the caller has
+    not seen (a wait that timed out with its default, then a later one)."""
     if not waits:
         return Answer(None, call)
     for part in message.parts:
         if part.WhichOneof("content") != "data":
             continue
         data = restore_ints(MessageToDict(part.data))
-        if not isinstance(data, dict) or ANSWER_KEY not in data:
-            continue
-        named = data.get("task_id")
-        wait = next((w for w in waits if w.task_id == named), None) if named is not None else waits[0]
-        if wait is None:
-            return Answer(waits[0], call, problem=f"task {named} of this tree is not waiting for input")
-        return Answer(wait, call, value=data[ANSWER_KEY])
-    wait = waits[0]
+        if isinstance(data, dict) and ANSWER_KEY in data:
+            wait, problem = _target(waits, data.get("task_id"), shown)
+            return Answer(wait, call, value=data[ANSWER_KEY], problem=problem)
+    wait, problem = _target(waits, None, shown)
     texts = texts_of(message)
-    if texts and wait.takes_text:
-        return Answer(wait, call, value="\n".join(texts))
-    if texts:
-        return Answer(wait, call, problem='this wait takes a JSON value: send a data part {"value": ...}')
-    return Answer(wait, call, problem='the message carries no answer: send a data part {"value": ...}')
+    if problem is None and texts and not wait.takes_text:
+        problem = 'this wait takes a JSON value: send a data part {"value": ...}'
+    elif problem is None and not texts:
+        problem = 'the message carries no answer: send a data part {"value": ...}'
+    return Answer(wait, call, value="\n".join(texts), problem=problem)
+
+
+def _target(waits: list[InputWait], named: Any, shown: Mapping[str, Any] | None) -> tuple[InputWait, str | None]:
+    """The wait an answer is for, or the one to show instead with why the answer was not taken."""
+    if named is not None:
+        wait = next((w for w in waits if w.task_id == named), None)
+        return (wait, None) if wait is not None else (waits[0], f"task {named} of this tree is not waiting for input")
+    if shown is None or "task_id" not in shown:
+        return waits[0], None
+    wait = next((w for w in waits if w.task_id == shown["task_id"] and w.since == shown.get("since")), None)
+    if wait is None:
+        return waits[0], (f"task {shown['task_id']} no longer waits for the input asked for before; "
+                          f"task {waits[0].task_id} asks now")
+    return wait, None

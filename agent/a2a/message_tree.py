@@ -47,7 +47,7 @@ from taskgrove.agent.a2a.plain_language import (
     wants_plan_only,
 )
 from taskgrove.agent.a2a.push import PushConfigError, PushTarget, PushTargets, check_url, parse_target
-from taskgrove.agent.a2a.wire import restore_ints
+from taskgrove.agent.a2a.wire import message_data, restore_ints
 from taskgrove.agent.errors import PERMISSION_DENIED, QuotaExceeded, RpcError
 from taskgrove.agent.requests import NewTree
 from taskgrove.agent.rpc import params as rpc_params
@@ -248,7 +248,7 @@ class TreeRequestContextBuilder(RequestContextBuilder):
                 plan = await self._follow_up(params.message, draft, task.context_id, call)
             elif waiting:
                 assert task is not None
-                plan = await self._answer(params.message, task.context_id, call)
+                plan = await self._answer(params.message, task, call)
             else:
                 plan = await self._plan(params.message, metadata, call)
         except RpcError as exc:
@@ -354,16 +354,18 @@ class TreeRequestContextBuilder(RequestContextBuilder):
             return await self._from_text(requirement, True, call, root_id=context_id)
         raise InvalidParamsError(message="The plan is waiting for a decision: " + REPLY_HINT)
 
-    async def _answer(self, message: Message, tree_id: str, call: CallContext) -> TreePlan:
+    async def _answer(self, message: Message, task: Task, call: CallContext) -> TreePlan:
         """The caller's answer to a tree waiting for input: read here, given by the executor."""
         check_parts(message, text_allowed=True)
+        tree_id = task.context_id
         rows = await self._services.repo.tree(tree_id)
         if not rows:
             raise InvalidParamsError(message=f"Task tree {tree_id} of this agent task no longer exists")
         root = next((r for r in rows if r["id"] == tree_id), rows[0])
         if not call.caller.can_access(root["user_id"]):
             raise TaskNotFoundError(message=f"Permission denied: only the owner or an admin may answer tree {tree_id}")
-        answer = read_answer(message, waits_for_input(rows), call)
+        shown = message_data(task.status.message) if task.status.HasField("message") else None
+        answer = read_answer(message, waits_for_input(rows), call, shown)
         return TreePlan(task_id=root["id"], root_task_id=tree_id, task_count=len(rows), user_id=root["user_id"],
                         call=_run_call(call), answer=answer)
 
