@@ -8,7 +8,9 @@ runs once, the work after it runs once after the answer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -60,55 +62,54 @@ async def test_kill_9_while_waiting_then_restart_and_answer(tmp_path: Path) -> N
         service.stop()
 
 
+@contextlib.asynccontextmanager
+async def two_instances(tmp_path: Path, lease_seconds: str) -> AsyncIterator[tuple[str, Service, Service]]:
+    """Instances A and B on a fresh PostgreSQL database (its url too), stopped afterwards."""
+    async with postgres_database() as url:
+        env = {"SERVICE_DATABASE_URL": url, "SERVICE_CREATE_WAIT_TIMEOUT": "0", "SERVICE_COMMAND_ALLOWLIST": "sh",
+               "SERVICE_LEASE_SECONDS": lease_seconds}
+        a = Service(tmp_path, env, "a").start()
+        b = Service(tmp_path, env, "b").start()
+        try:
+            yield url, a, b
+        finally:
+            a.stop()
+            b.stop()
+
+
 @needs_postgres
 async def test_an_answer_sent_to_b_resumes_the_tree_a_drives_once(tmp_path: Path) -> None:
     """A drives the tree; the answer reaches B, which tells A (NOTIFY). The lease is long (60 s), so
     a quick end proves that no takeover was needed; side effects prove nothing ran twice."""
     marker = tmp_path / "ran.txt"
-    async with postgres_database() as url:
-        env = {"SERVICE_DATABASE_URL": url, "SERVICE_CREATE_WAIT_TIMEOUT": "0", "SERVICE_COMMAND_ALLOWLIST": "sh",
-               "SERVICE_LEASE_SECONDS": "60"}
-        a = Service(tmp_path, env, "a").start()
-        b = Service(tmp_path, env, "b").start()
-        try:
-            await a.rpc("tasks.create", approval_tree(marker))
-            await parked(b, "approve")  # read on B: the database is the truth
-            answers = await asyncio.gather(b.call("tasks.respond", {"task_id": "approve", "value": True}),
-                                           a.call("tasks.respond", {"task_id": "approve", "value": False}))
-            assert sum("result" in answer for answer in answers) == 1, answers
-            winner = True if "result" in answers[0] else False
-            took = await wait_until(lambda: _completed(b), 15, "the tree to end after the answer")
-            assert took < 10
-            rows = {r["id"]: r for r in await pg_rows(url)}
-            assert rows["approve"]["result"] is winner and rows["approve"]["attempt"] == 1
-            assert side_effects(marker) == {"prep": 1, "ship": 1}
-            assert "continuing the execution" not in b.log() + a.log()
-        finally:
-            a.stop()
-            b.stop()
+    async with two_instances(tmp_path, "60") as (url, a, b):
+        await a.rpc("tasks.create", approval_tree(marker))
+        await parked(b, "approve")  # read on B: the database is the truth
+        answers = await asyncio.gather(b.call("tasks.respond", {"task_id": "approve", "value": True}),
+                                       a.call("tasks.respond", {"task_id": "approve", "value": False}))
+        assert sum("result" in answer for answer in answers) == 1, answers
+        winner = "result" in answers[0]  # B's answer was True, A's False
+        took = await wait_until(lambda: _completed(b), 15, "the tree to end after the answer")
+        assert took < 10
+        rows = {r["id"]: r for r in await pg_rows(url)}
+        assert rows["approve"]["result"] is winner and rows["approve"]["attempt"] == 1
+        assert side_effects(marker) == {"prep": 1, "ship": 1}
+        assert "continuing the execution" not in b.log() + a.log()
 
 
 @needs_postgres
 async def test_kill_9_of_the_driver_while_waiting_b_takes_over_and_the_answer_resumes(tmp_path: Path) -> None:
     marker = tmp_path / "ran.txt"
-    async with postgres_database() as url:
-        env = {"SERVICE_DATABASE_URL": url, "SERVICE_CREATE_WAIT_TIMEOUT": "0", "SERVICE_COMMAND_ALLOWLIST": "sh",
-               "SERVICE_LEASE_SECONDS": "2"}
-        a = Service(tmp_path, env, "a").start()
-        b = Service(tmp_path, env, "b").start()
-        try:
-            await a.rpc("tasks.create", approval_tree(marker))
-            await parked(a, "approve")
-            a.kill()
-            await wait_until(lambda: _log_has(b, "continuing the execution"), 20, "B to take the tree over")
-            task = await parked(b, "approve")
-            assert task["status"] == "in_progress" and task["interruptions"] == 0
-            await b.rpc("tasks.respond", {"task_id": "approve", "value": True})
-            await wait_until(lambda: _completed(b), 20, "the tree to end")
-            assert side_effects(marker) == {"prep": 1, "ship": 1}
-        finally:
-            a.stop()
-            b.stop()
+    async with two_instances(tmp_path, "2") as (_, a, b):
+        await a.rpc("tasks.create", approval_tree(marker))
+        await parked(a, "approve")
+        a.kill()
+        await wait_until(lambda: _log_has(b, "continuing the execution"), 20, "B to take the tree over")
+        task = await parked(b, "approve")
+        assert task["status"] == "in_progress" and task["interruptions"] == 0
+        await b.rpc("tasks.respond", {"task_id": "approve", "value": True})
+        await wait_until(lambda: _completed(b), 20, "the tree to end")
+        assert side_effects(marker) == {"prep": 1, "ship": 1}
 
 
 async def _completed(service: Service) -> bool:

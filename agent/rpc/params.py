@@ -94,8 +94,7 @@ def texts(value: Any, name: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise invalid_params(f"{name} must be an array of non-empty strings")
     for index, item in enumerate(value):
-        if not is_valid_text(item):
-            raise invalid_params(f"{name}[{index}] {NOT_UNICODE}")
+        checked_text(item, f"{name}[{index}]")  # storable: no NUL (PostgreSQL's text has none), valid Unicode
     return value
 
 
