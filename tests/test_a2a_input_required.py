@@ -170,6 +170,34 @@ async def test_only_the_owner_answers(make_settings: Any) -> None:
     assert done["result"]["status"]["state"] == "completed", done
 
 
+async def test_two_waits_at_once_are_answered_one_after_the_other(make_settings: Any) -> None:
+    """Two tasks wait in parallel: the oldest is shown; `task_id` beside `value` picks the other;
+    after one answer the agent task shows the one still waiting."""
+    s = uuid.uuid4().hex[:8]
+    ask = {"schemas": {"method": "human_input_executor"}, "inputs": {"prompt": "Which colour?"}}
+    tasks = [{"id": f"r-{s}", "name": "root", "schemas": {"method": "aggregate_results_executor"},
+              "dependencies": [{"id": f"a-{s}", "required": True}, {"id": f"b-{s}", "required": True}]},
+             {"id": f"a-{s}", "name": "a", "parent_id": f"r-{s}", **ask},
+             {"id": f"b-{s}", "name": "b", "parent_id": f"r-{s}", **ask}]
+    async with agent_server(make_settings()) as (url, app), a2a_client(url, streaming=False) as client:
+        (response,) = await collect(client, send_request(tasks))
+        repo = app.state.services.repo
+
+        async def both_wait() -> bool:
+            return all([(await repo.get(t["id"]))["waiting"] is not None for t in tasks[1:]])
+
+        await wait_until(both_wait)
+        shown = wait_data(response.task)["task_id"]
+        other = next(t["id"] for t in tasks[1:] if t["id"] != shown)
+        (one,) = await collect(client, follow_up(response.task, new_data_part({"value": "red", "task_id": other})))
+        assert one.task.status.state == INPUT_REQUIRED
+        assert wait_data(one.task)["task_id"] == shown and "problem" not in wait_data(one.task)
+        (done,) = await collect(client, follow_up(one.task, new_text_part("blue")))
+    assert done.task.status.state == TaskState.TASK_STATE_COMPLETED
+    results = {t["id"]: t["result"] for t in outcome(done.task)["tasks"]}
+    assert results[other] == "red" and results[shown] == "blue"
+
+
 async def test_an_answer_never_reaches_a_question_not_shown(make_settings: Any) -> None:
     """The wait shown timed out (its default taken) and a later one asks: an answer without
     task_id is not given to the later one; the agent task shows it instead."""

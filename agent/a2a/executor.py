@@ -133,7 +133,7 @@ class TaskTreeAgentExecutor(AgentExecutor):
         the tree goes on, and is followed."""
         if answer.wait is not None:
             try:
-                await self._services.waits.respond(RespondToTask(answer.wait.task_id, answer.value), answer.call)
+                await self._services.waits.respond(RespondToTask.of(answer.wait.task_id, answer.value), answer.call)
             except RpcError as exc:
                 waits = waits_for_input(await self._services.repo.tree(plan.root_task_id))
                 still = next((w for w in waits if w.task_id == answer.wait.task_id), None)
@@ -256,7 +256,8 @@ class TaskTreeAgentExecutor(AgentExecutor):
         if not task_id or not root:
             raise InvalidParamsError(message="tasks/cancel needs the agent task id")
         reported = self._cancelling.setdefault(task_id, asyncio.Event())
-        self._live.pop(task_id, None)
+        # Not executing here (an agent task in input-required): no execute will clear `reported`.
+        following = self._live.pop(task_id, None) is not None
         try:
             cancelled, rows = await self._cancel_tree(root)
             progress = sum(1 for r in rows if r["status"] in FINISHED_STATUSES) / max(len(rows), 1)
@@ -265,6 +266,8 @@ class TaskTreeAgentExecutor(AgentExecutor):
                 message=f"Cancelled {cancelled} task(s) of tree {root}"))
         finally:
             reported.set()
+            if not following:
+                self._cancelling.pop(task_id, None)
 
     async def _cancel_tree(self, root: str) -> tuple[int, list[dict[str, Any]]]:
         repo, engine = self._services.repo, self._services.engine
