@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from a2a.client import Client
 import pytest
 from a2a.helpers.proto_helpers import new_data_part, new_text_part
 from a2a.types.a2a_pb2 import (
@@ -66,6 +67,12 @@ def follow_up(task: Task, *parts: Part) -> SendMessageRequest:
                                               context_id=task.context_id, parts=list(parts)))
 
 
+async def send(client: Client, request: SendMessageRequest) -> Task:
+    """The agent task a blocking send answers with."""
+    (response,) = await collect(client, request)
+    return response.task
+
+
 def wait_data(task: Task) -> dict[str, Any]:
     """The status message's data part (run summary and the wait), and its text part as `text`."""
     parts = task.status.message.parts
@@ -85,8 +92,7 @@ async def test_send_answers_input_required_and_a_follow_up_completes_the_tree(ma
     tasks = approval_tree()
     root, approve = tasks[0]["id"], tasks[2]["id"]
     async with agent_server(make_settings()) as (url, app), a2a_client(url, streaming=False) as client:
-        (response,) = await collect(client, send_request(tasks))
-        waiting = response.task
+        waiting = await send(client, send_request(tasks))
         assert waiting.status.state == INPUT_REQUIRED
         assert waiting.context_id == root
         data = wait_data(waiting)
@@ -100,10 +106,10 @@ async def test_send_answers_input_required_and_a_follow_up_completes_the_tree(ma
         assert read.status.state == INPUT_REQUIRED  # also on read: the state is stored
 
         answer = follow_up(waiting, new_data_part({"value": {"approved": True}}))
-        (done,) = await collect(client, answer)
-        assert done.task.id == waiting.id
-        assert done.task.status.state == TaskState.TASK_STATE_COMPLETED
-        results = outcome(done.task)
+        done = await send(client, answer)
+        assert done.id == waiting.id
+        assert done.status.state == TaskState.TASK_STATE_COMPLETED
+        results = outcome(done)
         assert results["status"] == "completed"
         assert {t["id"]: t["result"] for t in results["tasks"]}[approve] == {"approved": True}
         stored = await client.get_task(GetTaskRequest(id=waiting.id))
@@ -115,34 +121,33 @@ async def test_a_wrong_value_keeps_input_required_and_says_why(make_settings: An
     tasks = approval_tree()
     approve = tasks[2]["id"]
     async with agent_server(make_settings()) as (url, app), a2a_client(url, streaming=False) as client:
-        (response,) = await collect(client, send_request(tasks))
-        waiting = response.task
-        (wrong,) = await collect(client, follow_up(waiting, new_data_part({"value": {"approved": "yes"}})))
-        assert wrong.task.status.state == INPUT_REQUIRED
-        data = wait_data(wrong.task)
+        waiting = await send(client, send_request(tasks))
+        wrong = await send(client, follow_up(waiting, new_data_part({"value": {"approved": "yes"}})))
+        assert wrong.status.state == INPUT_REQUIRED
+        data = wait_data(wrong)
         assert "approved" in data["problem"] and data["task_id"] == approve
         assert data["text"].startswith("Not accepted: ") and data["text"].endswith(PROMPT)
-        (text,) = await collect(client, follow_up(waiting, new_text_part("yes")))  # the schema wants an object
-        assert text.task.status.state == INPUT_REQUIRED
-        assert 'data part {"value": ...}' in wait_data(text.task)["problem"]
+        text = await send(client, follow_up(waiting, new_text_part("yes")))  # the schema wants an object
+        assert text.status.state == INPUT_REQUIRED
+        assert 'data part {"value": ...}' in wait_data(text)["problem"]
         row = await app.state.services.repo.get(approve)
         assert row["waiting"] is not None, "a refused answer leaves the wait as it was"
 
-        (done,) = await collect(client, follow_up(waiting, new_data_part({"value": {"approved": False}})))
-    assert done.task.status.state == TaskState.TASK_STATE_COMPLETED
-    assert {t["id"]: t["result"] for t in outcome(done.task)["tasks"]}[approve] == {"approved": False}
+        done = await send(client, follow_up(waiting, new_data_part({"value": {"approved": False}})))
+    assert done.status.state == TaskState.TASK_STATE_COMPLETED
+    assert {t["id"]: t["result"] for t in outcome(done)["tasks"]}[approve] == {"approved": False}
 
 
 async def test_text_answers_a_wait_without_a_schema(make_settings: Any) -> None:
     tasks = approval_tree(schema=None)
     approve = tasks[2]["id"]
     async with agent_server(make_settings()) as (url, _app), a2a_client(url, streaming=False) as client:
-        (response,) = await collect(client, send_request(tasks))
-        data = wait_data(response.task)
+        asked = await send(client, send_request(tasks))
+        data = wait_data(asked)
         assert data["schema"] is None and "or text" in data["next"]
-        (done,) = await collect(client, follow_up(response.task, new_text_part("ship it")))
-    assert done.task.status.state == TaskState.TASK_STATE_COMPLETED
-    assert {t["id"]: t["result"] for t in outcome(done.task)["tasks"]}[approve] == "ship it"
+        done = await send(client, follow_up(asked, new_text_part("ship it")))
+    assert done.status.state == TaskState.TASK_STATE_COMPLETED
+    assert {t["id"]: t["result"] for t in outcome(done)["tasks"]}[approve] == "ship it"
 
 
 async def test_only_the_owner_answers(make_settings: Any) -> None:
@@ -180,21 +185,21 @@ async def test_two_waits_at_once_are_answered_one_after_the_other(make_settings:
              {"id": f"a-{s}", "name": "a", "parent_id": f"r-{s}", **ask},
              {"id": f"b-{s}", "name": "b", "parent_id": f"r-{s}", **ask}]
     async with agent_server(make_settings()) as (url, app), a2a_client(url, streaming=False) as client:
-        (response,) = await collect(client, send_request(tasks))
+        asked = await send(client, send_request(tasks))
         repo = app.state.services.repo
 
         async def both_wait() -> bool:
             return all([(await repo.get(t["id"]))["waiting"] is not None for t in tasks[1:]])
 
         await wait_until(both_wait)
-        shown = wait_data(response.task)["task_id"]
+        shown = wait_data(asked)["task_id"]
         other = next(t["id"] for t in tasks[1:] if t["id"] != shown)
-        (one,) = await collect(client, follow_up(response.task, new_data_part({"value": "red", "task_id": other})))
-        assert one.task.status.state == INPUT_REQUIRED
-        assert wait_data(one.task)["task_id"] == shown and "problem" not in wait_data(one.task)
-        (done,) = await collect(client, follow_up(one.task, new_text_part("blue")))
-    assert done.task.status.state == TaskState.TASK_STATE_COMPLETED
-    results = {t["id"]: t["result"] for t in outcome(done.task)["tasks"]}
+        one = await send(client, follow_up(asked, new_data_part({"value": "red", "task_id": other})))
+        assert one.status.state == INPUT_REQUIRED
+        assert wait_data(one)["task_id"] == shown and "problem" not in wait_data(one)
+        done = await send(client, follow_up(one, new_text_part("blue")))
+    assert done.status.state == TaskState.TASK_STATE_COMPLETED
+    results = {t["id"]: t["result"] for t in outcome(done)["tasks"]}
     assert results[other] == "red" and results[shown] == "blue"
 
 
@@ -207,30 +212,30 @@ async def test_an_answer_never_reaches_a_question_not_shown(make_settings: Any) 
     second.update(schemas={"method": "human_input_executor"}, inputs={"prompt": "Send the receipt?"})
     tasks[3] = second
     async with agent_server(make_settings()) as (url, app), a2a_client(url, streaming=False) as client:
-        (response,) = await collect(client, send_request(tasks))
-        assert wait_data(response.task)["task_id"] == first["id"]
+        asked = await send(client, send_request(tasks))
+        assert wait_data(asked)["task_id"] == first["id"]
         repo = app.state.services.repo
 
         async def second_waits() -> bool:
             return (await repo.get(second["id"]))["waiting"] is not None
 
         await wait_until(second_waits)
-        (moved,) = await collect(client, follow_up(response.task, new_data_part({"value": {"approved": False}})))
-        data = wait_data(moved.task)
-        assert moved.task.status.state == INPUT_REQUIRED
+        moved = await send(client, follow_up(asked, new_data_part({"value": {"approved": False}})))
+        data = wait_data(moved)
+        assert moved.status.state == INPUT_REQUIRED
         assert data["task_id"] == second["id"] and data["prompt"] == "Send the receipt?"
         assert f"task {first['id']} no longer waits" in data["problem"]
         assert (await repo.get(first["id"]))["result"] == {"approved": True}  # its default, untouched
-        (done,) = await collect(client, follow_up(moved.task, new_text_part("yes")))
-    assert done.task.status.state == TaskState.TASK_STATE_COMPLETED
-    assert {t["id"]: t["result"] for t in outcome(done.task)["tasks"]}[second["id"]] == "yes"
+        done = await send(client, follow_up(moved, new_text_part("yes")))
+    assert done.status.state == TaskState.TASK_STATE_COMPLETED
+    assert {t["id"]: t["result"] for t in outcome(done)["tasks"]}[second["id"]] == "yes"
 
 
 async def test_cancel_ends_the_wait(make_settings: Any) -> None:
     tasks = approval_tree()
     async with agent_server(make_settings()) as (url, app), a2a_client(url, streaming=False) as client:
-        (response,) = await collect(client, send_request(tasks))
-        cancelled = await client.cancel_task(CancelTaskRequest(id=response.task.id))
+        asked = await send(client, send_request(tasks))
+        cancelled = await client.cancel_task(CancelTaskRequest(id=asked.id))
         assert cancelled.status.state == TaskState.TASK_STATE_CANCELED
         row = await app.state.services.repo.get(tasks[2]["id"])
     assert row["status"] == "cancelled" and row["waiting"] is None
@@ -243,7 +248,7 @@ async def test_a_wait_answered_elsewhere_settles_the_agent_task(make_settings: A
     monkeypatch.setattr(executor, "SETTLE_AFTER", timedelta(0))
     tasks = approval_tree()
     async with agent_server(make_settings()) as (url, _app), a2a_client(url, streaming=False) as client:
-        (response,) = await collect(client, send_request(tasks))
+        asked = await send(client, send_request(tasks))
         async with httpx.AsyncClient(timeout=30) as http:
             answer = (await http.post(url + "/tasks", json={"jsonrpc": "2.0", "id": 1, "method": "tasks.respond",
                                                             "params": {"task_id": tasks[2]["id"],
@@ -251,7 +256,7 @@ async def test_a_wait_answered_elsewhere_settles_the_agent_task(make_settings: A
         assert answer["result"]["status"] == "resumed", answer
 
         async def settled() -> bool:
-            task = await client.get_task(GetTaskRequest(id=response.task.id))
+            task = await client.get_task(GetTaskRequest(id=asked.id))
             return task.status.state == TaskState.TASK_STATE_COMPLETED
 
         await wait_until(settled)
@@ -296,17 +301,17 @@ async def test_push_notifications_show_input_required_on_both_wires(make_setting
         request.configuration.task_push_notification_config.CopyFrom(
             TaskPushNotificationConfig(url=f"{rec.url}/v1"))
         async with a2a_client(url, streaming=False) as client:
-            (response,) = await collect(client, request)
-            agent_id = response.task.id
+            asked = await send(client, request)
+            agent_id = asked.id
 
             def states(path: str) -> list[str]:
                 return [r["json"].get("statusUpdate", {}).get("status", {}).get("state")
                         for r in rec.requests if r["path"] == path]
 
-            async def asked() -> bool:
+            async def input_required() -> bool:
                 return "TASK_STATE_INPUT_REQUIRED" in states("/v1")
 
-            await wait_until(asked)
+            await wait_until(input_required)
             waiting = await client.get_task(GetTaskRequest(id=agent_id))
             assert waiting.status.state == INPUT_REQUIRED
             (ask,) = [ParseDict(r["json"], StreamResponse()) for r in rec.requests if r["path"] == "/v1"
@@ -357,13 +362,13 @@ async def test_end_to_end_through_a_real_service(tmp_path: Path) -> None:
     try:
         tasks = approval_tree()
         async with a2a_client(service.url, streaming=False) as client:
-            (response,) = await collect(client, send_request(tasks))
-            assert response.task.status.state == INPUT_REQUIRED
-            assert wait_data(response.task)["task_id"] == tasks[2]["id"]
+            asked = await send(client, send_request(tasks))
+            assert asked.status.state == INPUT_REQUIRED
+            assert wait_data(asked)["task_id"] == tasks[2]["id"]
             listed = await service.rpc("tasks.list", {"waiting": True})
             assert [t["id"] for t in listed] == [tasks[2]["id"]]
-            (done,) = await collect(client, follow_up(response.task, new_data_part({"value": {"approved": True}})))
-        assert done.task.status.state == TaskState.TASK_STATE_COMPLETED
+            done = await send(client, follow_up(asked, new_data_part({"value": {"approved": True}})))
+        assert done.status.state == TaskState.TASK_STATE_COMPLETED
         assert (await service.task(tasks[0]["id"]))["status"] == "completed"
     finally:
         service.stop()
