@@ -372,3 +372,30 @@ async def test_end_to_end_through_a_real_service(tmp_path: Path) -> None:
         assert (await service.task(tasks[0]["id"]))["status"] == "completed"
     finally:
         service.stop()
+
+
+async def test_kill_9_while_waiting_then_the_answer_completes(tmp_path: Path) -> None:
+    """The wait and the agent task are stored: after kill -9 and a restart on the same database,
+    the follow-up answers and the tree completes (the agent task is found in the store, the
+    execution is resumed by the new process)."""
+    env = {"SERVICE_DATABASE_URL": f"sqlite:///{tmp_path / 'tg.db'}"}
+    tasks = approval_tree()
+    service = Service(tmp_path, env).start()
+    try:
+        async with a2a_client(service.url, streaming=False) as client:
+            asked = await send(client, send_request(tasks))
+        assert asked.status.state == INPUT_REQUIRED
+    finally:
+        service.kill()
+    again = Service(tmp_path, env, "again")
+    again.port, again.url = service.port, service.url  # the card's address stays the same
+    again.env["SERVICE_API_PORT"] = str(service.port)
+    again.start()
+    try:
+        async with a2a_client(again.url, streaming=True) as client:
+            events = await collect(client, follow_up(asked, new_data_part({"value": {"approved": True}})))
+        states = [e.status_update.status.state for e in events if e.HasField("status_update")]
+        assert states[-1] == TaskState.TASK_STATE_COMPLETED, states
+        assert (await again.task(tasks[0]["id"]))["status"] == "completed"
+    finally:
+        again.stop()
