@@ -8,6 +8,7 @@ as raw JSON-RPC, push notifications to a local receiver, and one real `taskgrove
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -399,3 +400,28 @@ async def test_kill_9_while_waiting_then_the_answer_completes(tmp_path: Path) ->
         assert (await again.task(tasks[0]["id"]))["status"] == "completed"
     finally:
         again.stop()
+
+
+async def test_the_0_3_stream_shows_input_required_and_the_follow_up_streams_to_completed(client: Any) -> None:
+    """message/stream in the 0.3 form (SPEC.md's lowercase states) through the ASGI app."""
+    tasks = approval_tree(schema={"type": "string"})
+
+    async def stream(message: dict[str, Any]) -> list[dict[str, Any]]:
+        body = {"jsonrpc": "2.0", "id": 1, "method": "message/stream", "params": {"message": {
+            "kind": "message", "role": "user", "messageId": uuid.uuid4().hex, **message}}}
+        response = await client.http.post("/", json=body)
+        assert response.headers["content-type"].startswith("text/event-stream"), response.text
+        return [json.loads(line[len("data: "):])["result"] for line in response.text.splitlines()
+                if line.startswith("data: ")]
+
+    first = await stream({"parts": [{"kind": "data", "data": {"tasks": tasks}}]})
+    agent_task, last = first[0], first[-1]
+    assert last["kind"] == "status-update" and last["status"]["state"] == "input-required"
+    parts = last["status"]["message"]["parts"]
+    assert parts[0]["data"]["prompt"] == PROMPT and parts[0]["data"]["schema"] == {"type": "string"}
+    assert parts[1] == {"kind": "text", "text": PROMPT}
+    second = await stream({"taskId": agent_task["id"], "contextId": agent_task["contextId"],
+                           "parts": [{"kind": "text", "text": "approved"}]})
+    states = [e["status"]["state"] for e in second if e["kind"] == "status-update"]
+    assert states[0] == "working" and states[-1] == "completed"
+    assert second[-1]["final"] is True
