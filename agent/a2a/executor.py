@@ -7,6 +7,12 @@ artifact `task_results` (the root's result or error and every task's) and the fi
 finishes instantly is seen to its `final` event. A tree planned from text also gets the artifact
 `plan` first; a plan-only request stops in `input-required` with the plan and runs nothing.
 
+When a task of the tree parks on a wait for input, `execute` reports `input-required` with the wait
+(agent/a2a/input_required.py) and returns: the SDK runs one request of an agent task at a time, so
+the follow-up message that answers can only run once this one has ended. That follow-up's
+`execute` gives the answer (WaitService.respond, the one rule of tasks.respond), then follows the
+resumed tree like the first one did, to the next wait or the end.
+
 `cancel` (A2A tasks/cancel) cancels every pending and running task of the tree through the engine,
 so the work really stops, then reports the agent task canceled. The SDK awaits `cancel` before it
 cancels the `execute` coroutine; meanwhile `execute` stops reporting, so the engine's own `final`
@@ -20,7 +26,7 @@ import uuid
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from a2a.helpers.proto_helpers import new_data_part
+from a2a.helpers.proto_helpers import new_data_part, new_text_part
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.context import ServerCallContext
 from a2a.server.events import EventQueue
@@ -29,13 +35,17 @@ from a2a.types.a2a_pb2 import Artifact, Message, Task, TaskState
 from a2a.types.a2a_pb2 import TaskStatus as A2ATaskStatus  # (TaskStatus is our storage enum)
 from a2a.utils.errors import InvalidParamsError
 
-from taskgrove.agent.a2a.message_tree import TreePlan, TreeRequestContext
+from taskgrove.agent.a2a.input_required import Answer, InputWait, waits_for_input
+from taskgrove.agent.a2a.message_tree import TreePlan, TreeRequestContext, rpc_detail
+from taskgrove.agent.a2a.plain_language import draft_of
 from taskgrove.agent.a2a.push import PushTargets
 from taskgrove.agent.a2a.wire import data_message, run_data
 from taskgrove.agent.engine import bus
 from taskgrove.agent.engine.bus import Event, Subscription
 from taskgrove.agent.engine.engine import AlreadyRunning, NotExecutable
 from taskgrove.agent.engine.follow import follow_execution
+from taskgrove.agent.errors import RpcError
+from taskgrove.agent.requests import RespondToTask
 from taskgrove.storage.executions import latest_execution
 from taskgrove.storage.status import FINISHED_STATUSES, TaskStatus
 
@@ -75,33 +85,81 @@ class TaskTreeAgentExecutor(AgentExecutor):
                 task_id, plan.root_task_id, plan.task_count, TaskStatus.PENDING.value, 0.0,
                 **plan.draft.data()))
             return
+        answer = plan.answer
+        if answer is not None and answer.problem is not None:  # no answer: ask again, saying why
+            assert answer.wait is not None
+            await self._ask(updater, plan, answer.wait, answer.problem)
+            return
         subscription = self._services.bus.subscribe(
             lambda e: e["root_task_id"] == plan.root_task_id, maxsize=10_000)
         self._live[task_id] = context.call_context
         try:
-            await event_queue.enqueue_event(_initial_task(context, plan))
-            if plan.planned is not None:  # the plan a text request became, visible to the caller
-                await updater.add_artifact([new_data_part({"tasks": plan.planned})], name="plan", last_chunk=True)
-            try:
-                await self._services.engine.execute(plan.task_id, plan.call)
-            except (AlreadyRunning, NotExecutable, KeyError) as exc:
-                reason = f"Task '{plan.task_id}' is already running" if isinstance(exc, AlreadyRunning) \
-                    else f"Task '{plan.task_id}' cannot be executed: {exc}"
-                await updater.failed(message=_status_message(task_id, plan.root_task_id, plan.task_count,
-                                                             TaskStatus.FAILED.value, 0.0,
-                                                             message=reason))
+            if answer is None:
+                if not await self._start(context, event_queue, updater, plan):
+                    return
+            elif not await self._resume(updater, plan, answer):
                 return
-            final = await self._follow(subscription, updater, plan, task_id)
-            if final is not None:
-                await self._finish(updater, plan, final)
+            outcome = await self._follow(subscription, updater, plan, task_id)
+            if isinstance(outcome, InputWait):
+                await self._ask(updater, plan, outcome)
+            elif outcome is not None:
+                await self._finish(updater, plan, outcome)
         finally:
             subscription.close()
             self._cancelling.pop(task_id, None)
             self._live.pop(task_id, None)
 
+    async def _start(self, context: RequestContext, event_queue: EventQueue, updater: TaskUpdater,
+                     plan: TreePlan) -> bool:
+        """Report the agent task and start the tree's execution; False when it cannot start
+        (the agent task is then failed)."""
+        await event_queue.enqueue_event(_initial_task(context, plan))
+        if plan.planned is not None:  # the plan a text request became, visible to the caller
+            await updater.add_artifact([new_data_part({"tasks": plan.planned})], name="plan", last_chunk=True)
+        try:
+            await self._services.engine.execute(plan.task_id, plan.call)
+        except (AlreadyRunning, NotExecutable, KeyError) as exc:
+            reason = f"Task '{plan.task_id}' is already running" if isinstance(exc, AlreadyRunning) \
+                else f"Task '{plan.task_id}' cannot be executed: {exc}"
+            await updater.failed(message=_status_message(updater.task_id, plan.root_task_id, plan.task_count,
+                                                         TaskStatus.FAILED.value, 0.0, message=reason))
+            return False
+        return True
+
+    async def _resume(self, updater: TaskUpdater, plan: TreePlan, answer: Answer) -> bool:
+        """Give the follow-up's answer to its wait (tasks.respond's rule); the agent task is
+        working again. False when the answer was refused: the agent task then still waits, with
+        the reason. A wait that ended another way meanwhile (answered, timed out) is no refusal:
+        the tree goes on, and is followed."""
+        if answer.wait is not None:
+            try:
+                await self._services.waits.respond(RespondToTask.of(answer.wait.task_id, answer.value), answer.call)
+            except RpcError as exc:
+                waits = waits_for_input(await self._services.repo.tree(plan.root_task_id))
+                still = next((w for w in waits if w.task_id == answer.wait.task_id), None)
+                if still is not None:
+                    await self._ask(updater, plan, still, rpc_detail(exc))
+                    return False
+        await updater.update_status(TaskState.TASK_STATE_WORKING, message=_status_message(
+            updater.task_id, plan.root_task_id, plan.task_count, TaskStatus.IN_PROGRESS.value, 0.0,
+            message=f"Answer to task {answer.wait.task_id} taken; resuming" if answer.wait is not None else None))
+        return True
+
+    async def _ask(self, updater: TaskUpdater, plan: TreePlan, wait: InputWait, problem: str | None = None) -> None:
+        """The agent task waits for the input `wait` asks for (input-required), with `problem`:
+        why the last follow-up was not taken."""
+        rows = await self._services.repo.tree(plan.root_task_id)
+        done = sum(1 for r in rows if r["status"] in FINISHED_STATUSES) / max(len(rows), 1)
+        data = run_data(TaskStatus.IN_PROGRESS.value, done, plan.root_task_id, len(rows) or plan.task_count)
+        data.update(wait.data(problem))  # `schema` and `deadline` stay, null too
+        message = data_message(data, task_id=updater.task_id, context_id=plan.root_task_id)
+        message.parts.append(new_text_part(wait.text(problem)))
+        await updater.requires_input(message=message)
+
     async def _follow(self, subscription: Subscription, updater: TaskUpdater, plan: TreePlan,
-                      task_id: str) -> Event | None:
-        """Report engine events until the run's `final` event (returned), or None once cancelled.
+                      task_id: str) -> Event | InputWait | None:
+        """Report engine events until the run's `final` event (returned), a wait for input of one
+        of its tasks (returned), or None once cancelled.
 
         Every status update is a write of the agent task (whose history grows by one message),
         so updates are sent at most every STATUS_INTERVAL seconds; events in between are
@@ -130,6 +188,10 @@ class TaskTreeAgentExecutor(AgentExecutor):
                 final = next((e for e in batch if e["type"] == bus.FINAL), None)
                 if final is not None:
                     return final
+                if any("waiting" in e for e in batch):  # a task parked or resumed: does one wait for input?
+                    waits = waits_for_input(await self._services.repo.tree(plan.root_task_id))
+                    if waits:
+                        return waits[0]
                 if streaming:
                     last = batch[-1]
                     await updater.update_status(TaskState.TASK_STATE_WORKING, message=_status_message(
@@ -157,8 +219,10 @@ class TaskTreeAgentExecutor(AgentExecutor):
     async def settle(self, task: Task, call_context: ServerCallContext | None) -> Task:
         """An agent task left `working` by an instance that no longer follows its tree (stopped,
         restarted, died) gets the tree's stored outcome once its execution, resumed by whichever
-        instance, has ended. Read-time, so it costs nothing until someone asks."""
-        if task.status.state != TaskState.TASK_STATE_WORKING or task.id in self._live:
+        instance, has ended. Read-time, so it costs nothing until someone asks. So does one left
+        `input-required` by a wait that ended another way (tasks.respond, a timeout's default)."""
+        waited = task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED and draft_of(task) is None
+        if not (task.status.state == TaskState.TASK_STATE_WORKING or waited) or task.id in self._live:
             return task
         if task.status.HasField("timestamp") and \
                 datetime.now(timezone.utc) - task.status.timestamp.ToDatetime(timezone.utc) < SETTLE_AFTER:
@@ -192,7 +256,8 @@ class TaskTreeAgentExecutor(AgentExecutor):
         if not task_id or not root:
             raise InvalidParamsError(message="tasks/cancel needs the agent task id")
         reported = self._cancelling.setdefault(task_id, asyncio.Event())
-        self._live.pop(task_id, None)
+        # Not executing here (an agent task in input-required): no execute will clear `reported`.
+        following = self._live.pop(task_id, None) is not None
         try:
             cancelled, rows = await self._cancel_tree(root)
             progress = sum(1 for r in rows if r["status"] in FINISHED_STATUSES) / max(len(rows), 1)
@@ -201,6 +266,8 @@ class TaskTreeAgentExecutor(AgentExecutor):
                 message=f"Cancelled {cancelled} task(s) of tree {root}"))
         finally:
             reported.set()
+            if not following:
+                self._cancelling.pop(task_id, None)
 
     async def _cancel_tree(self, root: str) -> tuple[int, list[dict[str, Any]]]:
         repo, engine = self._services.repo, self._services.engine

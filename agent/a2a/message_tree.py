@@ -8,9 +8,10 @@ JSON-RPC error instead of a failed agent task.
 The same step reads what a message means: a tree as data (without an LLM, also a text part whose
 whole text is that JSON object), a stored tree by `metadata.task_id`, or (with an LLM) a
 plain-language requirement planned by agent.a2a.plain_language; and, for a task waiting
-in `input-required` with a plan, the follow-up that approves, replaces or refines it. Every part
-must be one of those (ContentTypeNotSupportedError otherwise); a task in any other state takes no
-further message (UnsupportedOperationError).
+in `input-required`, the follow-up: for a plan, what approves, replaces or refines it; for a tree
+whose task waits for input, the answer (agent.a2a.input_required). Every part must be one of
+those (ContentTypeNotSupportedError otherwise); a task in any other state takes no further
+message (UnsupportedOperationError).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from google.protobuf.json_format import MessageToDict
 
 from taskgrove.agent.a2a.calls import PUSH_KEY, call_of, wire_for
 from taskgrove.agent.a2a.card import llm_configured
+from taskgrove.agent.a2a.input_required import Answer, read_answer, waits_for_input
 from taskgrove.agent.a2a.plain_language import (
     REPLY_HINT,
     Draft,
@@ -45,7 +47,7 @@ from taskgrove.agent.a2a.plain_language import (
     wants_plan_only,
 )
 from taskgrove.agent.a2a.push import PushConfigError, PushTarget, PushTargets, check_url, parse_target
-from taskgrove.agent.a2a.wire import restore_ints
+from taskgrove.agent.a2a.wire import message_data, restore_ints
 from taskgrove.agent.errors import PERMISSION_DENIED, QuotaExceeded, RpcError
 from taskgrove.agent.requests import NewTree
 from taskgrove.agent.rpc import params as rpc_params
@@ -73,6 +75,8 @@ class TreePlan:
     # Planned from text: the plan shown as an artifact; `draft` set = stop in input-required with it.
     planned: list[dict[str, Any]] | None = None
     draft: Draft | None = None
+    # A follow-up on a tree waiting for input: answer the wait, then follow the tree (no new execution).
+    answer: Answer | None = None
     # Per-execution context for executors (user, LLM key of the request); never stored.
     call: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -189,12 +193,17 @@ def _state_word(state: Any) -> str:
     return state_name(state)
 
 
+def rpc_detail(exc: RpcError) -> str:
+    """What went wrong, in the words a client reads (the error's data when it is text)."""
+    return exc.data if isinstance(exc.data, str) and exc.data else exc.message
+
+
 def a2a_error(exc: RpcError) -> A2AError:
     """Our service errors in the SDK's terms (the SDK renders A2AError into JSON-RPC errors).
 
     Permission denied maps to TaskNotFoundError, whose JSON-RPC code (-32001) is ours as well.
     """
-    detail = exc.data if isinstance(exc.data, str) and exc.data else exc.message
+    detail = rpc_detail(exc)
     if exc.code == PERMISSION_DENIED:
         return TaskNotFoundError(message=f"Permission denied: {detail}")
     return InvalidParamsError(message=detail)
@@ -220,15 +229,15 @@ class TreeRequestContextBuilder(RequestContextBuilder):
             task = await self._task_store.get(task_id, context)
             if task is None:  # unknown, or another user's (the store is scoped by caller)
                 raise TaskNotFoundError(message=f"Agent task {task_id} not found")
-        draft = draft_of(task) if task_id and task is not None \
-            and task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED else None
-        if task_id and draft is None:
+        waiting = bool(task_id) and task is not None and task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        draft = draft_of(task) if waiting else None
+        if task_id and not waiting:
             state = task.status.state if task is not None else None
             raise UnsupportedOperationError(
                 message=f"Agent task {task_id} is {_state_word(state)} and takes no further message: every "
                         "message executes a task tree; send a new message without taskId (metadata.task_id "
-                        "runs a stored tree). Only a task waiting for a plan's approval (input-required) "
-                        "takes a follow-up."
+                        "runs a stored tree). Only a task in input-required (waiting for a plan's approval, "
+                        "or for the input a task of its tree asks for) takes a follow-up."
             )
         call = call_of(context)
         metadata = request_metadata(params)
@@ -237,6 +246,9 @@ class TreeRequestContextBuilder(RequestContextBuilder):
             if draft is not None:
                 assert task is not None
                 plan = await self._follow_up(params.message, draft, task.context_id, call)
+            elif waiting:
+                assert task is not None
+                plan = await self._answer(params.message, task, call)
             else:
                 plan = await self._plan(params.message, metadata, call)
         except RpcError as exc:
@@ -341,6 +353,21 @@ class TreeRequestContextBuilder(RequestContextBuilder):
             requirement = f"{draft.requirement}\n\nChanges asked for after seeing the plan: {value}"
             return await self._from_text(requirement, True, call, root_id=context_id)
         raise InvalidParamsError(message="The plan is waiting for a decision: " + REPLY_HINT)
+
+    async def _answer(self, message: Message, task: Task, call: CallContext) -> TreePlan:
+        """The caller's answer to a tree waiting for input: read here, given by the executor."""
+        check_parts(message, text_allowed=True)
+        tree_id = task.context_id
+        rows = await self._services.repo.tree(tree_id)
+        if not rows:
+            raise InvalidParamsError(message=f"Task tree {tree_id} of this agent task no longer exists")
+        root = next((r for r in rows if r["id"] == tree_id), rows[0])
+        if not call.caller.can_access(root["user_id"]):
+            raise TaskNotFoundError(message=f"Permission denied: only the owner or an admin may answer tree {tree_id}")
+        shown = message_data(task.status.message) if task.status.HasField("message") else None
+        answer = read_answer(message, waits_for_input(rows), call, shown)
+        return TreePlan(task_id=root["id"], root_task_id=tree_id, task_count=len(rows), user_id=root["user_id"],
+                        call=_run_call(call), answer=answer)
 
     async def _existing(self, task_id: str, copy_execution: bool, copy_children: bool, call: CallContext,
                         run_call: dict[str, Any]) -> TreePlan:
