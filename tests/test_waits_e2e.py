@@ -1,5 +1,6 @@
-"""Durable waits through real `taskgrove serve` processes (issue 29): a wait survives kill -9, and an
-answer sent to another instance resumes the tree exactly once.
+"""Durable waits through real `taskgrove serve` processes (issue 29): a wait survives kill -9, an
+answer sent to another instance resumes the tree exactly once, and an event emitted while the
+instance that drives the tree is down (or restarting) is delivered, once.
 
 Side effects are counted from a file (as in tests/test_durability_e2e.py): the work before the wait
 runs once, the work after it runs once after the answer.
@@ -14,6 +15,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import postgres_database
 from tests.processes import Service
 from tests.test_durability_e2e import command_task, needs_postgres, pg_rows, side_effects, sqlite_rows, wait_until
@@ -27,6 +30,19 @@ def approval_tree(marker: Path) -> list[dict[str, Any]]:
                "inputs": {"prompt": "Ship it?", "schema": {"type": "boolean"}}, "dependencies": [{"id": "prep"}]}
     return [root, command_task("prep", "R", marker, 0.0), approve,
             command_task("ship", "R", marker, 0.0, deps=["approve"])]
+
+
+DEPLOYED = {"service": "api", "version": "1.4.2"}
+
+
+def deploy_tree(marker: Path) -> list[dict[str, Any]]:
+    """prep (a command) -> gate (waits for the `deployed` event of `api`) -> ship (a command)."""
+    root = {"id": "R", "name": "deploy", "schemas": {"method": "noop_executor"},
+            "dependencies": [{"id": "ship"}]}
+    gate = {"id": "gate", "name": "gate", "parent_id": "R", "schemas": {"method": "event_wait_executor"},
+            "inputs": {"event": "deployed", "match": {"service": "api"}}, "dependencies": [{"id": "prep"}]}
+    return [root, command_task("prep", "R", marker, 0.0), gate,
+            command_task("ship", "R", marker, 0.0, deps=["gate"])]
 
 
 async def parked(service: Service, task_id: str, timeout: float = 20.0) -> dict[str, Any]:
@@ -60,6 +76,41 @@ async def test_kill_9_while_waiting_then_restart_and_answer(tmp_path: Path) -> N
         assert side_effects(marker) == {"prep": 1, "ship": 1}
     finally:
         service.stop()
+
+
+async def test_kill_9_while_waiting_for_an_event_then_restart_and_emit(tmp_path: Path) -> None:
+    """SQLite (one instance): kill -9 while a task waits for an event; the event is emitted as soon
+    as the restarted instance answers (its recovery of the tree may not have run yet), and the tree
+    completes with the payload as the gate's result, once."""
+    db, marker = tmp_path / "tg.db", tmp_path / "ran.txt"
+    env = {"SERVICE_DATABASE_URL": f"sqlite:///{db}", "SERVICE_CREATE_WAIT_TIMEOUT": "0",
+           "SERVICE_COMMAND_ALLOWLIST": "sh"}
+    service = Service(tmp_path, env).start()
+    try:
+        await service.rpc("tasks.create", deploy_tree(marker))
+        await parked(service, "gate")
+        service.kill()
+        assert {r["id"]: r["status"] for r in sqlite_rows(db)}["gate"] == "in_progress"
+        service.start()
+        emitted = await service.rpc("events.emit", {"name": "deployed", "payload": DEPLOYED})
+        assert emitted["resumed"] == 1 and emitted["task_ids"] == ["gate"]
+        await service.wait_status("R", ("completed",), timeout=20)
+        await _delivered_once(service, marker)
+        rows = {r["id"]: r for r in sqlite_rows(db)}
+        assert rows["gate"]["attempt"] == 1 and rows["gate"]["interruptions"] == 0
+    finally:
+        service.stop()
+
+
+async def _delivered_once(service: Service, marker: Path) -> None:
+    """The gate's result is the event's payload, the work around it ran once, and the same event
+    again resumes nothing."""
+    gate = await service.task("gate")
+    assert gate["status"] == "completed" and gate["result"] == DEPLOYED and gate["waiting"] is None
+    assert side_effects(marker) == {"prep": 1, "ship": 1}
+    again = await service.rpc("events.emit", {"name": "deployed", "payload": DEPLOYED})
+    assert again["resumed"] == 0
+    assert (await service.task("gate"))["result"] == DEPLOYED
 
 
 @contextlib.asynccontextmanager
@@ -110,6 +161,31 @@ async def test_kill_9_of_the_driver_while_waiting_b_takes_over_and_the_answer_re
         await b.rpc("tasks.respond", {"task_id": "approve", "value": True})
         await wait_until(lambda: _completed(b), 20, "the tree to end")
         assert side_effects(marker) == {"prep": 1, "ship": 1}
+
+
+@needs_postgres
+@pytest.mark.parametrize("a_restarts", [True, False], ids=["a-restarts", "b-takes-over"])
+async def test_an_event_emitted_to_b_while_the_driver_is_down_is_delivered_once(tmp_path: Path,
+                                                                                 a_restarts: bool) -> None:
+    """A drives a tree whose gate waits for an event; A is killed -9; the event is emitted to B while
+    A is down (it ends the wait in the database: nobody drives the tree then). Then either A restarts
+    (whichever instance continues the tree: A's restart or B's takeover) or A stays down (B takes the
+    tree over); the tree completes with the payload as the gate's result, and nothing runs twice."""
+    marker = tmp_path / "ran.txt"
+    async with two_instances(tmp_path, "2") as (url, a, b):
+        await a.rpc("tasks.create", deploy_tree(marker))
+        await parked(a, "gate")
+        a.kill()
+        emitted = await b.rpc("events.emit", {"name": "deployed", "payload": DEPLOYED})
+        assert emitted["resumed"] == 1 and emitted["task_ids"] == ["gate"]
+        assert (await b.task("gate"))["waiting"] is None  # the wait ended in the database, on B
+        if a_restarts:
+            a.start()
+        await wait_until(lambda: _completed(b), 30, "the tree to end after the event")
+        await _delivered_once(b, marker)
+        rows = {r["id"]: r for r in await pg_rows(url)}
+        assert rows["gate"]["attempt"] == 1 and rows["gate"]["result"] == DEPLOYED
+        assert "continuing the execution" in (a.log() + b.log() if a_restarts else b.log())
 
 
 async def _completed(service: Service) -> bool:
