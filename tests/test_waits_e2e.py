@@ -22,27 +22,27 @@ from tests.processes import Service
 from tests.test_durability_e2e import command_task, needs_postgres, pg_rows, side_effects, sqlite_rows, wait_until
 
 
+def gated_tree(marker: Path, gate_id: str, executor: str, inputs: dict[str, Any]) -> list[dict[str, Any]]:
+    """prep (a command) -> `gate_id` (a wait: `executor` with `inputs`) -> ship (a command), under
+    a root R."""
+    root = {"id": "R", "name": "R", "schemas": {"method": "noop_executor"}, "dependencies": [{"id": "ship"}]}
+    gate = {"id": gate_id, "name": gate_id, "parent_id": "R", "schemas": {"method": executor},
+            "inputs": inputs, "dependencies": [{"id": "prep"}]}
+    return [root, command_task("prep", "R", marker, 0.0), gate,
+            command_task("ship", "R", marker, 0.0, deps=[gate_id])]
+
+
 def approval_tree(marker: Path) -> list[dict[str, Any]]:
-    """prep (a command) -> approve (waits for input) -> ship (a command), under a root."""
-    root = {"id": "R", "name": "refund", "schemas": {"method": "noop_executor"},
-            "dependencies": [{"id": "ship"}]}
-    approve = {"id": "approve", "name": "approve", "parent_id": "R", "schemas": {"method": "human_input_executor"},
-               "inputs": {"prompt": "Ship it?", "schema": {"type": "boolean"}}, "dependencies": [{"id": "prep"}]}
-    return [root, command_task("prep", "R", marker, 0.0), approve,
-            command_task("ship", "R", marker, 0.0, deps=["approve"])]
+    """The gate `approve` waits for a yes or no."""
+    return gated_tree(marker, "approve", "human_input_executor", {"prompt": "Ship it?", "schema": {"type": "boolean"}})
 
 
 DEPLOYED = {"service": "api", "version": "1.4.2"}
 
 
 def deploy_tree(marker: Path) -> list[dict[str, Any]]:
-    """prep (a command) -> gate (waits for the `deployed` event of `api`) -> ship (a command)."""
-    root = {"id": "R", "name": "deploy", "schemas": {"method": "noop_executor"},
-            "dependencies": [{"id": "ship"}]}
-    gate = {"id": "gate", "name": "gate", "parent_id": "R", "schemas": {"method": "event_wait_executor"},
-            "inputs": {"event": "deployed", "match": {"service": "api"}}, "dependencies": [{"id": "prep"}]}
-    return [root, command_task("prep", "R", marker, 0.0), gate,
-            command_task("ship", "R", marker, 0.0, deps=["gate"])]
+    """The gate `gate` waits for the `deployed` event of the `api` service."""
+    return gated_tree(marker, "gate", "event_wait_executor", {"event": "deployed", "match": {"service": "api"}})
 
 
 async def parked(service: Service, task_id: str, timeout: float = 20.0) -> dict[str, Any]:
@@ -55,17 +55,29 @@ async def parked(service: Service, task_id: str, timeout: float = 20.0) -> dict[
         await asyncio.sleep(0.05)
 
 
-async def test_kill_9_while_waiting_then_restart_and_answer(tmp_path: Path) -> None:
-    db, marker = tmp_path / "tg.db", tmp_path / "ran.txt"
+@contextlib.asynccontextmanager
+async def restarted_while_waiting(tmp_path: Path, tree: list[dict[str, Any]], task_id: str
+                                  ) -> AsyncIterator[tuple[Service, Path]]:
+    """One instance on SQLite runs `tree` until `task_id` waits, is killed -9 (the wait stays
+    stored: the task is in_progress) and started again; yields it and its database file."""
+    db = tmp_path / "tg.db"
     env = {"SERVICE_DATABASE_URL": f"sqlite:///{db}", "SERVICE_CREATE_WAIT_TIMEOUT": "0",
            "SERVICE_COMMAND_ALLOWLIST": "sh"}
     service = Service(tmp_path, env).start()
     try:
-        await service.rpc("tasks.create", approval_tree(marker))
-        await parked(service, "approve")
+        await service.rpc("tasks.create", tree)
+        await parked(service, task_id)
         service.kill()
-        assert {r["id"]: r["status"] for r in sqlite_rows(db)}["approve"] == "in_progress"
+        assert {r["id"]: r["status"] for r in sqlite_rows(db)}[task_id] == "in_progress"
         service.start()
+        yield service, db
+    finally:
+        service.stop()
+
+
+async def test_kill_9_while_waiting_then_restart_and_answer(tmp_path: Path) -> None:
+    marker = tmp_path / "ran.txt"
+    async with restarted_while_waiting(tmp_path, approval_tree(marker), "approve") as (service, db):
         task = await parked(service, "approve")  # still waiting: not taken for an interrupted attempt
         assert task["interruptions"] == 0 and task["waiting"]["prompt"] == "Ship it?"
         assert (await service.rpc("tasks.respond", {"task_id": "approve", "value": True}))["status"] == "resumed"
@@ -74,32 +86,20 @@ async def test_kill_9_while_waiting_then_restart_and_answer(tmp_path: Path) -> N
         assert rows["approve"]["attempt"] == 1 and rows["approve"]["interruptions"] == 0
         assert (await service.task("approve"))["result"] is True
         assert side_effects(marker) == {"prep": 1, "ship": 1}
-    finally:
-        service.stop()
 
 
 async def test_kill_9_while_waiting_for_an_event_then_restart_and_emit(tmp_path: Path) -> None:
     """SQLite (one instance): kill -9 while a task waits for an event; the event is emitted as soon
     as the restarted instance answers (its recovery of the tree may not have run yet), and the tree
     completes with the payload as the gate's result, once."""
-    db, marker = tmp_path / "tg.db", tmp_path / "ran.txt"
-    env = {"SERVICE_DATABASE_URL": f"sqlite:///{db}", "SERVICE_CREATE_WAIT_TIMEOUT": "0",
-           "SERVICE_COMMAND_ALLOWLIST": "sh"}
-    service = Service(tmp_path, env).start()
-    try:
-        await service.rpc("tasks.create", deploy_tree(marker))
-        await parked(service, "gate")
-        service.kill()
-        assert {r["id"]: r["status"] for r in sqlite_rows(db)}["gate"] == "in_progress"
-        service.start()
+    marker = tmp_path / "ran.txt"
+    async with restarted_while_waiting(tmp_path, deploy_tree(marker), "gate") as (service, db):
         emitted = await service.rpc("events.emit", {"name": "deployed", "payload": DEPLOYED})
         assert emitted["resumed"] == 1 and emitted["task_ids"] == ["gate"]
         await service.wait_status("R", ("completed",), timeout=20)
         await _delivered_once(service, marker)
         rows = {r["id"]: r for r in sqlite_rows(db)}
         assert rows["gate"]["attempt"] == 1 and rows["gate"]["interruptions"] == 0
-    finally:
-        service.stop()
 
 
 async def _delivered_once(service: Service, marker: Path) -> None:
