@@ -1,7 +1,8 @@
 """Answering waits: `tasks.respond` and `events.emit` (docs/waits.md).
 
-The service functions every surface calls (JSON-RPC here; GraphQL, MCP, the CLI, the dashboard
-and A2A's input-required later), with the typed requests of agent/requests.py:
+The service functions every surface calls (JSON-RPC, agent/rpc/waits.py, and through it MCP, the
+CLI and the dashboard; GraphQL's resolvers; A2A's follow-up answers to input-required,
+agent/a2a/executor.py with agent/a2a/input_required.py), with the typed requests of agent/requests.py:
 `WaitService.respond(RespondToTask(task_id, value), ctx)` and
 `WaitService.emit(EmitEvent(name, payload, user_id), ctx)` (`RespondToTask.of`, `EmitEvent.of`
 check typed arguments as `from_params` checks params). They check who may answer and what the

@@ -1,5 +1,6 @@
-"""Durable waits through real `taskgrove serve` processes (issue 29): a wait survives kill -9, and an
-answer sent to another instance resumes the tree exactly once.
+"""Durable waits through real `taskgrove serve` processes (issue 29): a wait survives kill -9, an
+answer sent to another instance resumes the tree exactly once, and an event emitted while the
+instance that drives the tree is down (or restarting) is delivered, once.
 
 Side effects are counted from a file (as in tests/test_durability_e2e.py): the work before the wait
 runs once, the work after it runs once after the answer.
@@ -14,19 +15,34 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import postgres_database
 from tests.processes import Service
 from tests.test_durability_e2e import command_task, needs_postgres, pg_rows, side_effects, sqlite_rows, wait_until
 
 
+def gated_tree(marker: Path, gate_id: str, executor: str, inputs: dict[str, Any]) -> list[dict[str, Any]]:
+    """prep (a command) -> `gate_id` (a wait: `executor` with `inputs`) -> ship (a command), under
+    a root R."""
+    root = {"id": "R", "name": "R", "schemas": {"method": "noop_executor"}, "dependencies": [{"id": "ship"}]}
+    gate = {"id": gate_id, "name": gate_id, "parent_id": "R", "schemas": {"method": executor},
+            "inputs": inputs, "dependencies": [{"id": "prep"}]}
+    return [root, command_task("prep", "R", marker, 0.0), gate,
+            command_task("ship", "R", marker, 0.0, deps=[gate_id])]
+
+
 def approval_tree(marker: Path) -> list[dict[str, Any]]:
-    """prep (a command) -> approve (waits for input) -> ship (a command), under a root."""
-    root = {"id": "R", "name": "refund", "schemas": {"method": "noop_executor"},
-            "dependencies": [{"id": "ship"}]}
-    approve = {"id": "approve", "name": "approve", "parent_id": "R", "schemas": {"method": "human_input_executor"},
-               "inputs": {"prompt": "Ship it?", "schema": {"type": "boolean"}}, "dependencies": [{"id": "prep"}]}
-    return [root, command_task("prep", "R", marker, 0.0), approve,
-            command_task("ship", "R", marker, 0.0, deps=["approve"])]
+    """The gate `approve` waits for a yes or no."""
+    return gated_tree(marker, "approve", "human_input_executor", {"prompt": "Ship it?", "schema": {"type": "boolean"}})
+
+
+DEPLOYED = {"service": "api", "version": "1.4.2"}
+
+
+def deploy_tree(marker: Path) -> list[dict[str, Any]]:
+    """The gate `gate` waits for the `deployed` event of the `api` service."""
+    return gated_tree(marker, "gate", "event_wait_executor", {"event": "deployed", "match": {"service": "api"}})
 
 
 async def parked(service: Service, task_id: str, timeout: float = 20.0) -> dict[str, Any]:
@@ -39,17 +55,29 @@ async def parked(service: Service, task_id: str, timeout: float = 20.0) -> dict[
         await asyncio.sleep(0.05)
 
 
-async def test_kill_9_while_waiting_then_restart_and_answer(tmp_path: Path) -> None:
-    db, marker = tmp_path / "tg.db", tmp_path / "ran.txt"
+@contextlib.asynccontextmanager
+async def restarted_while_waiting(tmp_path: Path, tree: list[dict[str, Any]], task_id: str
+                                  ) -> AsyncIterator[tuple[Service, Path]]:
+    """One instance on SQLite runs `tree` until `task_id` waits, is killed -9 (the wait stays
+    stored: the task is in_progress) and started again; yields it and its database file."""
+    db = tmp_path / "tg.db"
     env = {"SERVICE_DATABASE_URL": f"sqlite:///{db}", "SERVICE_CREATE_WAIT_TIMEOUT": "0",
            "SERVICE_COMMAND_ALLOWLIST": "sh"}
     service = Service(tmp_path, env).start()
     try:
-        await service.rpc("tasks.create", approval_tree(marker))
-        await parked(service, "approve")
+        await service.rpc("tasks.create", tree)
+        await parked(service, task_id)
         service.kill()
-        assert {r["id"]: r["status"] for r in sqlite_rows(db)}["approve"] == "in_progress"
+        assert {r["id"]: r["status"] for r in sqlite_rows(db)}[task_id] == "in_progress"
         service.start()
+        yield service, db
+    finally:
+        service.stop()
+
+
+async def test_kill_9_while_waiting_then_restart_and_answer(tmp_path: Path) -> None:
+    marker = tmp_path / "ran.txt"
+    async with restarted_while_waiting(tmp_path, approval_tree(marker), "approve") as (service, db):
         task = await parked(service, "approve")  # still waiting: not taken for an interrupted attempt
         assert task["interruptions"] == 0 and task["waiting"]["prompt"] == "Ship it?"
         assert (await service.rpc("tasks.respond", {"task_id": "approve", "value": True}))["status"] == "resumed"
@@ -58,8 +86,31 @@ async def test_kill_9_while_waiting_then_restart_and_answer(tmp_path: Path) -> N
         assert rows["approve"]["attempt"] == 1 and rows["approve"]["interruptions"] == 0
         assert (await service.task("approve"))["result"] is True
         assert side_effects(marker) == {"prep": 1, "ship": 1}
-    finally:
-        service.stop()
+
+
+async def test_kill_9_while_waiting_for_an_event_then_restart_and_emit(tmp_path: Path) -> None:
+    """SQLite (one instance): kill -9 while a task waits for an event; the event is emitted as soon
+    as the restarted instance answers (its recovery of the tree may not have run yet), and the tree
+    completes with the payload as the gate's result, once."""
+    marker = tmp_path / "ran.txt"
+    async with restarted_while_waiting(tmp_path, deploy_tree(marker), "gate") as (service, db):
+        emitted = await service.rpc("events.emit", {"name": "deployed", "payload": DEPLOYED})
+        assert emitted["resumed"] == 1 and emitted["task_ids"] == ["gate"]
+        await service.wait_status("R", ("completed",), timeout=20)
+        await _delivered_once(service, marker)
+        rows = {r["id"]: r for r in sqlite_rows(db)}
+        assert rows["gate"]["attempt"] == 1 and rows["gate"]["interruptions"] == 0
+
+
+async def _delivered_once(service: Service, marker: Path) -> None:
+    """The gate's result is the event's payload, the work around it ran once, and the same event
+    again resumes nothing."""
+    gate = await service.task("gate")
+    assert gate["status"] == "completed" and gate["result"] == DEPLOYED and gate["waiting"] is None
+    assert side_effects(marker) == {"prep": 1, "ship": 1}
+    again = await service.rpc("events.emit", {"name": "deployed", "payload": DEPLOYED})
+    assert again["resumed"] == 0
+    assert (await service.task("gate"))["result"] == DEPLOYED
 
 
 @contextlib.asynccontextmanager
@@ -110,6 +161,31 @@ async def test_kill_9_of_the_driver_while_waiting_b_takes_over_and_the_answer_re
         await b.rpc("tasks.respond", {"task_id": "approve", "value": True})
         await wait_until(lambda: _completed(b), 20, "the tree to end")
         assert side_effects(marker) == {"prep": 1, "ship": 1}
+
+
+@needs_postgres
+@pytest.mark.parametrize("a_restarts", [True, False], ids=["a-restarts", "b-takes-over"])
+async def test_an_event_emitted_to_b_while_the_driver_is_down_is_delivered_once(tmp_path: Path,
+                                                                                 a_restarts: bool) -> None:
+    """A drives a tree whose gate waits for an event; A is killed -9; the event is emitted to B while
+    A is down (it ends the wait in the database: nobody drives the tree then). Then either A restarts
+    (whichever instance continues the tree: A's restart or B's takeover) or A stays down (B takes the
+    tree over); the tree completes with the payload as the gate's result, and nothing runs twice."""
+    marker = tmp_path / "ran.txt"
+    async with two_instances(tmp_path, "2") as (url, a, b):
+        await a.rpc("tasks.create", deploy_tree(marker))
+        await parked(a, "gate")
+        a.kill()
+        emitted = await b.rpc("events.emit", {"name": "deployed", "payload": DEPLOYED})
+        assert emitted["resumed"] == 1 and emitted["task_ids"] == ["gate"]
+        assert (await b.task("gate"))["waiting"] is None  # the wait ended in the database, on B
+        if a_restarts:
+            a.start()
+        await wait_until(lambda: _completed(b), 30, "the tree to end after the event")
+        await _delivered_once(b, marker)
+        rows = {r["id"]: r for r in await pg_rows(url)}
+        assert rows["gate"]["attempt"] == 1 and rows["gate"]["result"] == DEPLOYED
+        assert "continuing the execution" in (a.log() + b.log() if a_restarts else b.log())
 
 
 async def _completed(service: Service) -> bool:
