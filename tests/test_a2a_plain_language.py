@@ -1,6 +1,6 @@
 """Plain-language A2A requests: the official a2a-sdk client on both wires against a real server whose
-LLM is the local fake (tests/fakellm.py): text -> plan -> run, and plan-only -> approve / refine /
-replace. Without an LLM, text is refused with -32005 and the card offers JSON only.
+LLM is the local fake (tests/fakellm.py): text -> plan -> run, and plan-only -> a stored tree parked
+on its approval gate (a wait for input) -> approve / refine / replace. Without an LLM, text is refused with -32005 and the card offers JSON only.
 """
 
 from __future__ import annotations
@@ -79,22 +79,32 @@ async def test_plan_only_then_refine_then_approve(make_settings: Any, fake_llm: 
             waiting = first.task
             assert waiting.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
             shown = MessageToDict(waiting.status.message.parts[0].data)
-            assert len(shown["plan"]["tasks"]) == 3 and "approve" in shown["next"]
-            root = shown["plan"]["tasks"][0]["id"]
-            assert waiting.context_id == root
+            root = waiting.context_id
+            gate = f"{root}-approval"
+            assert shown["task_id"] == gate and shown["prompt"].endswith("Run this plan?")
+            assert "approve" in shown["next"] and "Plan the summaries" in shown["requirement"]
+            planned = shown["plan"]["tasks"]
+            assert len(planned) == 4 and planned[0]["id"] == root and planned[-1]["id"] == gate
+            # the plan awaiting approval is a stored tree, parked on its gate: nothing else ran
             repo = app.state.services.repo
-            assert await repo.get(root) is None, "a plan awaiting approval is not stored"
+            rows = {r["id"]: r for r in await repo.tree(root)}
+            assert rows[gate]["status"] == "in_progress" and rows[gate]["waiting"] is not None
+            assert {r["status"] for i, r in rows.items() if i != gate} == {"pending"}
 
             (refined,) = await collect(client, text_request(f"also in French {TREE_MARKER}", task_id=waiting.id))
             assert refined.task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
             again = MessageToDict(refined.task.status.message.parts[0].data)
             assert "also in French" in again["requirement"] and again["plan"]["tasks"][0]["id"] == root
+            assert "also in French" in again["prompt"] and again["task_id"] == gate
+            assert not (set(rows) - {root, gate}) & {r["id"] for r in await repo.tree(root)}, \
+                "the first plan's tasks are deleted"
 
             (done,) = await collect(client, text_request("approve", task_id=waiting.id))
         task = done.task
         assert task.id == waiting.id and task.status.state == TaskState.TASK_STATE_COMPLETED
         assert artifacts(task)["task_results"]["root_task_id"] == root
         assert (await repo.get(root))["status"] == "completed"
+        assert (await repo.get(gate))["result"] == "approve"
         assert len(task.history) >= 3  # the request, the refinement and the approval
 
 
@@ -104,10 +114,15 @@ async def test_plan_only_then_replace_with_a_tree_on_the_03_wire(make_settings: 
         async with a2a_client(url, streaming=False, card=card) as client:
             (first,) = await collect(client, text_request(f"Plan it {TREE_MARKER}", metadata={"skill": "plan"}))
             assert first.task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+            root = first.task.context_id
             own = tree()
             (done,) = await collect(client, text_request("", task_id=first.task.id, data={"tasks": own}))
             assert done.task.status.state == TaskState.TASK_STATE_COMPLETED
-            assert artifacts(done.task)["task_results"]["root_task_id"] == own[0]["id"]
+            outcome = artifacts(done.task)["task_results"]
+            # the own tree takes the plan's place: its root gets the plan's root id (the context)
+            assert outcome["root_task_id"] == root and done.task.context_id == root
+            assert {t["id"] for t in outcome["tasks"]} == {root} | {t["id"] for t in own[1:]}
+            assert {t["name"] for t in outcome["tasks"]} == {t["name"] for t in own}
             # the task is finished: another message is an unsupported operation (-32004)
             try:
                 await collect(client, text_request("approve", task_id=first.task.id))
@@ -191,3 +206,39 @@ async def test_only_the_owner_can_answer_a_plan(app_factory: Any, fake_llm: Any)
         assert done["status"]["state"] == "completed"
         root = done["context_id"]
         assert (await client.result("tasks.get", {"task_id": root}, headers=alice))["user_id"] == "alice"
+
+
+async def test_no_decision_or_a_failed_refinement_leaves_the_plan_waiting(app_factory: Any, fake_llm: Any) -> None:
+    async with app_factory(env=llm_env(fake_llm)) as client:
+        def send(part: dict[str, Any], task_id: str | None = None, **metadata: Any) -> dict[str, Any]:
+            message: dict[str, Any] = {"kind": "message", "role": "user", "messageId": uuid.uuid4().hex,
+                                       "parts": [part]}
+            if task_id:
+                message["taskId"] = task_id
+            return {"jsonrpc": "2.0", "id": 1, "method": "message/send",
+                    "params": {"message": message, **({"metadata": metadata} if metadata else {})}}
+
+        waiting = (await client.http.post("/", json=send({"kind": "text", "text": f"plan {TREE_MARKER}"},
+                                                         plan_only=True))).json()["result"]
+        root = waiting["contextId"]
+        # the stored plan is listed like any tree, its gate waiting
+        listed = {t["id"]: t for t in await client.result("tasks.list", {})}
+        assert listed[root]["status"] == "pending" and listed[f"{root}-approval"]["status"] == "in_progress"
+
+        # a message that decides nothing: still input-required, saying why (no error, nothing changed)
+        again = (await client.http.post("/", json=send({"kind": "data", "data": {"maybe": 1}},
+                                                       waiting["id"]))).json()["result"]
+        assert again["status"]["state"] == "input-required"
+        assert "waiting for a decision" in again["status"]["message"]["parts"][0]["data"]["problem"]
+
+        # a refinement the LLM cannot plan: -32602, and the shown plan stays stored and waiting
+        error = (await client.http.post("/", json=send({"kind": "text", "text": "two roots [[tree:invalid]]"},
+                                                       waiting["id"]))).json()["error"]
+        assert error["code"] == -32602
+        rows = {r["id"]: r for r in await client.services.repo.tree(root)}
+        assert set(rows) == set(listed) and rows[f"{root}-approval"]["status"] == "in_progress"
+
+        # approving through the gate's value works as any answer to a wait does
+        done = (await client.http.post("/", json=send({"kind": "data", "data": {"value": "approve"}},
+                                                      waiting["id"]))).json()["result"]
+        assert done["status"]["state"] == "completed"

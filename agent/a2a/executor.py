@@ -5,7 +5,9 @@ engine, and turns the engine's bus events into status updates; at the end it add
 artifact `task_results` (the root's result or error and every task's) and the final state
 (completed or failed). It subscribes to the bus before starting the engine, so even a tree that
 finishes instantly is seen to its `final` event. A tree planned from text also gets the artifact
-`plan` first; a plan-only request stops in `input-required` with the plan and runs nothing.
+`plan` first. A plan-only request stores the plan with a gate, a wait for input that every task of
+the plan depends on (agent/a2a/plain_language.py): its tree parks on the gate like any tree that
+waits for input, and the agent task shows the plan beside the wait.
 
 When a task of the tree parks on a wait for input, `execute` reports `input-required` with the wait
 (agent/a2a/input_required.py) and returns: the SDK runs one request of an agent task at a time, so
@@ -37,8 +39,9 @@ from a2a.utils.errors import InvalidParamsError
 
 from taskgrove.agent.a2a.input_required import Answer, InputWait, waits_for_input
 from taskgrove.agent.a2a.message_tree import TreePlan, TreeRequestContext, rpc_detail
-from taskgrove.agent.a2a.plain_language import draft_of
+from taskgrove.agent.a2a.plain_language import gate_id, plan_data
 from taskgrove.agent.a2a.push import PushTargets
+from taskgrove.agent.a2a.tree_cancel import cancel_tree
 from taskgrove.agent.a2a.wire import data_message, run_data
 from taskgrove.agent.engine import bus
 from taskgrove.agent.engine.bus import Event, Subscription
@@ -52,9 +55,6 @@ from taskgrove.storage.status import FINISHED_STATUSES, TaskStatus
 if TYPE_CHECKING:  # pragma: no cover
     from taskgrove.agent.container import Services
 
-CANCEL_REASON = "Cancelled through the agent protocol (tasks/cancel)"
-LIVE_STATUSES = (TaskStatus.IN_PROGRESS.value, TaskStatus.PENDING.value)  # in this order: stop running work first
-CANCEL_PASSES = 3  # a cancelled task can make a pending one runnable for a moment; look again
 STATUS_INTERVAL = 0.1  # seconds between two streamed status updates of one agent task
 SETTLE_AFTER = timedelta(seconds=5)  # an agent task quieter than this with its tree ended is settled on read
 OUTCOME = "task_results"
@@ -79,12 +79,6 @@ class TaskTreeAgentExecutor(AgentExecutor):
         plan, task_id = context.plan, context.task_id
         assert task_id is not None
         updater = TaskUpdater(event_queue, task_id, context.context_id or plan.root_task_id)
-        if plan.draft is not None:  # plan only: show the plan and wait for the caller's decision
-            await event_queue.enqueue_event(_initial_task(context, plan))
-            await updater.requires_input(message=_status_message(
-                task_id, plan.root_task_id, plan.task_count, TaskStatus.PENDING.value, 0.0,
-                **plan.draft.data()))
-            return
         answer = plan.answer
         if answer is not None and answer.problem is not None:  # no answer: ask again, saying why
             assert answer.wait is not None
@@ -152,6 +146,8 @@ class TaskTreeAgentExecutor(AgentExecutor):
         done = sum(1 for r in rows if r["status"] in FINISHED_STATUSES) / max(len(rows), 1)
         data = run_data(TaskStatus.IN_PROGRESS.value, done, plan.root_task_id, len(rows) or plan.task_count)
         data.update(wait.data(problem))  # `schema` and `deadline` stay, null too
+        if wait.task_id == gate_id(plan.root_task_id):  # a plan's approval: show the plan
+            data.update(plan_data(rows, wait.prompt))
         message = data_message(data, task_id=updater.task_id, context_id=plan.root_task_id)
         message.parts.append(new_text_part(wait.text(problem)))
         await updater.requires_input(message=message)
@@ -221,7 +217,7 @@ class TaskTreeAgentExecutor(AgentExecutor):
         restarted, died) gets the tree's stored outcome once its execution, resumed by whichever
         instance, has ended. Read-time, so it costs nothing until someone asks. So does one left
         `input-required` by a wait that ended another way (tasks.respond, a timeout's default)."""
-        waited = task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED and draft_of(task) is None
+        waited = task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
         if not (task.status.state == TaskState.TASK_STATE_WORKING or waited) or task.id in self._live:
             return task
         if task.status.HasField("timestamp") and \
@@ -259,7 +255,7 @@ class TaskTreeAgentExecutor(AgentExecutor):
         # Not executing here (an agent task in input-required): no execute will clear `reported`.
         following = self._live.pop(task_id, None) is not None
         try:
-            cancelled, rows = await self._cancel_tree(root)
+            cancelled, rows = await cancel_tree(self._services, root)
             progress = sum(1 for r in rows if r["status"] in FINISHED_STATUSES) / max(len(rows), 1)
             await TaskUpdater(event_queue, task_id, root).cancel(message=_status_message(
                 task_id, root, len(rows), TaskStatus.CANCELLED.value, progress,
@@ -268,20 +264,6 @@ class TaskTreeAgentExecutor(AgentExecutor):
             reported.set()
             if not following:
                 self._cancelling.pop(task_id, None)
-
-    async def _cancel_tree(self, root: str) -> tuple[int, list[dict[str, Any]]]:
-        repo, engine = self._services.repo, self._services.engine
-        cancelled = 0
-        rows = await repo.tree(root)
-        for _ in range(CANCEL_PASSES):
-            live = [r for status in LIVE_STATUSES for r in rows if r["status"] == status]
-            if not live:
-                break
-            for row in live:
-                outcome = await engine.cancel(row["id"], CANCEL_REASON)
-                cancelled += outcome["status"] == TaskStatus.CANCELLED
-            rows = await repo.tree(root)
-        return cancelled, rows
 
 
 def _outcome(root_id: str, rows: list[dict[str, Any]], status: str) -> dict[str, Any]:

@@ -8,8 +8,9 @@ JSON-RPC error instead of a failed agent task.
 The same step reads what a message means: a tree as data (without an LLM, also a text part whose
 whole text is that JSON object), a stored tree by `metadata.task_id`, or (with an LLM) a
 plain-language requirement planned by agent.a2a.plain_language; and, for a task waiting
-in `input-required`, the follow-up: for a plan, what approves, replaces or refines it; for a tree
-whose task waits for input, the answer (agent.a2a.input_required). Every part must be one of
+in `input-required`, the follow-up: the answer to the wait of a task of its tree
+(agent.a2a.input_required), and when that wait is a plan's approval gate, what approves, replaces
+or refines the plan. Every part must be one of
 those (ContentTypeNotSupportedError otherwise); a task in any other state takes no further
 message (UnsupportedOperationError).
 """
@@ -35,18 +36,22 @@ from google.protobuf.json_format import MessageToDict
 
 from taskgrove.agent.a2a.calls import PUSH_KEY, call_of, wire_for
 from taskgrove.agent.a2a.card import llm_configured
-from taskgrove.agent.a2a.input_required import Answer, read_answer, waits_for_input
+from taskgrove.agent.a2a.input_required import ANSWER_KEY, Answer, InputWait, read_answer, waits_for_input
 from taskgrove.agent.a2a.plain_language import (
+    GATE_ANSWER,
     REPLY_HINT,
-    Draft,
     decision,
-    draft_of,
+    gate_id,
+    gated,
     plan_tree,
+    requirement_asked,
     requirement_of,
+    rooted_at,
     texts_of,
     wants_plan_only,
 )
 from taskgrove.agent.a2a.push import PushConfigError, PushTarget, PushTargets, check_url, parse_target
+from taskgrove.agent.a2a.tree_cancel import discard_tree
 from taskgrove.agent.a2a.wire import message_data, restore_ints
 from taskgrove.agent.errors import PERMISSION_DENIED, QuotaExceeded, RpcError
 from taskgrove.agent.requests import NewTree
@@ -72,9 +77,8 @@ class TreePlan:
     user_id: str | None
     original_task_id: str | None = None
     stream: bool = False  # report every engine event as a status update
-    # Planned from text: the plan shown as an artifact; `draft` set = stop in input-required with it.
+    # Planned from text: the plan shown as an artifact.
     planned: list[dict[str, Any]] | None = None
-    draft: Draft | None = None
     # A follow-up on a tree waiting for input: answer the wait, then follow the tree (no new execution).
     answer: Answer | None = None
     # Per-execution context for executors (user, LLM key of the request); never stored.
@@ -180,6 +184,12 @@ def check_parts(message: Message, *, text_allowed: bool, planner: bool = False,
             message=f"message.parts[{index}] is {shown}{media}{beside}; this agent accepts {accepted}")
 
 
+def _gives_value(message: Message) -> bool:
+    """Whether a data part of `message` answers a wait as any wait is answered ({"value": ...})."""
+    return any(isinstance(data := restore_ints(MessageToDict(p.data)), Mapping) and ANSWER_KEY in data
+               for p in message.parts if p.HasField("data"))
+
+
 def _run_call(call: CallContext) -> dict[str, Any]:
     """Per-execution context for executors: user and the request's LLM key (never stored)."""
     return {"user_id": call.caller.user_id, "llm_api_key": call.llm_api_key, "llm_provider": call.llm_provider}
@@ -230,7 +240,6 @@ class TreeRequestContextBuilder(RequestContextBuilder):
             if task is None:  # unknown, or another user's (the store is scoped by caller)
                 raise TaskNotFoundError(message=f"Agent task {task_id} not found")
         waiting = bool(task_id) and task is not None and task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
-        draft = draft_of(task) if waiting else None
         if task_id and not waiting:
             state = task.status.state if task is not None else None
             raise UnsupportedOperationError(
@@ -243,10 +252,7 @@ class TreeRequestContextBuilder(RequestContextBuilder):
         metadata = request_metadata(params)
         extras = await self._push_extras(params, context, metadata)
         try:
-            if draft is not None:
-                assert task is not None
-                plan = await self._follow_up(params.message, draft, task.context_id, call)
-            elif waiting:
+            if waiting:
                 assert task is not None
                 plan = await self._answer(params.message, task, call)
             else:
@@ -324,11 +330,15 @@ class TreeRequestContextBuilder(RequestContextBuilder):
 
     async def _from_text(self, requirement: str, plan_only: bool, call: CallContext,
                          root_id: str | None = None) -> TreePlan:
-        """A plan from text: stopped for approval (plan_only) or stored and run at once."""
+        """A plan from text, stored and run at once; plan_only: behind its approval gate.
+
+        `root_id`: a refined plan, replacing the tree of that root once planned (not before:
+        a plan that fails leaves the one shown in place)."""
         tasks = await plan_tree(self._services, call, requirement, root_id)
         if plan_only:
-            return TreePlan(task_id=tasks[0]["id"], root_task_id=tasks[0]["id"], task_count=len(tasks),
-                            user_id=call.caller.user_id, draft=Draft(requirement, tasks))
+            tasks = gated(tasks, requirement)
+        if root_id is not None:
+            await discard_tree(self._services, root_id)
         return await self._run_tasks(tasks, call, planned=tasks)
 
     async def _run_tasks(self, tasks: Any, call: CallContext, planned: list[dict[str, Any]] | None = None) -> TreePlan:
@@ -341,18 +351,29 @@ class TreeRequestContextBuilder(RequestContextBuilder):
         """The tasks of a data part `{tasks: [...]}` or a plan, read as tasks.create reads its params."""
         return NewTree.from_params({"tasks": tasks}, self._services.settings.max_tree_tasks)
 
-    async def _follow_up(self, message: Message, draft: Draft, context_id: str, call: CallContext) -> TreePlan:
-        """The caller's answer to a plan waiting in input-required: approve, replace or refine."""
-        check_parts(message, text_allowed=True)
+    async def _decide(self, message: Message, gate: InputWait, tree_id: str, call: CallContext) -> TreePlan | Answer:
+        """The caller's decision on a plan waiting for its approval: approve answers the gate
+        (the executor gives the answer); replace and refine store a new tree in place of the plan."""
         what, value = decision(message)
         if what == "approve":
-            return await self._run_tasks(draft.tasks, call, planned=draft.tasks)
+            return Answer(gate, call, value=GATE_ANSWER)
         if what == "replace":
-            return await self._run_tasks(value, call)
+            tasks = rooted_at(self._checked(value, call), tree_id)
+            await discard_tree(self._services, tree_id)
+            return await self._run_tasks(tasks, call)
         if what == "refine":
-            requirement = f"{draft.requirement}\n\nChanges asked for after seeing the plan: {value}"
-            return await self._from_text(requirement, True, call, root_id=context_id)
-        raise InvalidParamsError(message="The plan is waiting for a decision: " + REPLY_HINT)
+            requirement = f"{requirement_asked(gate.prompt)}\n\nChanges asked for after seeing the plan: {value}"
+            return await self._from_text(requirement, True, call, root_id=tree_id)
+        return Answer(gate, call, problem="the plan is waiting for a decision: " + REPLY_HINT)
+
+    def _checked(self, tasks: Any, call: CallContext) -> list[dict[str, Any]]:
+        """A replacing tree, validated before the plan it replaces goes; its tasks need ids (or
+        be one task), so that its root can take the plan's root id."""
+        self._services.tasks.prepare(self._new_tree(tasks), call.caller)
+        listed = tasks if isinstance(tasks, list) else [tasks]
+        if len(listed) > 1 and not all(isinstance(t, Mapping) and t.get("id") for t in listed):
+            raise InvalidParamsError(message="A tree replacing a plan needs an id on every task")
+        return [dict(t) for t in listed]
 
     async def _answer(self, message: Message, task: Task, call: CallContext) -> TreePlan:
         """The caller's answer to a tree waiting for input: read here, given by the executor."""
@@ -366,6 +387,11 @@ class TreeRequestContextBuilder(RequestContextBuilder):
             raise TaskNotFoundError(message=f"Permission denied: only the owner or an admin may answer tree {tree_id}")
         shown = message_data(task.status.message) if task.status.HasField("message") else None
         answer = read_answer(message, waits_for_input(rows), call, shown)
+        if answer.wait is not None and answer.wait.task_id == gate_id(tree_id) and not _gives_value(message):
+            decided = await self._decide(message, answer.wait, tree_id, call)
+            if isinstance(decided, TreePlan):
+                return decided
+            answer = decided
         return TreePlan(task_id=root["id"], root_task_id=tree_id, task_count=len(rows), user_id=root["user_id"],
                         call=_run_call(call), answer=answer)
 
