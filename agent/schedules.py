@@ -21,6 +21,7 @@ from taskgrove.agent.engine import slots
 from taskgrove.agent.engine.schedule_loop import ScheduleLoop
 from taskgrove.agent.engine.webhooks import WebhookConfig
 from taskgrove.agent.errors import invalid_params, permission_denied
+from taskgrove.agent.requests_services import CreateSchedule, ListSchedules, ScheduleRef, UpdateSchedule
 from taskgrove.agent.rpc import params as rpc_params
 from taskgrove.agent.rpc.jsonrpc import CallContext
 from taskgrove.agent.settings import Settings
@@ -45,8 +46,7 @@ class ScheduleService:
 
     # --- helpers --------------------------------------------------------------------------
 
-    async def _schedule_for(self, params: Mapping[str, Any], caller: Caller, verb: str) -> dict[str, Any]:
-        schedule_id = rpc_params.string(params, "schedule_id", aliases=("id",), required=True)
+    async def _schedule_for(self, schedule_id: str, caller: Caller, verb: str) -> dict[str, Any]:
         row = await self.repo.run(ss.get_schedule, schedule_id)
         if row is None:
             raise invalid_params(f"schedule_id: schedule '{schedule_id}' not found")
@@ -67,7 +67,7 @@ class ScheduleService:
 
     async def _spec(self, params: Mapping[str, Any], base: Mapping[str, Any]) -> dict[str, Any]:
         """The schedule's settable fields: `base` (defaults, or the stored schedule) changed by
-        `params`, every one checked. Errors name the field."""
+        `params` (a request's `fields`), every one checked. Errors name the field."""
         unknown = sorted(set(params) - set(FIELDS) - {"schedule_id", "id"})
         if unknown:
             raise invalid_params(f"{unknown[0]}: unknown field (fields: {', '.join(FIELDS)})")
@@ -132,11 +132,10 @@ class ScheduleService:
 
     # --- methods --------------------------------------------------------------------------
 
-    async def create(self, params: Any, ctx: CallContext) -> dict[str, Any]:
-        params = _obj(params)
-        task_id = rpc_params.string(params, "task_id", required=True)
+    async def create(self, request: CreateSchedule, ctx: CallContext) -> dict[str, Any]:
+        task_id = request.task_id
         template = await self._template(task_id, ctx.caller)
-        spec = await self._spec(params, {})
+        spec = await self._spec(request.fields, {})
         now = datetime.now(timezone.utc)
         stamp = slots.iso(now)
         row = {"id": str(uuid.uuid4()), "task_id": task_id, "user_id": template["user_id"], **spec,
@@ -147,8 +146,8 @@ class ScheduleService:
         self.schedule_loop.wake()
         return public(row)
 
-    async def get(self, params: Any, ctx: CallContext) -> dict[str, Any] | None:
-        schedule_id = rpc_params.string(_obj(params), "schedule_id", aliases=("id",), required=True)
+    async def get(self, request: ScheduleRef, ctx: CallContext) -> dict[str, Any] | None:
+        schedule_id = request.schedule_id
         row = await self.repo.run(ss.get_schedule, schedule_id)
         if row is None:
             return None
@@ -156,20 +155,17 @@ class ScheduleService:
             raise permission_denied(f"You may not access schedule '{schedule_id}'")
         return public(row)
 
-    async def list(self, params: Any, ctx: CallContext) -> list[dict[str, Any]]:
-        params = _obj(params)
-        user_id = rpc_params.string(params, "user_id")
-        task_id = rpc_params.string(params, "task_id")
-        limit = rpc_params.integer(params, "limit", 100, low=1, high=1000)
-        offset = rpc_params.integer(params, "offset", 0, low=0, high=10**9)
+    async def list(self, request: ListSchedules, ctx: CallContext) -> list[dict[str, Any]]:
+        user_id = request.user_id
         if user_id is None and ctx.caller.authenticated and not ctx.caller.unrestricted:
             user_id = ctx.caller.user_id
-        rows = await self.repo.run(ss.list_schedules, user_id, task_id, limit, offset)
+        rows = await self.repo.run(ss.list_schedules, user_id, request.task_id, request.limit,
+                                   request.offset)
         return [public(r) for r in rows if ctx.caller.can_access(r["user_id"])]
 
-    async def update(self, params: Any, ctx: CallContext) -> dict[str, Any]:
-        params = _obj(params)
-        row = await self._schedule_for(params, ctx.caller, "update")
+    async def update(self, request: UpdateSchedule, ctx: CallContext) -> dict[str, Any]:
+        params = request.fields
+        row = await self._schedule_for(request.schedule_id, ctx.caller, "update")
         if "task_id" in params and params["task_id"] != row["task_id"]:
             raise invalid_params("task_id: a schedule's template cannot be changed; create another schedule")
         spec = await self._spec(params, row)
@@ -183,14 +179,14 @@ class ScheduleService:
         self.schedule_loop.wake()
         return public(updated)
 
-    async def delete(self, params: Any, ctx: CallContext) -> dict[str, Any]:
-        row = await self._schedule_for(_obj(params), ctx.caller, "delete")
+    async def delete(self, request: ScheduleRef, ctx: CallContext) -> dict[str, Any]:
+        row = await self._schedule_for(request.schedule_id, ctx.caller, "delete")
         deleted = await self.repo.run(ss.delete_schedule, row["id"])
         return {"success": deleted, "schedule_id": row["id"]}
 
-    async def trigger(self, params: Any, ctx: CallContext) -> dict[str, Any]:
+    async def trigger(self, request: ScheduleRef, ctx: CallContext) -> dict[str, Any]:
         """Run the template now: one more run (counted in `runs`), no slot consumed."""
-        row = await self._schedule_for(_obj(params), ctx.caller, "trigger")
+        row = await self._schedule_for(request.schedule_id, ctx.caller, "trigger")
         claimed = await self.schedule_loop.start_run(row, None, None)
         if claimed is None:
             raise invalid_params(f"schedule_id: schedule '{row['id']}' not found")
@@ -242,10 +238,3 @@ def _moment(spec: Mapping[str, Any], key: str, tz: Any) -> str | None:
         return slots.iso(moment)
     except (OverflowError, ValueError):
         raise invalid_params(f"{key} is out of range: {value!r}"[:300]) from None
-
-
-def _obj(params: Any) -> dict[str, Any]:
-    if not isinstance(params, Mapping):
-        raise invalid_params("params must be an object")
-    return dict(params)
-

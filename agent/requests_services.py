@@ -1,0 +1,85 @@
+"""The typed arguments of the services besides TaskService: schedules, `tasks.generate`, the
+stored LLM keys (`config.llm_key.*`) and `/system`.
+
+The same pattern as agent/requests.py (the task operations; this module is its sibling only to
+keep each file short): a surface turns its request into one of these once, `from_params` reads a
+JSON-RPC params object with the -32602 messages clients see, and the service takes only these.
+What needs the service's own state (a stored schedule, the settings, the caller) is checked there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from taskgrove.agent.requests import DEFAULT_LIMIT, MAX_LIMIT, MAX_OFFSET, params_object
+from taskgrove.agent.rpc import params as rpc_params
+
+
+# --- schedules (agent/schedules.py) --------------------------------------------------------------
+
+@dataclass(slots=True)
+class ScheduleRef:
+    """schedules.get, schedules.delete, schedules.trigger: one schedule."""
+
+    schedule_id: str
+
+    @classmethod
+    def from_params(cls, params: Any) -> ScheduleRef:
+        return cls(_schedule_id(params_object(params)))  # type: ignore[arg-type]
+
+
+@dataclass(slots=True)
+class CreateSchedule:
+    """schedules.create: a schedule of template `task_id`. `fields` are the settable fields as
+    given (ScheduleService checks them all, as it does for an update)."""
+
+    task_id: str
+    fields: dict[str, Any]
+
+    @classmethod
+    def from_params(cls, params: Any) -> CreateSchedule:
+        params = params_object(params)
+        task_id = rpc_params.string(params, "task_id", required=True)
+        return cls(task_id, _fields(params))  # type: ignore[arg-type]
+
+
+@dataclass(slots=True)
+class UpdateSchedule:
+    """schedules.update: the fields of `schedule_id` to change, as given (`task_id` included: the
+    service refuses to change it)."""
+
+    schedule_id: str
+    fields: dict[str, Any]
+
+    @classmethod
+    def from_params(cls, params: Any) -> UpdateSchedule:
+        params = params_object(params)
+        return cls(_schedule_id(params), _fields(params))  # type: ignore[arg-type]
+
+
+@dataclass(slots=True)
+class ListSchedules:
+    """schedules.list. `user_id` None: the caller's own (or everyone's for an unrestricted caller)."""
+
+    user_id: str | None = None
+    task_id: str | None = None
+    limit: int = DEFAULT_LIMIT
+    offset: int = 0
+
+    @classmethod
+    def from_params(cls, params: Any) -> ListSchedules:
+        params = params_object(params)
+        return cls(rpc_params.string(params, "user_id"), rpc_params.string(params, "task_id"),
+                   rpc_params.integer(params, "limit", DEFAULT_LIMIT, low=1, high=MAX_LIMIT),
+                   rpc_params.integer(params, "offset", 0, low=0, high=MAX_OFFSET))
+
+
+def _schedule_id(params: Any) -> str | None:
+    return rpc_params.string(params, "schedule_id", aliases=("id",), required=True)
+
+
+def _fields(params: Any) -> dict[str, Any]:
+    """The params but the schedule's id (its names are no field)."""
+    return {k: v for k, v in params.items() if k not in ("schedule_id", "id")}
+
