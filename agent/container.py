@@ -15,10 +15,11 @@ from taskgrove.agent.engine.bus import EventBus
 from taskgrove.agent.engine.engine import Engine
 from taskgrove.agent.generate_service import GenerateService
 from taskgrove.agent.keys import KeyConfigService
+from taskgrove.agent.requests_services import GenerateTree
 from taskgrove.agent.rpc.jsonrpc import Handler
 from taskgrove.agent.idempotency import IdempotentMethods
 from taskgrove.agent.rpc.schedules import schedule_methods
-from taskgrove.agent.rpc.tasks import task_methods
+from taskgrove.agent.rpc.tasks import task_methods, typed
 from taskgrove.agent.rpc.waits import wait_methods
 from taskgrove.agent.engine.schedule_loop import ScheduleLoop
 from taskgrove.agent.schedules import ScheduleService
@@ -87,7 +88,8 @@ class Services:
         idempotent = services.idempotency = IdempotentMethods(repo, settings)
         for name in ("tasks.create", "tasks.execute", "execute_task_tree", "tasks.copy", "tasks.clone"):
             services.task_methods[name] = idempotent.wrap(name, services.task_methods[name])
-        services.task_methods["tasks.generate"] = GenerateService(tasks, registry, settings, engine.services).generate
+        generate = GenerateService(tasks, registry, settings, engine.services)
+        services.task_methods["tasks.generate"] = typed(GenerateTree.from_params, generate.generate)
         services.system_methods = {
             "system.health": system.health,
             "system.executors": system.executors,

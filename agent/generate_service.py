@@ -1,8 +1,9 @@
 """`tasks.generate`: a natural-language requirement -> a validated task tree (optionally saved).
 
 The work (prompt, JSON extraction, the SPEC.md tree rules, one repair round) lives in
-`llm.generate.generate_tree`, shared with `generate_executor`; this module is the JSON-RPC side:
-parameters, permission, which LLM key to use, how failures become errors, and saving.
+`llm.generate.generate_tree`, shared with `generate_executor`; this module is the service side
+(`GenerateTree.from_params` in agent/requests_services.py reads the parameters): permission, which
+LLM key to use, how failures become errors, and saving.
 
 Decisions (docs/llm.md):
 
@@ -28,20 +29,14 @@ from typing import Any
 
 from taskgrove.agent.errors import INVALID_PARAMS, RpcError, invalid_params, permission_denied
 from taskgrove.agent.requests import NewTree
-from taskgrove.agent.rpc import params as rpc_params
+from taskgrove.agent.requests_services import GenerateTree
 from taskgrove.agent.rpc.jsonrpc import CallContext
 from taskgrove.agent.service import TaskService
 from taskgrove.agent.settings import Settings
 from taskgrove.executors.base import Executor
 from taskgrove.executors.registry import ExecutorRegistry
 from taskgrove.llm.client import LLMClient, LLMError, LLMKeyMissingError, normalize_provider, redact
-from taskgrove.llm.generate import (
-    GenerationError,
-    GenerationInputError,
-    GenerationValidationError,
-    check_inputs,
-    generate_tree,
-)
+from taskgrove.llm.generate import GenerationError, GenerationValidationError, generate_tree
 
 # Executors never offered to the model (see the module docstring).
 NOT_GENERATABLE = frozenset({"generate_executor"})
@@ -65,26 +60,8 @@ class GenerateService:
     def executors(self) -> list[type[Executor]]:
         return [cls for cls in self.registry.all() if cls.id not in NOT_GENERATABLE]
 
-    async def generate(self, params: Any, ctx: CallContext) -> dict[str, Any]:
-        if not isinstance(params, Mapping):
-            raise invalid_params("params must be an object")
-        raw = params.get("requirement")
-        if raw is None or (isinstance(raw, str) and not raw.strip()):
-            raise invalid_params("requirement is required: it is mandatory for tasks.generate "
-                                 "(a natural-language description of the work)")
-        if not isinstance(raw, str):
-            raise invalid_params(f"requirement must be a string, got {type(raw).__name__}")
-        temperature = params.get("temperature")
-        max_tokens = params.get("max_tokens")
-        try:
-            requirement, temperature, max_tokens = check_inputs(
-                raw, 0.7 if temperature is None else temperature, 4000 if max_tokens is None else max_tokens)
-        except GenerationInputError as exc:
-            raise invalid_params(str(exc)) from None
-        user_id = rpc_params.string(params, "user_id", max_length=255)
-        provider = rpc_params.string(params, "llm_provider", aliases=("provider",), max_length=100)
-        model = rpc_params.string(params, "model", max_length=500)
-        save = rpc_params.boolean(params, "save", False)
+    async def generate(self, request: GenerateTree, ctx: CallContext) -> dict[str, Any]:
+        user_id, provider = request.user_id, request.provider
         if provider is not None:
             try:  # an unknown provider is a parameter error: say so before anything else
                 LLMClient(self.settings).resolve_provider(provider)
@@ -99,8 +76,9 @@ class GenerateService:
         provider, header_key = _header_key(provider, ctx)
         try:
             result = await generate_tree(
-                requirement, client=self.client(), executors=self.executors(), provider=provider, model=model,
-                temperature=temperature, max_tokens=max_tokens, api_key=header_key, user_id=owner,
+                request.requirement, client=self.client(), executors=self.executors(), provider=provider,
+                model=request.model, temperature=request.temperature, max_tokens=request.max_tokens,
+                api_key=header_key, user_id=owner,
             )
         except GenerationValidationError as exc:
             # The model never saw a key; still, never echo the header's (problems quote its answer).
@@ -117,7 +95,7 @@ class GenerateService:
         tasks = [dict(t, user_id=owner) if owner is not None else dict(t) for t in result.tasks]
         answer: dict[str, Any] = {"tasks": tasks, "count": len(tasks)}
         repaired = " after one repair round" if result.attempts > 1 else ""
-        if save:
+        if request.save:
             rows = await self.tasks.create_tree(NewTree.from_params(tasks, self.settings.max_tree_tasks), caller)
             answer["root_task_id"] = rows[0]["id"]
             answer["message"] = (f"Generated and saved {len(tasks)} tasks{repaired}; they are pending, "

@@ -12,8 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from taskgrove.agent.errors import invalid_params
 from taskgrove.agent.requests import DEFAULT_LIMIT, MAX_LIMIT, MAX_OFFSET, params_object
 from taskgrove.agent.rpc import params as rpc_params
+from taskgrove.llm.generate import GenerationInputError, check_inputs
 
 
 # --- schedules (agent/schedules.py) --------------------------------------------------------------
@@ -83,3 +85,38 @@ def _fields(params: Any) -> dict[str, Any]:
     """The params but the schedule's id (its names are no field)."""
     return {k: v for k, v in params.items() if k not in ("schedule_id", "id")}
 
+
+# --- tasks.generate (agent/generate_service.py) --------------------------------------------------
+
+@dataclass(slots=True)
+class GenerateTree:
+    """tasks.generate: a natural-language `requirement` -> a task tree. `provider` as given (the
+    service checks it against the configured vendors); `save` stores the tree, pending."""
+
+    requirement: str
+    temperature: float = 0.7
+    max_tokens: int = 4000
+    user_id: str | None = None
+    provider: str | None = None
+    model: str | None = None
+    save: bool = False
+
+    @classmethod
+    def from_params(cls, params: Any) -> GenerateTree:
+        params = params_object(params)
+        raw = params.get("requirement")
+        if raw is None or (isinstance(raw, str) and not raw.strip()):
+            raise invalid_params("requirement is required: it is mandatory for tasks.generate "
+                                 "(a natural-language description of the work)")
+        if not isinstance(raw, str):
+            raise invalid_params(f"requirement must be a string, got {type(raw).__name__}")
+        temperature = params.get("temperature")
+        max_tokens = params.get("max_tokens")
+        try:
+            requirement, temperature, max_tokens = check_inputs(
+                raw, 0.7 if temperature is None else temperature, 4000 if max_tokens is None else max_tokens)
+        except GenerationInputError as exc:
+            raise invalid_params(str(exc)) from None
+        return cls(requirement, temperature, max_tokens, rpc_params.string(params, "user_id", max_length=255),
+                   rpc_params.string(params, "llm_provider", aliases=("provider",), max_length=100),
+                   rpc_params.string(params, "model", max_length=500), rpc_params.boolean(params, "save", False))
