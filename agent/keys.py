@@ -1,30 +1,28 @@
 """`config.llm_key.set/get/delete` and the stored-key lookup the LLM client uses.
 
 Why its own module: the rules for *whose* key a call means (the caller by default when JWT is on,
-an explicit `user_id` otherwise, admin for anyone else's) and for provider names live here once,
-for the `/system` methods and for the engine's `llm_key_lookup` alike. Key values only ever flow
-inwards: no result, error message or log line of this module contains one.
+an explicit `user_id` otherwise, admin for anyone else's) live here once, for the `/system`
+methods and for the engine's `llm_key_lookup` alike; the params are read (provider names and the
+key's own checks) by `SetLlmKey` and `LlmKeyRef` in agent/requests_services.py. Key values only
+ever flow inwards: no result, error message or log line of this module contains one.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from typing import Any
 
 from taskgrove.agent.errors import SERVER_ERROR, RpcError, invalid_params, permission_denied
-from taskgrove.agent.rpc import params as rpc_params
+from taskgrove.agent.requests_services import ALL_PROVIDERS, DEFAULT_PROVIDER, LlmKeyRef, SetLlmKey
 from taskgrove.agent.rpc.jsonrpc import CallContext, Handler
-from taskgrove.llm.client import PROVIDERS, LLMError, normalize_provider, parse_key_header
+from taskgrove.agent.rpc.tasks import typed
+from taskgrove.llm.client import LLMError, normalize_provider, parse_key_header
 from taskgrove.storage.keys import KeyStore, KeyStoreError
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PROVIDER = "default"  # a key used for any provider without a key of its own
-ALL_PROVIDERS = "all"  # delete: every key of the user
 # The user a key belongs to when no user is known (JWT off and the task names no user).
 DEFAULT_USER = "default"
-MAX_KEY_LENGTH = 4096
 # Key prefixes that name exactly one vendor (a bare `sk-` is shared by several, so it is not here).
 _KEY_PREFIXES = (
     ("sk-ant-", "anthropic"),
@@ -43,40 +41,6 @@ def detect_key_provider(key: str) -> str | None:
     return None
 
 
-def _provider(params: Mapping[str, Any], *, allow_all: bool) -> str | None:
-    """The canonical provider name from params (aliases resolved), None when not given."""
-    raw = rpc_params.string(params, "provider", max_length=64)
-    if raw is None:
-        return None
-    name = raw.strip().lower()
-    if name in (DEFAULT_PROVIDER, ALL_PROVIDERS):
-        if name == ALL_PROVIDERS and not allow_all:
-            raise invalid_params("provider 'all' is only meaningful for config.llm_key.delete")
-        return name
-    known = normalize_provider(name)
-    if known is None:
-        choices = ", ".join([DEFAULT_PROVIDER, *PROVIDERS])
-        raise invalid_params(f"Unknown provider '{raw[:64]}'; use one of: {choices}")
-    return known
-
-
-def _api_key(params: Mapping[str, Any]) -> str:
-    """The key to store; errors describe it without ever repeating it."""
-    value = params.get("api_key")
-    if value is None:
-        raise invalid_params("api_key is required")
-    if not isinstance(value, str):
-        raise invalid_params(f"api_key must be a string, got a {type(value).__name__}")
-    value = value.strip()
-    if not value:
-        raise invalid_params("api_key must not be empty")
-    if len(value) > MAX_KEY_LENGTH:
-        raise invalid_params(f"api_key is longer than {MAX_KEY_LENGTH} characters")
-    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
-        raise invalid_params("api_key must not contain control characters")
-    return value
-
-
 class KeyConfigService:
     """The `config.llm_key.*` handlers over one `KeyStore`."""
 
@@ -84,23 +48,23 @@ class KeyConfigService:
         self.store = store
 
     def methods(self) -> dict[str, Handler]:
+        """The JSON-RPC table: each entry reads the params into its typed request once."""
         return {
-            "config.llm_key.set": self.set,
-            "config.llm_key.get": self.get,
-            "config.llm_key.delete": self.delete,
+            "config.llm_key.set": typed(SetLlmKey.from_params, self.set),
+            "config.llm_key.get": typed(LlmKeyRef.from_params, self.get),
+            "config.llm_key.delete": typed(LlmKeyRef.from_params, self.delete),
         }
 
     # --- whose keys -----------------------------------------------------------------------
 
     @staticmethod
-    def _target_user(params: Mapping[str, Any], ctx: CallContext, *, required: bool) -> str:
+    def _target_user(requested: str | None, ctx: CallContext, *, required: bool) -> str:
         """The user a call means: as given (if the caller may), else the caller, else `default`.
 
-        `required` (set, delete): without a user in the params or in the token, refuse rather
+        `required` (set, delete): without a user in the request or in the token, refuse rather
         than silently changing the shared `default` user's keys.
         """
         caller = ctx.caller
-        requested = rpc_params.string(params, "user_id", max_length=255)
         if requested is None:
             if caller.authenticated and caller.user_id is not None:
                 return caller.user_id
@@ -114,11 +78,9 @@ class KeyConfigService:
 
     # --- the methods ----------------------------------------------------------------------
 
-    async def set(self, params: Any, ctx: CallContext) -> dict[str, Any]:
-        params = _mapping(params)
-        key = _api_key(params)
-        provider = _provider(params, allow_all=False)
-        user_id = self._target_user(params, ctx, required=True)
+    async def set(self, request: SetLlmKey, ctx: CallContext) -> dict[str, Any]:
+        key, provider = request.api_key, request.provider
+        user_id = self._target_user(request.user_id, ctx, required=True)
         named, key = parse_key_header(key)  # `<provider>:<key>` names its provider too
         if named is not None and provider not in (None, named):
             raise invalid_params(f"api_key names provider '{named}' but provider is '{provider}'")
@@ -130,12 +92,9 @@ class KeyConfigService:
         log.info("stored LLM key for user %s, provider %s", user_id, provider)
         return {"success": True, "user_id": user_id, "provider": provider}
 
-    async def get(self, params: Any, ctx: CallContext) -> dict[str, Any]:
-        params = _mapping(params)
-        provider = _provider(params, allow_all=True)
-        if provider == ALL_PROVIDERS:
-            provider = None
-        user_id = self._target_user(params, ctx, required=False)
+    async def get(self, request: LlmKeyRef, ctx: CallContext) -> dict[str, Any]:
+        provider = request.provider
+        user_id = self._target_user(request.user_id, ctx, required=False)
         stored = dict.fromkeys(await self.store.providers(user_id), True)
         if provider is not None:
             has_key = stored.get(provider, False)
@@ -144,11 +103,9 @@ class KeyConfigService:
             has_key, providers = bool(stored), stored
         return {"has_key": has_key, "user_id": user_id, "provider": provider, "providers": providers}
 
-    async def delete(self, params: Any, ctx: CallContext) -> dict[str, Any]:
-        params = _mapping(params)
-        provider = _provider(params, allow_all=True)
-        user_id = self._target_user(params, ctx, required=True)
-        which = None if provider in (None, ALL_PROVIDERS) else provider
+    async def delete(self, request: LlmKeyRef, ctx: CallContext) -> dict[str, Any]:
+        which = request.provider
+        user_id = self._target_user(request.user_id, ctx, required=True)
         deleted = await self.store.delete(user_id, which)
         if deleted:
             log.info("deleted %d LLM key(s) of user %s, provider %s", deleted, user_id, which or ALL_PROVIDERS)
@@ -172,9 +129,3 @@ class KeyConfigService:
         except KeyStoreError as exc:
             log.warning("%s", exc)  # the message names user and provider, never the key
             raise LLMError(str(exc)) from None  # safe to show: it says what to do
-
-
-def _mapping(params: Any) -> Mapping[str, Any]:
-    if not isinstance(params, Mapping):
-        raise invalid_params("params must be an object")
-    return params

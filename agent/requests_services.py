@@ -9,12 +9,15 @@ What needs the service's own state (a stored schedule, the settings, the caller)
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from taskgrove.agent.errors import invalid_params
 from taskgrove.agent.requests import DEFAULT_LIMIT, MAX_LIMIT, MAX_OFFSET, params_object
 from taskgrove.agent.rpc import params as rpc_params
+from taskgrove.llm.client import PROVIDERS, normalize_provider
 from taskgrove.llm.generate import GenerationInputError, check_inputs
 
 
@@ -120,3 +123,76 @@ class GenerateTree:
         return cls(requirement, temperature, max_tokens, rpc_params.string(params, "user_id", max_length=255),
                    rpc_params.string(params, "llm_provider", aliases=("provider",), max_length=100),
                    rpc_params.string(params, "model", max_length=500), rpc_params.boolean(params, "save", False))
+
+
+# --- config.llm_key.* (agent/keys.py) -----------------------------------------------------------
+
+DEFAULT_PROVIDER = "default"  # a key used for any provider without a key of its own
+ALL_PROVIDERS = "all"  # get, delete: every key of the user
+MAX_KEY_LENGTH = 4096
+
+
+@dataclass(slots=True)
+class SetLlmKey:
+    """config.llm_key.set: store `api_key` for `provider` (None: named by the key or `default`) of
+    `user_id` (None: the caller). Never shown in a repr, an error or a log line."""
+
+    api_key: str = dataclasses.field(repr=False)
+    provider: str | None = None
+    user_id: str | None = None
+
+    @classmethod
+    def from_params(cls, params: Any) -> SetLlmKey:
+        params = params_object(params)
+        return cls(_api_key(params), _provider(params, allow_all=False),
+                   rpc_params.string(params, "user_id", max_length=255))
+
+
+@dataclass(slots=True)
+class LlmKeyRef:
+    """config.llm_key.get, config.llm_key.delete: the keys of `user_id` (None: the caller) for
+    `provider` (None: every provider, given as `all` or not at all)."""
+
+    provider: str | None = None
+    user_id: str | None = None
+
+    @classmethod
+    def from_params(cls, params: Any) -> LlmKeyRef:
+        params = params_object(params)
+        provider = _provider(params, allow_all=True)
+        return cls(None if provider == ALL_PROVIDERS else provider,
+                   rpc_params.string(params, "user_id", max_length=255))
+
+
+def _provider(params: Mapping[str, Any], *, allow_all: bool) -> str | None:
+    """The canonical provider name from params (aliases resolved), None when not given."""
+    raw = rpc_params.string(params, "provider", max_length=64)
+    if raw is None:
+        return None
+    name = raw.strip().lower()
+    if name in (DEFAULT_PROVIDER, ALL_PROVIDERS):
+        if name == ALL_PROVIDERS and not allow_all:
+            raise invalid_params("provider 'all' is only meaningful for config.llm_key.delete")
+        return name
+    known = normalize_provider(name)
+    if known is None:
+        choices = ", ".join([DEFAULT_PROVIDER, *PROVIDERS])
+        raise invalid_params(f"Unknown provider '{raw[:64]}'; use one of: {choices}")
+    return known
+
+
+def _api_key(params: Mapping[str, Any]) -> str:
+    """The key to store; errors describe it without ever repeating it."""
+    value = params.get("api_key")
+    if value is None:
+        raise invalid_params("api_key is required")
+    if not isinstance(value, str):
+        raise invalid_params(f"api_key must be a string, got a {type(value).__name__}")
+    value = value.strip()
+    if not value:
+        raise invalid_params("api_key must not be empty")
+    if len(value) > MAX_KEY_LENGTH:
+        raise invalid_params(f"api_key is longer than {MAX_KEY_LENGTH} characters")
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        raise invalid_params("api_key must not contain control characters")
+    return value
