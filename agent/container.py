@@ -15,11 +15,11 @@ from taskgrove.agent.engine.bus import EventBus
 from taskgrove.agent.engine.engine import Engine
 from taskgrove.agent.generate_service import GenerateService
 from taskgrove.agent.keys import KeyConfigService
-from taskgrove.agent.requests_services import GenerateTree
+from taskgrove.agent.requests_services import GenerateTree, InitExamples
 from taskgrove.agent.rpc.jsonrpc import Handler
 from taskgrove.agent.idempotency import IdempotentMethods
 from taskgrove.agent.rpc.schedules import schedule_methods
-from taskgrove.agent.rpc.tasks import task_methods, typed
+from taskgrove.agent.rpc.tasks import task_methods, typed, without_params
 from taskgrove.agent.rpc.waits import wait_methods
 from taskgrove.agent.engine.schedule_loop import ScheduleLoop
 from taskgrove.agent.schedules import ScheduleService
@@ -91,10 +91,10 @@ class Services:
         generate = GenerateService(tasks, registry, settings, engine.services)
         services.task_methods["tasks.generate"] = typed(GenerateTree.from_params, generate.generate)
         services.system_methods = {
-            "system.health": system.health,
-            "system.executors": system.executors,
-            "examples.init": system.examples_init,
-            "examples.status": system.examples_status,
+            "system.health": without_params(system.health),
+            "system.executors": without_params(system.executors),
+            "examples.init": typed(InitExamples.from_params, system.examples_init),
+            "examples.status": without_params(system.examples_status),
             **keys.methods(),
         }
         return services

@@ -196,3 +196,16 @@ def _api_key(params: Mapping[str, Any]) -> str:
     if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
         raise invalid_params("api_key must not contain control characters")
     return value
+
+
+# --- /system (agent/system.py) -------------------------------------------------------------------
+
+@dataclass(slots=True)
+class InitExamples:
+    """examples.init: store the example trees, again when `force` even if some are stored."""
+
+    force: bool = False
+
+    @classmethod
+    def from_params(cls, params: Any) -> InitExamples:
+        return cls(rpc_params.boolean(params_object(params), "force", False))

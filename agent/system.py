@@ -1,4 +1,8 @@
-"""The `/system` operations: health, executor catalogue and the example trees."""
+"""The `/system` operations: health, executor catalogue and the example trees.
+
+Only examples.init has parameters (`InitExamples`, agent/requests_services.py); the others take
+none, and their table entries ignore whatever params a request carries, as they always did.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,8 @@ from typing import Any
 from taskgrove.agent import __version__
 from taskgrove.agent.engine.engine import Engine
 from taskgrove.agent.examples import EXAMPLE_PRODUCT, example_trees
-from taskgrove.agent.requests import NewTree, params_object
-from taskgrove.agent.rpc import params as rpc_params
+from taskgrove.agent.requests import NewTree
+from taskgrove.agent.requests_services import InitExamples
 from taskgrove.agent.rpc.jsonrpc import CallContext
 from taskgrove.agent.service import TaskService
 from taskgrove.executors.registry import ExecutorRegistry
@@ -27,7 +31,7 @@ class SystemService:
         self.registry = registry
         self.tasks = tasks
 
-    async def health(self, _params: Any, _ctx: CallContext) -> dict[str, Any]:
+    async def health(self, _ctx: CallContext) -> dict[str, Any]:
         try:
             await self.repo.ping(fresh_within=HEALTH_FRESH_SECONDS)
             status, message = "healthy", "Service is running"
@@ -41,7 +45,7 @@ class SystemService:
             "running_tasks_count": len(self.engine.running),
         }
 
-    async def executors(self, _params: Any, _ctx: CallContext) -> dict[str, Any]:
+    async def executors(self, _ctx: CallContext) -> dict[str, Any]:
         descriptors = self.registry.descriptors()
         answer: dict[str, Any] = {
             "executors": descriptors,
@@ -52,7 +56,7 @@ class SystemService:
             answer["allowed_ids"] = self.registry.ids()
         return answer
 
-    async def examples_status(self, _params: Any, _ctx: CallContext) -> dict[str, Any]:
+    async def examples_status(self, _ctx: CallContext) -> dict[str, Any]:
         count = await self._example_count()
         return {
             "initialized": count > 0,
@@ -60,9 +64,8 @@ class SystemService:
             "message": f"{count} example tasks stored" if count else "Examples not initialized; call examples.init",
         }
 
-    async def examples_init(self, params: Any, ctx: CallContext) -> dict[str, Any]:
-        force = rpc_params.boolean(params_object(params), "force", False)
-        if await self._example_count() and not force:
+    async def examples_init(self, request: InitExamples, ctx: CallContext) -> dict[str, Any]:
+        if await self._example_count() and not request.force:
             return {"success": True, "created_count": 0, "message": "Examples already initialized (use force to add again)"}
         created = 0
         for tree in example_trees(self.registry.ids()):

@@ -27,6 +27,14 @@ def typed(read: Callable[[Any], Any], operation: Callable[[Any, CallContext], Aw
     return handler
 
 
+def without_params(operation: Callable[[CallContext], Awaitable[Any]]) -> Handler:
+    """A handler for an operation that takes no parameters: whatever params come are ignored."""
+    def handler(_params: Any, ctx: CallContext) -> Awaitable[Any]:
+        return operation(ctx)
+
+    return handler
+
+
 def task_methods(service: TaskService) -> dict[str, Handler]:
     return {
         "tasks.create": typed(partial(NewTree.from_params, max_tasks=service.settings.max_tree_tasks), service.create),
