@@ -5,6 +5,8 @@ and the other typed surfaces by building them from their own arguments), and `Ta
 only these: no service or storage function reads a JSON-RPC params dict. `from_params` holds the
 reading and validation of each method's params, with the -32602 messages clients see (aliases,
 defaults and bounds included), so every surface words a mistake alike.
+The other services' requests (schedules, tasks.generate, LLM keys, /system) follow the same
+pattern in agent/requests_services.py.
 
 Plain dataclasses with slots, no validation library: `tasks.get` and `tasks.create` are the hot
 path, and each request is read once. Not `frozen`: a frozen dataclass's `__init__` sets every field

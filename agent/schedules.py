@@ -2,7 +2,8 @@
 
 A schedule runs a copy of a template tree (tasks.copy semantics: the copy's `original_task_id`
 points to the template) on a cron expression or an interval. It belongs to its template's owner;
-the permission rules are those of tasks. Validation lives here, the timing in engine/slots.py,
+the permission rules are those of tasks. The params are read by the typed requests of
+agent/requests_services.py; the fields' validation lives here, the timing in engine/slots.py,
 the statements (and the one compare-and-set that claims a slot) in storage/schedules.py, the
 loop in engine/schedule_loop.py.
 """
