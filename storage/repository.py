@@ -178,8 +178,7 @@ class TaskRepository:
         counted up to `at_most` only: two ranges of ix_tasks_status_user, so the cost is bounded
         by the quota however many tasks the user ever had (SERVICE_MAX_PENDING_PER_USER). A create
         that executes counts inside its own insert instead (executions.insert_tree)."""
-        statement, args = (S.UNFINISHED_OF_NOBODY, (at_most,)) if user_id is None else \
-            (S.UNFINISHED_OF_USER, (user_id, at_most))
+        statement, args = S.unfinished_of(user_id, at_most)
         if self.connections.reader is not None:
             # On the loop's thread even while the database thread is busy (unlike Connections.read): a count
             # a write or two behind is as good a quota check, and a request must not queue behind the

@@ -23,7 +23,7 @@ execution are parts of one statement, pass_statement (see its comment); on SQLit
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from sqlalchemy import bindparam, select
 
@@ -98,6 +98,11 @@ UNFINISHED_OF_NOBODY = Statement(
     "Unfinished tasks without a user, counted up to a bound. Args: at_most.",
     f"SELECT count(*) AS n FROM (SELECT 1 FROM tasks WHERE user_id IS NULL AND {UNFINISHED} LIMIT ?1) AS unfinished",
     f"SELECT count(*) AS n FROM (SELECT 1 FROM tasks WHERE user_id IS NULL AND {UNFINISHED} LIMIT $1) AS unfinished")
+
+def unfinished_of(owner: str | None, at_most: int) -> tuple[Statement, tuple[Any, ...]]:
+    """The count of `owner`'s unfinished tasks (None: the tasks without one) and its args."""
+    return (UNFINISHED_OF_NOBODY, (at_most,)) if owner is None else (UNFINISHED_OF_USER, (owner, at_most))
+
 
 SERIALISE_TREE = Statement(
     "Make the transaction the only one changing a task's tree until it commits. Args: task id.",

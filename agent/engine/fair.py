@@ -142,9 +142,8 @@ class FairQueue:
         """The user's order heap anew, from its trees' heads. Kept only while the user has two
         trees or more: with one there is nothing to order (the common case: one tree at a time)."""
         user.order = []
-        for tree_id, tree in user.trees.items():
-            if tree.tasks:
-                self._enter(user, tree_id, tree)
+        for tree_id, tree in user.trees.items():  # only trees with tasks are kept
+            self._enter(user, tree_id, tree)
 
     def _pop_ordered(self, user: _User) -> Item:
         """The head of the user's next tree in its round-robin (the user has two trees or more)."""
