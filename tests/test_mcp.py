@@ -270,8 +270,9 @@ async def _answer_a_wait_over_mcp(service: Service) -> None:
     await service.rpc("tasks.create", {"tasks": [
         {"id": "m", "name": "refund", "schemas": {"method": "aggregate_results_executor"},
          "dependencies": [{"id": "m-approve"}]},
-        {"id": "m-prep", "name": "prepare", "parent_id": "m", "schemas": {"method": "sleep_executor"},
-         "inputs": {"seconds": 0.5}},
+        # the approval starts only once the test has subscribed: m-prep waits for the test's event
+        {"id": "m-prep", "name": "prepare", "parent_id": "m", "schemas": {"method": "event_wait_executor"},
+         "inputs": {"event": "m-go"}},
         {"id": "m-approve", "name": "approve", "parent_id": "m", "schemas": {"method": "human_input_executor"},
          "inputs": {"prompt": "Approve the refund?", "schema": schema}, "dependencies": [{"id": "m-prep"}]}]})
     updates = asyncio.Queue[str]()
@@ -285,6 +286,7 @@ async def _answer_a_wait_over_mcp(service: Service) -> None:
     async with session(service.url, message_handler=on_message) as client:
         assert json.loads((await client.read_resource(uri)).contents[0].text)["waiting"] is None
         await client.subscribe_resource(uri)
+        await service.rpc("events.emit", {"name": "m-go"})
         for _ in range(10):  # its start, then its park: a notice each (or one for both)
             assert await asyncio.wait_for(updates.get(), 10) == uri
             task = json.loads((await client.read_resource(uri)).contents[0].text)
