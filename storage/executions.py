@@ -477,8 +477,12 @@ def end_execution(c: Connection, execution_id: str, owner: str, version: str, st
     execution changed (joined, taken over) since `version`."""
     if c.dialect.name == "postgresql":
         return pg_pass(c, (), (), owner, stamp=stamp, ends=[(execution_id, version)])[2].get(execution_id)
-    row = c.exec_driver_sql(S.END_EXECUTION.sqlite, (execution_id, owner, version, stamp)).first()
-    return row.final_status if row else None
+    # On the driver's own connection, as the pass's writes and claims are: through exec_driver_sql
+    # SQLAlchemy builds the result's column metadata anew on every call (no compiled cache for
+    # driver SQL), measured at 3-4 % of a one-task create.
+    # fetchall: the statement runs to its end (no statement left open inside the transaction).
+    rows = c.connection.driver_connection.execute(S.END_EXECUTION.sqlite, (execution_id, owner, version, stamp)).fetchall()
+    return rows[0][1] if rows else None
 
 
 def renew(c: Connection, owner: str, task_ids: Sequence[str], execution_ids: Sequence[str],

@@ -235,9 +235,13 @@ def _check_given(raw: Mapping[str, Any], who: str) -> None:
         raise TreeError(f"{who}: {fields.problem('name', None)}")
 
 
+_PENDING = TaskStatus.PENDING.value  # read once: an enum member's .value is two calls a task
+_NO_LIMITS: Mapping[str, Any] = {"concurrency": None, "rate_limit": None, "concurrency_key": None}
+
+
 def _row_from_input(raw: Mapping[str, Any], task_id: str, who: str) -> dict[str, Any]:
     """One task's row from fields already checked by _check_given, defaults filled in."""
-    status = raw.get("status", TaskStatus.PENDING.value)
+    status = raw.get("status", _PENDING)
     if status == TaskStatus.IN_PROGRESS:  # only the engine puts a task in progress, by claiming it
         raise TreeError(f"{who}: status 'in_progress' cannot be given at creation")
     schemas = raw.get("schemas") or {}
@@ -245,12 +249,16 @@ def _row_from_input(raw: Mapping[str, Any], task_id: str, who: str) -> dict[str,
         raise TreeError(f"{who}: schemas.method (the executor id) is required when schemas is given")
     inputs = dict(raw.get("inputs") or {})
     user_id = raw.get("user_id")
-    try:
-        limits = {"concurrency": sharing.concurrency(raw.get("concurrency"), user_id, inputs),
-                  "rate_limit": sharing.rate_limit(raw.get("rate_limit"), user_id, inputs)}
-    except sharing.SharingError as exc:
-        raise TreeError(f"{who}: {exc}") from None
-    limits["concurrency_key"] = limits["concurrency"]["key"] if limits["concurrency"] else None
+    concurrency, rate_limit = raw.get("concurrency"), raw.get("rate_limit")
+    if concurrency is None and rate_limit is None:  # most tasks: nothing to resolve
+        limits: dict[str, Any] = _NO_LIMITS
+    else:
+        try:
+            limits = {"concurrency": sharing.concurrency(concurrency, user_id, inputs),
+                      "rate_limit": sharing.rate_limit(rate_limit, user_id, inputs)}
+        except sharing.SharingError as exc:
+            raise TreeError(f"{who}: {exc}") from None
+        limits["concurrency_key"] = limits["concurrency"]["key"] if limits["concurrency"] else None
     return {
         "id": task_id,
         "name": raw["name"],
