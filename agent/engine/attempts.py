@@ -24,7 +24,7 @@ from taskgrove.agent.engine.bus import PROGRESS, TASK_START
 from taskgrove.agent.engine.publish import Publisher
 from taskgrove.agent.engine.retry import RetryPolicy, iso_in, stored_policy
 from taskgrove.agent.engine.schemas import compiled_schema
-from taskgrove.agent.engine.run import TreeRun
+from taskgrove.agent.engine.run import IN_PROGRESS, TreeRun
 from taskgrove.agent.logs import current_task
 from taskgrove.agent.metrics import Metrics
 from taskgrove.agent.settings import Settings
@@ -134,10 +134,10 @@ class Attempts:
         self.metrics.attempt_started(running.executor_id)
         started = f"Task '{row['name']}' started" + (f" (attempt {claim['attempt']})" if claim["attempt"] > 1 else "")
         publish = self.publisher.publish
-        publish(run, TASK_START, tid, status="in_progress", progress=0.0, attempt=claim["attempt"], message=started)
+        publish(run, TASK_START, tid, status=IN_PROGRESS, progress=0.0, attempt=claim["attempt"], message=started)
         # SPEC.md: the move to in_progress is shown by a progress event too (SSE `progress`, /ws
         # `task_progress`), whatever the executor reports afterwards.
-        publish(run, PROGRESS, tid, status="in_progress", progress=0.0, attempt=claim["attempt"],
+        publish(run, PROGRESS, tid, status=IN_PROGRESS, progress=0.0, attempt=claim["attempt"],
                 message=started, status_changed=True)
         running.job = asyncio.create_task(self._run_executor(running), name=f"task-{tid}")
 
@@ -259,7 +259,7 @@ class Attempts:
                 return
             row["progress"] = progress
             self.progress[running.task_id] = progress
-            self.publisher.publish(run, PROGRESS, running.task_id, status="in_progress", progress=progress,
+            self.publisher.publish(run, PROGRESS, running.task_id, status=IN_PROGRESS, progress=progress,
                                    message=message or f"Task '{row['name']}' at {progress:.0%}")
             self.wake.set()
 

@@ -277,7 +277,7 @@ class PassLoop:
         publish = self.publisher.publish
         if "wait" in outcome and "status" not in values:
             wait = outcome["wait"]
-            publish(run, PROGRESS, tid, status="in_progress", progress=run.rows[tid].get("progress") or 0.0,
+            publish(run, PROGRESS, tid, status=IN_PROGRESS, progress=run.rows[tid].get("progress") or 0.0,
                     attempt=running.attempt, waiting=waits.public_wait(values["waiting"]),
                     message=f"Task '{name}' waits for {wait['kind']}: {wait['prompt']}")
             if tid in run.parked:
