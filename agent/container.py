@@ -20,6 +20,7 @@ from taskgrove.agent.rpc.jsonrpc import Handler
 from taskgrove.agent.idempotency import IdempotentMethods
 from taskgrove.agent.rpc.schedules import schedule_methods
 from taskgrove.agent.rpc.tasks import task_methods, typed, without_params
+from taskgrove.agent.rpc.logs import log_methods
 from taskgrove.agent.rpc.waits import wait_methods
 from taskgrove.agent.engine.schedule_loop import ScheduleLoop
 from taskgrove.agent.schedules import ScheduleService
@@ -27,6 +28,7 @@ from taskgrove.agent.service import TaskService
 from taskgrove.agent.settings import Settings
 from taskgrove.agent.system import SystemService
 from taskgrove.agent.wait_service import WaitService
+from taskgrove.agent.log_service import LogService
 from taskgrove.executors.database import dispose_engines
 from taskgrove.executors.registry import ExecutorRegistry
 from taskgrove.agent.metrics import Metrics
@@ -52,6 +54,8 @@ class Services:
     admission: Admission
     # Answers to waits and events (tasks.respond, events.emit), for every surface.
     waits: WaitService
+    # Task logs (tasks.logs, /ws subscribe_logs), for every surface.
+    logs: LogService
     task_methods: dict[str, Handler] = field(default_factory=dict)
     system_methods: dict[str, Handler] = field(default_factory=dict)
     keys: KeyConfigService | None = None
@@ -82,9 +86,11 @@ class Services:
         schedule_loop = ScheduleLoop(engine)
         schedules = ScheduleService(repo, schedule_loop, settings)
         waits = WaitService(repo, engine, settings)
+        logs = LogService(repo, bus)
         services = cls(settings, repo, bus, registry, engine, tasks, system, schedule_loop, schedules, admission,
-                       waits, keys=keys, metrics=metrics)
-        services.task_methods = {**task_methods(tasks), **schedule_methods(schedules), **wait_methods(waits)}
+                       waits, logs, keys=keys, metrics=metrics)
+        services.task_methods = {**task_methods(tasks), **schedule_methods(schedules), **wait_methods(waits),
+                                 **log_methods(logs)}
         idempotent = services.idempotency = IdempotentMethods(repo, settings)
         for name in ("tasks.create", "tasks.execute", "execute_task_tree", "tasks.copy", "tasks.clone"):
             services.task_methods[name] = idempotent.wrap(name, services.task_methods[name])

@@ -378,3 +378,47 @@ class EmitEvent:
     def of(cls, name: Any, payload: Any = None, user_id: Any = None) -> EmitEvent:
         """Typed arguments (GraphQL, MCP, the CLI): the checks of `from_params`."""
         return cls.from_params({"name": name, "payload": payload, "user_id": user_id})
+
+
+# --- task logs ----------------------------------------------------------------------------------
+
+# tasks.logs: lines in one page (the default and the most).
+LOG_PAGE_LINES = 1000
+
+
+@dataclass(slots=True)
+class TaskLogs:
+    """tasks.logs: the log lines of `task_id` (docs/observability.md), of one `attempt` or all,
+    after the line `after` (a `seq`), at most `limit`; `follow`: then stream new lines (SSE)."""
+
+    task_id: str
+    attempt: int | None = None
+    after: int | None = None
+    limit: int = LOG_PAGE_LINES
+    follow: bool = False
+
+    @classmethod
+    def from_params(cls, params: Any) -> TaskLogs:
+        params = params_object(params)
+        task_id = rpc_params.string(params, "task_id", aliases=("id",), required=True)
+        return cls(task_id,  # type: ignore[arg-type]
+                   _optional_int(params, "attempt", low=1, high=2**31 - 1),
+                   _optional_int(params, "after", low=0, high=2**63 - 1),
+                   rpc_params.integer(params, "limit", LOG_PAGE_LINES, low=1, high=LOG_PAGE_LINES),
+                   rpc_params.boolean(params, "follow", False))
+
+    @classmethod
+    def of(cls, task_id: Any, attempt: int | None = None, after: int | None = None,
+           limit: int = LOG_PAGE_LINES) -> TaskLogs:
+        """Typed arguments (/ws, the CLI): the rules of `from_params`."""
+        return cls(task_id_text(task_id),
+                   None if attempt is None else rpc_params.bounded(attempt, "attempt", low=1, high=2**31 - 1),
+                   None if after is None else rpc_params.bounded(after, "after", low=0, high=2**63 - 1),
+                   rpc_params.bounded(limit, "limit", low=1, high=LOG_PAGE_LINES))
+
+
+def _optional_int(params: Mapping[str, Any], name: str, *, low: int, high: int) -> int | None:
+    """An optional integer param: absent or null is None, else within [low, high] (-32602 naming
+    it; the bounds of the column it is compared with, so no database refuses it)."""
+    value = params.get(name)
+    return None if value is None else rpc_params.bounded(value, name, low=low, high=high)

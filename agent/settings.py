@@ -252,6 +252,8 @@ class Settings:
     max_result_depth: int = 100
     # Largest checkpoint one executor may store for its task.
     max_checkpoint_bytes: int = 1024 * 1024
+    # Log lines kept per attempt (task logs, agent/engine/logbook.py): bytes of text; 0 keeps none.
+    max_log_bytes: int = 64 * 1024
     # /metrics (Prometheus text); it follows JWT when JWT is on unless metrics_public.
     enable_metrics: bool = True
     metrics_public: bool = False
@@ -348,6 +350,7 @@ class Settings:
             max_result_bytes=_int(env, "SERVICE_MAX_RESULT_BYTES", 16 * 1024 * 1024, 1024, 2**31 - 1),
             max_result_depth=_int(env, "SERVICE_MAX_RESULT_DEPTH", 100, 2, 10_000),
             max_checkpoint_bytes=_int(env, "SERVICE_MAX_CHECKPOINT_BYTES", 1024 * 1024, 64, 2**31 - 1),
+            max_log_bytes=_int(env, "SERVICE_MAX_LOG_BYTES", 64 * 1024, 0, 2**31 - 1),
             executor_concurrency=_caps(env, "SERVICE_EXECUTOR_CONCURRENCY"),
             enable_metrics=_bool(env, "SERVICE_ENABLE_METRICS", True),
             metrics_public=_bool(env, "SERVICE_METRICS_PUBLIC", False),

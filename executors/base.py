@@ -14,6 +14,8 @@ from typing import Any, ClassVar, Protocol
 from taskgrove.llm.client import LLMSettings
 
 ProgressCallback = Callable[[float, "str | None"], Awaitable[None]]
+# Where an attempt's log lines go (agent/engine/logbook.py): stream, text, level (None but for "log").
+LogSink = Callable[[str, str, "str | None"], None]
 
 
 class ExecutorSettings(LLMSettings, Protocol):
@@ -101,6 +103,7 @@ class ExecutionContext:
     wait_answers: list[Any] = field(default_factory=list)
     _progress: ProgressCallback | None = None
     _checkpoint: Callable[[Any], Awaitable[None]] | None = None
+    _log: LogSink | None = None
     _waits: int = 0  # waits called so far in this run of the attempt: the next one's index
 
     @property
@@ -145,6 +148,18 @@ class ExecutionContext:
         if default is not ABSENT:
             wait["default"] = default
         raise Waiting(wait)
+
+    def log(self, message: str, level: str = "info") -> None:
+        """Keep `message` in this attempt's log (tasks.logs; SERVICE_MAX_LOG_BYTES bounds it). Cheap:
+        lines are buffered and written in batches. Never log secrets (tokens, keys, header values)."""
+        if self._log is not None:
+            self._log("log", str(message), str(level).lower())
+
+    def log_output(self, stream: str, text: str) -> None:
+        """One line of a program's output (`stream`: "stdout" or "stderr") or of a REST call
+        ("http") into this attempt's log; for executors that run something (executors/stdio.py)."""
+        if self._log is not None:
+            self._log(stream, text, None)
 
     async def report_progress(self, progress: float, message: str | None = None) -> None:
         """Publish progress (0..1) for this task; cheap, safe to call often."""

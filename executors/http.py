@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from urllib.parse import urlsplit, urlunsplit
 from typing import TYPE_CHECKING, Any
 
 from taskgrove.executors.base import ExecutionContext, Executor, ExecutorError
@@ -27,6 +28,15 @@ if TYPE_CHECKING:  # pragma: no cover
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 DEFAULT_MAX_BYTES = 1024 * 1024
 _BODY_HEAD = 300
+
+
+def log_url(url: str) -> str:
+    """A URL as the task log shows it: no user:password, no query (which may carry a token) and
+    no fragment."""
+    try:
+        return urlunsplit(urlsplit(redact_url(url))._replace(query="", fragment=""))
+    except ValueError:
+        return "(unparsable URL)"
 
 
 def _is_json(content_type: str) -> bool:
@@ -156,7 +166,7 @@ class RestExecutor(Executor):
         try:
             for attempt in range(retries + 1):
                 try:
-                    result = await self._attempt(method, url, request_kwargs, timeout, cap)
+                    result = await self._attempt(method, url, request_kwargs, timeout, cap, context)
                 except (_Retryable, RuntimeError) as exc:
                     if self._cancelled:  # cancel() closed the client under the request
                         raise ExecutorError("request cancelled") from None
@@ -174,29 +184,38 @@ class RestExecutor(Executor):
             await self._client.aclose()
 
     async def _attempt(
-        self, method: str, url: str, kwargs: dict[str, Any], timeout: float, cap: int
+        self, method: str, url: str, kwargs: dict[str, Any], timeout: float, cap: int, context: ExecutionContext
     ) -> dict[str, Any]:
-        """One request. Returns the result, raises _Retryable or ExecutorError."""
+        """One request. Returns the result, raises _Retryable or ExecutorError. Its method, URL
+        (without credentials or query) and status, or its failure, go to the task log."""
         import httpx  # lazy (see the imports); loaded by execute already
 
         assert self._client is not None
         shown = redact_url(url)
+        logged = f"{method} {log_url(url)}"
         try:
             # asyncio.timeout bounds the whole attempt; httpx's timeout only bounds each phase.
             async with asyncio.timeout(timeout):
                 async with self._client.stream(method, url, **kwargs) as response:
+                    context.log_output("http", f"{logged} -> {response.status_code}")
                     body, truncated = await self._read(response, cap)
         except UnsafeURLError as exc:  # a redirect pointed somewhere private
+            context.log_output("http", f"{logged} -> refused (private address)")
             raise ExecutorError(str(exc)) from None
         except TimeoutError:
+            context.log_output("http", f"{logged} -> timed out")
             raise _Retryable(f"request to {shown} timed out after {timeout:g}s") from None
         except httpx.TimeoutException:
+            context.log_output("http", f"{logged} -> timed out")
             raise _Retryable(f"request to {shown} timed out after {timeout:g}s") from None
         except httpx.TooManyRedirects:
+            context.log_output("http", f"{logged} -> too many redirects")
             raise ExecutorError(f"too many redirects from {shown}") from None
         except httpx.TransportError as exc:
+            context.log_output("http", f"{logged} -> {type(exc).__name__}")
             raise _Retryable(f"request to {shown} failed: {type(exc).__name__}: {exc}") from None
         except httpx.HTTPError as exc:
+            context.log_output("http", f"{logged} -> {type(exc).__name__}")
             raise ExecutorError(f"request to {shown} failed: {exc}") from None
 
         try:

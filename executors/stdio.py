@@ -122,6 +122,7 @@ _INHERITED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR")
 _FORBIDDEN_ENV_PREFIXES = ("LD_", "DYLD_")
 _READ_CHUNK = 64 * 1024
 _STDERR_TAIL = 500
+_LINE_MAX = 16 * 1024  # longest line passed to the task log at once
 # A SIGKILLed leader is reaped at once; this only bounds the wait if something is badly wrong.
 _REAP_WAIT = 5.0
 
@@ -183,8 +184,30 @@ def _child_env(service_env: Any, extra: Any) -> dict[str, str]:
     return env
 
 
-async def _read_capped(stream: asyncio.StreamReader, cap: int) -> tuple[bytes, bool]:
-    """Read a pipe to EOF, keeping at most `cap` bytes.
+class _Lines:
+    """Splits a pipe's chunks into lines for the task's log (`ExecutionContext.log_output`) as they
+    come. A line longer than `_LINE_MAX` is passed on in pieces, so a program that never writes a
+    newline holds no more than that in memory."""
+
+    def __init__(self, context: ExecutionContext, stream: str) -> None:
+        self.context, self.stream, self.partial = context, stream, b""
+
+    def feed(self, chunk: bytes) -> None:
+        *lines, self.partial = (self.partial + chunk).split(b"\n")
+        while len(self.partial) > _LINE_MAX:
+            lines.append(self.partial[:_LINE_MAX])
+            self.partial = self.partial[_LINE_MAX:]
+        for line in lines:
+            self.context.log_output(self.stream, line.rstrip(b"\r").decode("utf-8", errors="replace"))
+
+    def end(self) -> None:
+        if self.partial:
+            self.context.log_output(self.stream, self.partial.decode("utf-8", errors="replace"))
+            self.partial = b""
+
+
+async def _read_capped(stream: asyncio.StreamReader, cap: int, lines: _Lines | None = None) -> tuple[bytes, bool]:
+    """Read a pipe to EOF, keeping at most `cap` bytes, each chunk fed to `lines` as it comes.
 
     The rest is drained and dropped rather than left unread: a child writing into a full pipe
     would block forever.
@@ -192,11 +215,15 @@ async def _read_capped(stream: asyncio.StreamReader, cap: int) -> tuple[bytes, b
     kept = bytearray()
     truncated = False
     while chunk := await stream.read(_READ_CHUNK):
+        if lines is not None:
+            lines.feed(chunk)
         room = cap - len(kept)
         if room > 0:
             kept += chunk[:room]
         if len(chunk) > room:
             truncated = True
+    if lines is not None:
+        lines.end()
     return bytes(kept), truncated
 
 
@@ -299,7 +326,8 @@ class CommandExecutor(Executor):
         self._process = process
         assert process.stdout is not None and process.stderr is not None
         readers = asyncio.gather(
-            _read_capped(process.stdout, cap), _read_capped(process.stderr, cap)
+            _read_capped(process.stdout, cap, _Lines(context, "stdout")),
+            _read_capped(process.stderr, cap, _Lines(context, "stderr")),
         )
         try:
             async with asyncio.timeout(timeout):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, LargeBinary, String, Text, text
+from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, LargeBinary, String, Text, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 # Defined in storage/status.py (no imports, for light clients); storage.fields, trees and executions
@@ -151,6 +151,25 @@ class Event(Base):
     __table_args__ = (Index("ix_events_user_name_created", "user_id", "name", "created_at"),)
 
 
+class TaskLog(Base):
+    """One log line of an attempt (task logs, storage/logs.py): what its executor logged, a command's
+    output, a REST call. `seq` orders every line (one counter for all tasks, so no instance needs to
+    know another's lines to number its own); rows go with their task (TaskRepository.delete)."""
+
+    __tablename__ = "task_logs"
+
+    seq: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True,
+                                     autoincrement=True)
+    task_id: Mapped[str] = mapped_column(String(64))
+    attempt: Mapped[int] = mapped_column(Integer)
+    at: Mapped[str] = mapped_column(String(40))
+    stream: Mapped[str] = mapped_column(String(8))  # log | stdout | stderr | http
+    level: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    text: Mapped[str] = mapped_column(Text)
+
+    __table_args__ = (Index("ix_task_logs_task_seq", "task_id", "seq"),)
+
+
 class RateLimit(Base):
     """Per rate-limit key, the earliest moment the next attempt of that key may start."""
 
@@ -231,6 +250,7 @@ executions_table = Execution.__table__
 idempotency_table = IdempotencyKey.__table__
 rate_limits_table = RateLimit.__table__
 events_table = Event.__table__
+task_logs_table = TaskLog.__table__
 
 # The columns of `tasks` holding JSON, from the table itself: stored as json.dumps text, read
 # back through jsonvalues.read_stored (which may yield Unreadable).

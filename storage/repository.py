@@ -20,7 +20,7 @@ from sqlalchemy import String, bindparam, cast, delete, func, insert, or_, selec
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from taskgrove.storage import executions
+from taskgrove.storage import executions, logs
 from taskgrove.storage import statements as S
 from taskgrove.storage.connections import Connections
 from taskgrove.storage.models import tasks_table as T
@@ -231,12 +231,22 @@ class TaskRepository:
         rows = await self.connections.run(by_like if len(wanted) <= _CHUNK else by_scan, conn=conn)
         return [r for r in rows if any(isinstance(d, dict) and d.get("id") in wanted for d in r["dependencies"] or ())]
 
+    async def log_lines(self, task_id: str, *, attempt: int | None = None, after: int | None = None,
+                        limit: int = 1000) -> list[Row]:
+        """A page of a task's log lines, oldest first (storage/logs.py `read_lines`)."""
+        return await self.connections.read_run(
+            lambda c: logs.read_lines(c, task_id, attempt=attempt, after=after, limit=limit))
+
     # --- writes ---------------------------------------------------------------------------
 
     async def insert(self, rows: Sequence[Mapping[str, Any]], conn: AsyncConnection | None = None) -> None:
         if rows:
             full = [with_defaults(row) for row in rows]
             await self.connections.run(lambda c: c.execute(insert(T), full), conn=conn)
+
+    async def add_log_lines(self, lines: Sequence[Mapping[str, Any]]) -> list[int]:
+        """Store a batch of log lines in one transaction; their `seq`s, in order."""
+        return await self.connections.run(logs.insert_lines, lines)
 
     async def update(
         self,
@@ -295,14 +305,17 @@ class TaskRepository:
 
     async def delete(self, ids: Sequence[str], conn: AsyncConnection | None = None, *,
                      only_status: str | None = None) -> int:
-        """Delete physically; with `only_status`, only rows still in that status (compare-and-set)."""
+        """Delete physically; with `only_status`, only rows still in that status (compare-and-set).
+        Their log lines go in the same transaction (storage/logs.py)."""
         def op(c: Connection) -> int:
             deleted = 0
             for chunk in _chunks(list(ids)):
                 query = delete(T).where(T.c.id.in_(chunk))
                 if only_status is not None:
                     query = query.where(T.c.status == only_status)
-                deleted += c.execute(query).rowcount
+                gone = list(c.execute(query.returning(T.c.id)).scalars())
+                logs.delete_of(c, gone)
+                deleted += len(gone)
             return deleted
 
         return await self.connections.run(op, conn=conn)

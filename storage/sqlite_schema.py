@@ -11,7 +11,7 @@ tests/test_migrations_head.py compares this with a migrated database and prints 
 when a migration is added (`python -m tests.test_migrations_head` writes it).
 """
 
-REVISION = '0008'
+REVISION = '0009'
 
 STATEMENTS: tuple[str, ...] = (
     ('CREATE TABLE alembic_version (\n'
@@ -167,4 +167,15 @@ STATEMENTS: tuple[str, ...] = (
      '\tPRIMARY KEY (id)\n'
      ')'),
     ('CREATE INDEX ix_events_user_name_created ON events (user_id, name, created_at)'),
+    ('CREATE TABLE task_logs (\n'
+     '\tseq INTEGER NOT NULL, \n'
+     '\ttask_id VARCHAR(64) NOT NULL, \n'
+     '\tattempt INTEGER NOT NULL, \n'
+     '\tat VARCHAR(40) NOT NULL, \n'
+     '\tstream VARCHAR(8) NOT NULL, \n'
+     '\tlevel VARCHAR(16), \n'
+     '\ttext TEXT NOT NULL, \n'
+     '\tPRIMARY KEY (seq)\n'
+     ')'),
+    ('CREATE INDEX ix_task_logs_task_seq ON task_logs (task_id, seq)'),
 )

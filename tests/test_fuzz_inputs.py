@@ -49,7 +49,7 @@ BIG = "__OVERFLOW__"  # replaced by the number 1e400 in the request text
 TASK_METHODS = ["tasks.create", "tasks.get", "tasks.detail", "tasks.update", "tasks.delete", "tasks.copy",
                 "tasks.clone", "tasks.list", "tasks.children", "tasks.tree", "tasks.execute", "execute_task_tree",
                 "tasks.running.list", "tasks.running.status", "tasks.running.count", "tasks.cancel",
-                "tasks.running.cancel", "tasks.generate", "tasks.respond", "events.emit"]
+                "tasks.running.cancel", "tasks.generate", "tasks.respond", "events.emit", "tasks.logs"]
 SYSTEM_METHODS = ["system.health", "system.executors", "config.llm_key.set", "config.llm_key.get",
                   "config.llm_key.delete", "examples.status"]
 

@@ -21,6 +21,7 @@ from typing import Any
 from taskgrove.agent.engine import waits
 from taskgrove.agent.engine.background import Background
 from taskgrove.agent.engine.bus import PROGRESS, TASK_START
+from taskgrove.agent.engine.logbook import AttemptLog, Logbook
 from taskgrove.agent.engine.publish import Publisher
 from taskgrove.agent.engine.retry import RetryPolicy, iso_in, stored_policy
 from taskgrove.agent.engine.schemas import compiled_schema
@@ -55,6 +56,7 @@ class Running:
     job: asyncio.Task[None] | None = None
     cancelled: bool = False
     began: float = 0.0  # monotonic, for the duration metric
+    log: AttemptLog | None = None  # its task log (engine/logbook.py); None when logs are off
 
     @property
     def row(self) -> dict[str, Any]:
@@ -120,6 +122,7 @@ class Attempts:
         self.running: dict[str, Running] = {}
         self.outcomes: list[dict[str, Any]] = []
         self.progress: dict[str, float] = {}
+        self.logbook = Logbook(repo, publisher.bus, settings.max_log_bytes)
 
     def start(self, tid: str, run: TreeRun, stamp: str, claim: Mapping[str, Any]) -> None:
         """Start the attempt a pass just claimed: publish its start, then run its executor."""
@@ -142,10 +145,25 @@ class Attempts:
         running.job = asyncio.create_task(self._run_executor(running), name=f"task-{tid}")
 
     async def _run_executor(self, running: Running) -> None:
-        """The attempt's whole life: its executor under the timeout, then its outcome to the pass
-        loop (completed, failed, or pending again with a retry delay)."""
-        row = running.row
+        """The attempt's whole life: its executor under the timeout, its log lines stored, then its
+        outcome to the pass loop (so the lines are readable once the outcome is)."""
         current_task.set((running.task_id, running.run.tree_id))  # this asyncio task's own log context
+        running.log = self.logbook.open(running.task_id, running.attempt, running.row.get("inputs") or {},
+                                        running.run.calls.get(running.task_id, {}).get("llm_api_key"))
+        try:
+            outcome = await self._attempt(running)
+        except BaseException:
+            self.logbook.close_later(running.log)
+            raise
+        await self.logbook.close(running.log)
+        if outcome is not None and not running.cancelled:
+            self.outcomes.append(outcome)
+            self.wake.set()
+
+    async def _attempt(self, running: Running) -> dict[str, Any] | None:
+        """Its executor under the timeout, then its outcome (completed, failed, or pending again
+        with a retry delay, or parked); None when the attempt was cancelled."""
+        row = running.row
         policy = stored_policy(row, self.default_retry)
         retryable = True
         try:
@@ -164,14 +182,10 @@ class Attempts:
             values: dict[str, Any] = {"status": "completed", "progress": 1.0, "result": result, "error": None}
         except asyncio.CancelledError:
             if running.cancelled:
-                return
+                return None
             raise
         except Waiting as waiting:  # the attempt parks (engine/waits.py); its answer resumes it
-            if running.cancelled:
-                return
-            self.outcomes.append(self._parked(running, waiting.wait))
-            self.wake.set()
-            return
+            return None if running.cancelled else self._parked(running, waiting.wait)
         except Unstorable as exc:
             retryable = False
             values = _failure(row, f"The result cannot be stored: {exc}")
@@ -181,10 +195,7 @@ class Attempts:
         except Exception as exc:
             log.exception("executor of task %s raised", running.task_id)
             values = _failure(row, f"{type(exc).__name__}: {exc}")
-        if running.cancelled:
-            return
-        self.outcomes.append(self._outcome(running, policy, values, retryable))
-        self.wake.set()
+        return None if running.cancelled else self._outcome(running, policy, values, retryable)
 
     def _parked(self, running: Running, wait: dict[str, Any]) -> dict[str, Any]:
         """What the pass loop writes for an attempt that parks on `wait`: the task stays in
@@ -283,6 +294,7 @@ class Attempts:
             wait_answers=waits.read(row.get("wait_answers")) or [],
             _progress=report,
             _checkpoint=checkpoint,
+            _log=running.log.add if running.log is not None else None,
         )
         return await executor.execute(inputs, context)
 

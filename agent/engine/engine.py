@@ -151,6 +151,7 @@ class Engine:
             job.cancel()
         detached = [attempts.detach(tid) for tid in list(self.running)]
         await asyncio.gather(*(attempts.stop(running) for running in detached))
+        await attempts.logbook.stop()  # the lines of attempts cut off are kept
         try:
             stamp = now_iso()
             await self.repo.run(executions.release, self.instance_id, [r.execution_id for r in self.runs.values()],
