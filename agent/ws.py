@@ -2,7 +2,8 @@
 
 Protocol (SPEC.md, WebSocket `/ws`; docs/live-updates.md has examples):
 
-* client -> server: `{"action": "subscribe" | "unsubscribe" | "ping", "task_id": "..."}`
+* client -> server: `{"action": "subscribe" | "unsubscribe" | "ping", "task_id": "..."}`; a task's
+  log lines: `subscribe_logs` / `unsubscribe_logs` (agent/ws_logs.py, `task_log` messages)
 * server -> client: `{"type", "task_id", "context_id", "data": {"status", "progress", ...}}` with
   `type` one of `task_status`, `task_progress`, `task_completed`, `task_failed`, `pong`, and
   `{"type": "error", "message": ...}` for a message the server could not act on. `data.waiting`
@@ -35,6 +36,7 @@ from taskgrove.agent.engine import bus
 from taskgrove.agent.errors import INTERNAL_ERROR, PERMISSION_DENIED, RpcError, task_not_found
 from taskgrove.agent.requests import GetTask, task_id_text
 from taskgrove.agent.rpc.jsonrpc import CallContext
+from taskgrove.agent.ws_logs import LogFollows
 from taskgrove.storage import jsonvalues
 from taskgrove.storage.status import TaskStatus
 from taskgrove.storage.trees import now_iso
@@ -51,7 +53,7 @@ MAX_SUBSCRIPTIONS = 1000
 # Close code sent when the handshake cannot be answered with HTTP 401 (no denial-response support).
 CLOSE_UNAUTHORIZED = 4401
 
-ACTIONS = ("subscribe", "unsubscribe", "ping")
+ACTIONS = ("subscribe", "unsubscribe", "ping", "subscribe_logs", "unsubscribe_logs")
 
 # Engine event type -> WebSocket message type. `final` is a tree summary whose task_id is the
 # root's: the root task's own task_completed/task_failed already reports it, so it is not sent.
@@ -184,6 +186,14 @@ class Session:
         self.subscription = services.bus.subscribe(
             lambda e: e["task_id"] in self.watched and e["type"] in WIRE_TYPES, maxsize=BUFFER_EVENTS
         )
+        self.logs = LogFollows(services.logs, ctx, self.send_locked, self.send_error)
+
+    async def send_locked(self, message: Mapping[str, Any]) -> None:
+        async with self.lock:
+            await self.send(message)
+
+    async def send_error(self, problem: Mapping[str, Any]) -> None:
+        await self.send_locked(error_message(problem["message"], problem.get("task_id"), problem.get("code")))
 
     async def send(self, message: Mapping[str, Any]) -> None:
         # jsonvalues.dumps: never the token `Infinity` (not JSON) from a stored or reported value.
@@ -196,6 +206,7 @@ class Session:
         finally:
             pump.cancel()
             self.subscription.close()
+            await self.logs.close()
             await asyncio.gather(pump, return_exceptions=True)
 
     async def _pump(self) -> None:
@@ -252,6 +263,13 @@ class Session:
                     self.watched.discard(task_id)
                 else:
                     await self.send(error_message(f"Not subscribed to task '{task_id}'", task_id))
+        elif action == "subscribe_logs":
+            assert task_id is not None
+            await self.logs.subscribe(task_id)
+        elif action == "unsubscribe_logs":
+            assert task_id is not None
+            if not await self.logs.unsubscribe(task_id):
+                await self.send_locked(error_message(f"Not subscribed to the logs of task '{task_id}'", task_id))
         else:
             assert task_id is not None
             await self.subscribe(task_id)

@@ -21,7 +21,7 @@ AGENT_ROOMS: list[tuple[str, tuple[str, ...]]] = [
     # The remote command line: a client of a running service over HTTP, below the entry point only.
     ("remote client", ("taskgrove.agent.remote",)),
     ("wiring", ("taskgrove.agent.app",)),
-    ("surfaces", ("taskgrove.agent.a2a", "taskgrove.agent.graphql", "taskgrove.agent.ws",
+    ("surfaces", ("taskgrove.agent.a2a", "taskgrove.agent.graphql", "taskgrove.agent.ws", "taskgrove.agent.ws_logs",
                   "taskgrove.agent.mcp", "taskgrove.agent.ui",
                   "taskgrove.agent.edge", "taskgrove.agent.bodylimit", "taskgrove.agent.operations")),
     ("service container", ("taskgrove.agent.container",)),

@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+import websockets
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -28,6 +29,9 @@ from tests.conftest import Client, running_app
 from tests.servers import serve
 from tests.test_auth import ALICE, BOB, JWT_ENV, PERMISSION_DENIED
 from tests.test_streaming_webhooks import sse_events
+from tests.test_ws import live  # noqa: F401 (a fixture)
+from tests.test_ws import recv as ws_recv
+from tests.test_ws import send as ws_send
 
 LLM_KEY = "sk-test-llm-key-0123456789"
 probe_log = logging.getLogger("tests.logprobe")
@@ -304,3 +308,32 @@ def test_tasks_logs_params_property(tmp_path: Any) -> None:
     finally:
         runner.run(context.__aexit__(None, None, None))
         runner.close()
+
+
+# --- /ws subscribe_logs ------------------------------------------------------------------------
+
+async def test_ws_subscribe_logs_sends_stored_then_new_lines_then_the_end(live: Callable[..., Any],
+                                                                         tmp_path: Any) -> None:
+    gate = tmp_path / "gate"
+    script = f"echo before; while [ ! -e {gate} ]; do sleep 0.02; done; echo after"
+    async with live({"SERVICE_COMMAND_ALLOWLIST": "sh"}) as server:
+        await server.rpc("tasks.create", [command("w", ["sh", "-c", script])])
+        deadline = asyncio.get_running_loop().time() + 20
+        while not (await server.rpc("tasks.logs", {"task_id": "w"}))["lines"]:
+            assert asyncio.get_running_loop().time() < deadline, "no line stored"
+            await asyncio.sleep(0.02)
+        async with websockets.connect(f"{server.ws_url}/ws") as ws:
+            await ws_send(ws, {"action": "subscribe_logs", "task_id": "nope"})
+            refused = await ws_recv(ws)
+            assert refused["type"] == "error" and "Task 'nope' not found" in refused["message"]
+            await ws_send(ws, {"action": "subscribe_logs", "task_id": "w"})
+            first = await ws_recv(ws)
+            assert first["type"] == "task_log" and first["task_id"] == "w"
+            assert [line["text"] for line in first["data"]["lines"]] == ["before"]
+            gate.touch()
+            texts: list[str] = []
+            while (message := await ws_recv(ws, 20))["type"] == "task_log":
+                texts += [line["text"] for line in message["data"]["lines"]]
+            assert message["type"] == "task_log_end" and texts == ["after"]
+            await ws_send(ws, {"action": "unsubscribe_logs", "task_id": "w"})  # it ended already
+            assert (await ws_recv(ws))["type"] == "error"

@@ -1,4 +1,4 @@
-"""`taskgrove tasks list|get|tree|execute|cancel|delete|watch|respond`: the tasks.* JSON-RPC methods of a
+"""`taskgrove tasks list|get|tree|execute|cancel|delete|watch|respond|logs`: the tasks.* JSON-RPC methods of a
 running service, as tables and trees for people or JSON (--json) for scripts."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from taskgrove.agent.remote.client import Remote, RemoteError, json_argument
 from taskgrove.agent.remote.commands import Command, Group
 from taskgrove.agent.remote.follow import follow
+from taskgrove.agent.remote.logs import logs_arguments, run_logs
 from taskgrove.storage.status import TASK_STATUSES, TaskStatus
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -131,4 +132,6 @@ GROUP = Group("tasks", "tasks of a running service (tasks.* over JSON-RPC)", (
     Command("delete", "delete a pending task and its descendants", _delete, _task_id),
     Command("watch", "follow a tree live over /ws; exit status 1 when it fails", _watch, _watch_arguments),
     Command("respond", "answer a task that waits for input (tasks.respond)", _respond, _respond_arguments),
+    Command("logs", "a task's log lines (tasks.logs); --follow prints new ones until it ends", run_logs,
+            logs_arguments),
 ))
