@@ -7,6 +7,7 @@ import {call, watch} from "./api.js";
 import {h, json} from "./dom.js";
 import {drawGraph} from "./graph.js";
 import {layout} from "./layout.js";
+import {logsSection} from "./logs.js";
 import {counts} from "./list.js";
 
 // Detail fields in reading order; objects are shown as JSON.
@@ -88,7 +89,8 @@ export async function showTree(main, rootId, notify, go, current) {
     const answer = task.waiting && task.waiting.kind === "input" && task.status === "in_progress"
       ? answerForm(task, () => { notify(`Answered ${task.name}`, "info"); if (selected === id) showDetail(id); })
       : null;
-    detail.replaceChildren(h("h2", {}, task.name), answer, h("p", {class: "actions"}, buttons), fields);
+    detail.replaceChildren(h("h2", {}, task.name), answer, h("p", {class: "actions"}, buttons), fields,
+                           logsSection(task));
   }
 
   main.replaceChildren(
