@@ -155,7 +155,8 @@ class Attempts:
         except BaseException:
             self.logbook.close_later(running.log)
             raise
-        await self.logbook.close(running.log)
+        if self.logbook.end(running.log):
+            await self.logbook.flush()
         if outcome is not None and not running.cancelled:
             self.outcomes.append(outcome)
             self.wake.set()

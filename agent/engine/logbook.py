@@ -73,19 +73,24 @@ def redact(text: str, secrets: Iterable[str]) -> str:
 class AttemptLog:
     """The lines of one attempt, within its byte budget."""
 
-    __slots__ = ("book", "task_id", "attempt", "room", "dropped", "secrets")
+    __slots__ = ("book", "task_id", "attempt", "room", "dropped", "inputs", "llm_api_key", "secrets")
 
-    def __init__(self, book: "Logbook", task_id: str, attempt: int, room: int, secrets: tuple[str, ...]) -> None:
+    def __init__(self, book: "Logbook", task_id: str, attempt: int, room: int, inputs: Mapping[str, Any],
+                 llm_api_key: str | None) -> None:
         self.book = book
         self.task_id = task_id
         self.attempt = attempt
         self.room = room  # bytes of text this attempt may still keep
         self.dropped = 0  # bytes dropped once the budget ran out
-        self.secrets = secrets
+        self.inputs = inputs
+        self.llm_api_key = llm_api_key
+        self.secrets: tuple[str, ...] | None = None  # found on the first line: most attempts log none
 
     def add(self, stream: str, text: str, level: str | None = None) -> None:
         """Keep one line (an ExecutionContext's LogSink). Once a line does not fit, it and every
         later line are dropped, and counted for the marker."""
+        if self.secrets is None:
+            self.secrets = secrets_of(self.inputs, self.llm_api_key)
         text = redact(text.replace("\x00", "\ufffd"), self.secrets)
         size = len(text.encode("utf-8", "replace"))
         if self.dropped or size > self.room:
@@ -144,26 +149,25 @@ class Logbook:
         if self._loop is None:
             self._loop, self._thread = asyncio.get_running_loop(), threading.get_ident()
             install_handler()
-        attempt_log = AttemptLog(self, task_id, attempt, self.max_bytes, secrets_of(inputs, llm_api_key))
+        attempt_log = AttemptLog(self, task_id, attempt, self.max_bytes, inputs, llm_api_key)
         current_log.set(attempt_log)
         return attempt_log
 
-    async def close(self, attempt_log: AttemptLog | None) -> None:
-        """The attempt ended: its marker if lines were dropped, then everything pending stored."""
+    def end(self, attempt_log: AttemptLog | None) -> bool:
+        """The attempt ended: its marker if lines were dropped. True: lines wait to be stored, and
+        the caller awaits `flush()` before handing the attempt's outcome on (no coroutine, no
+        write for the many attempts that log nothing)."""
         if attempt_log is None:
-            return
-        current_log.set(None)
+            return False
         if attempt_log.dropped:
             self._marker(attempt_log)
-        if self.pending:
-            await self.flush()
+        return bool(self.pending)
 
     def close_later(self, attempt_log: AttemptLog | None) -> None:
         """The attempt was stopped (cancelled, or the engine stops): its lines are stored with the
         next flush, which nobody waits for."""
         if attempt_log is None:
             return
-        current_log.set(None)
         if attempt_log.dropped:
             self._marker(attempt_log)
         elif self.pending:
