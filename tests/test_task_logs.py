@@ -25,7 +25,8 @@ from taskgrove.executors.http import RestExecutor
 from taskgrove.executors.registry import ExecutorRegistry
 from taskgrove.executors.stdio import CommandExecutor
 from taskgrove.agent.app import build_app
-from tests.conftest import Client, running_app
+from taskgrove.agent.engine.logbook import redact, secrets_of
+from tests.conftest import POSTGRES_URL, Client, postgres_database, running_app
 from tests.servers import serve
 from tests.test_auth import ALICE, BOB, JWT_ENV, PERMISSION_DENIED
 from tests.test_streaming_webhooks import sse_events
@@ -337,3 +338,49 @@ async def test_ws_subscribe_logs_sends_stored_then_new_lines_then_the_end(live: 
             assert message["type"] == "task_log_end" and texts == ["after"]
             await ws_send(ws, {"action": "unsubscribe_logs", "task_id": "w"})  # it ended already
             assert (await ws_recv(ws))["type"] == "error"
+
+
+# --- what a kept line never shows ---------------------------------------------------------------
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("GET https://bob:hunter2-pw@example.com/x", "GET https://***@example.com/x"),
+    ("Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.abcdef", "Authorization: Bearer ***"),
+    ("basic authentication failed, token expired", "basic authentication failed, token expired"),
+    ("key=sk-test-llm-key-0123456789 and the header value-secret-1", "key=*** and the header ***"),
+    ("short ab stays", "short ab stays"),
+])
+def test_redact(text: str, shown: str) -> None:
+    secrets = secrets_of({"headers": {"X-Key": "value-secret-1", "X-Short": "ab"}}, LLM_KEY)
+    assert redact(text, secrets) == shown
+
+
+# --- several instances (PostgreSQL) -------------------------------------------------------------
+
+@pytest.mark.skipif(not POSTGRES_URL, reason="needs TASKGROVE_TEST_POSTGRES_URL (set by .ci/run)")
+async def test_lines_of_an_attempt_on_one_instance_are_followed_on_another(tmp_path: Any) -> None:
+    gate = tmp_path / "gate"
+    script = f"echo on-a; while [ ! -e {gate} ]; do sleep 0.02; done; echo still-on-a"
+    async with postgres_database() as url:
+        env = {"SERVICE_DATABASE_URL": url, "SERVICE_CREATE_WAIT_TIMEOUT": "0", "SERVICE_COMMAND_ALLOWLIST": "sh",
+               "SERVICE_RATE_LIMIT_PER_USER": "0", "SERVICE_SHUTDOWN_GRACE_SECONDS": "0"}
+        async with running_app(Settings.from_env(env), registry=ExecutorRegistry(REGISTRY)) as a:
+            # B runs no task of its own: every line it shows was stored by A.
+            b_app = build_app(Settings.from_env({**env, "SERVICE_MAX_CONCURRENCY": "1"}),
+                              registry=ExecutorRegistry(REGISTRY))
+            await a.result("tasks.create", [command("x", ["sh", "-c", script])])
+            while not await _has_lines(a, "x"):
+                await asyncio.sleep(0.02)
+            assert a.services.engine.running  # the attempt runs on A
+            async with serve(b_app) as b_url, httpx.AsyncClient(base_url=b_url, timeout=30) as http:
+                body = {"jsonrpc": "2.0", "id": 1, "method": "tasks.logs", "params": {"task_id": "x", "follow": True}}
+                text = ""
+                async with http.stream("POST", "/tasks", json=body) as response:
+                    async for chunk in response.aiter_text():
+                        text += chunk
+                        if '"result"' in text and not gate.exists():
+                            gate.touch()
+            assert not b_app.state.services.engine.running
+    events = sse_events(text)
+    assert [line["text"] for line in events[0]["result"]["lines"]] == ["on-a"]
+    assert [line["text"] for e in events[1:] if e["type"] == "task_log" for line in e["lines"]] == ["still-on-a"]
+    assert events[-1]["type"] == "stream_end"

@@ -37,7 +37,9 @@ FLUSH_SECONDS = 0.5
 MASK = "***"
 MIN_SECRET_CHARS = 6  # shorter values would mask ordinary words
 _URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
-_BEARER = re.compile(r"(?i)\b(bearer|basic|token)\s+[A-Za-z0-9._~+/=-]{6,}")
+# A credential after its scheme (an Authorization header printed whole); 16+ characters, so that
+# prose ("basic authentication") stays as it is.
+_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{16,}")
 
 current_log: contextvars.ContextVar["AttemptLog | None"] = contextvars.ContextVar("taskgrove_attempt_log",
                                                                                    default=None)
@@ -159,6 +161,7 @@ class Logbook:
         write for the many attempts that log nothing)."""
         if attempt_log is None:
             return False
+        current_log.set(None)  # the flush's own log records belong to no attempt
         if attempt_log.dropped:
             self._marker(attempt_log)
         return bool(self.pending)
@@ -168,6 +171,7 @@ class Logbook:
         next flush, which nobody waits for."""
         if attempt_log is None:
             return
+        current_log.set(None)
         if attempt_log.dropped:
             self._marker(attempt_log)
         elif self.pending:
