@@ -48,6 +48,9 @@ class LogProbe(Executor):
     async def execute(self, inputs: dict[str, Any], context: ExecutionContext) -> Any:
         context.log("hello from context.log")
         context.log(f"the key is {context.llm_api_key}", level="WARNING")
+        context.log("an odd level", level="verbose-beyond-any-column-width")
+        context.log("an alias", level="warn")
+        context.log_output("a-stream-name-too-long", "an odd stream")
         probe_log.warning("from the standard logger, attempt %d", context.attempt)
         await asyncio.to_thread(probe_log.warning, "from a thread")
         return {"ok": True}
@@ -137,6 +140,8 @@ async def test_context_log_and_the_standard_logger_are_kept_without_secrets(clie
     assert ("log", "warning", "the key is ***") in shown
     assert ("log", "warning", "from the standard logger, attempt 1") in shown
     assert ("log", "warning", "from a thread") in shown
+    assert ("log", "info", "an odd level") in shown and ("log", "warning", "an alias") in shown
+    assert ("log", None, "an odd stream") in shown
     assert all(LLM_KEY not in line["text"] for line in lines)
 
 

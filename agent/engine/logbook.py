@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from taskgrove.agent.engine.bus import EventBus
+from taskgrove.storage.logs import STREAMS
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.trees import now_iso
 
@@ -40,6 +41,9 @@ _URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
 # A credential after its scheme (an Authorization header printed whole); 16+ characters, so that
 # prose ("basic authentication") stays as it is.
 _BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{16,}")
+
+LEVELS = frozenset(("debug", "info", "warning", "error", "critical"))
+_LEVEL_ALIASES = {"warn": "warning", "fatal": "critical"}
 
 current_log: contextvars.ContextVar["AttemptLog | None"] = contextvars.ContextVar("taskgrove_attempt_log",
                                                                                    default=None)
@@ -93,6 +97,10 @@ class AttemptLog:
         later line are dropped, and counted for the marker."""
         if self.secrets is None:
             self.secrets = secrets_of(self.inputs, self.llm_api_key)
+        if stream not in STREAMS:  # an executor's own stream name: kept as a plain log line
+            stream = "log"
+        if level is not None and level not in LEVELS:  # an executor's own word: one of ours, or info
+            level = _LEVEL_ALIASES.get(level, "info")
         text = redact(text.replace("\x00", "\ufffd"), self.secrets)
         size = len(text.encode("utf-8", "replace"))
         if self.dropped or size > self.room:
