@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from taskgrove.agent import tracing
 from taskgrove.agent.engine import waits
 from taskgrove.agent.engine.background import Background
 from taskgrove.agent.engine.bus import PROGRESS, TASK_START
@@ -55,6 +56,7 @@ class Running:
     job: asyncio.Task[None] | None = None
     cancelled: bool = False
     began: float = 0.0  # monotonic, for the duration metric
+    span: Any = None  # its trace span while traces are on (agent/tracing.py)
 
     @property
     def row(self) -> dict[str, Any]:
@@ -131,6 +133,9 @@ class Attempts:
                           checkpoint=claim["checkpoint"], executor_id=self.registry.wanted(row),
                           began=time.monotonic())
         self.running[tid] = running
+        if tracing.ENABLED:
+            running.span = tracing.start_attempt(row, run.execution_id, run.traceparent, running.executor_id,
+                                                 tracing.ready_since(row, run.rows, run.began))
         self.metrics.attempt_started(running.executor_id)
         started = f"Task '{row['name']}' started" + (f" (attempt {claim['attempt']})" if claim["attempt"] > 1 else "")
         publish = self.publisher.publish
@@ -143,7 +148,7 @@ class Attempts:
 
     async def _run_executor(self, running: Running) -> None:
         """The attempt's whole life: its executor under the timeout, then its outcome to the pass
-        loop (completed, failed, or pending again with a retry delay)."""
+        loop (completed, failed, or pending again with a retry delay, or parked on a wait)."""
         row = running.row
         current_task.set((running.task_id, running.run.tree_id))  # this asyncio task's own log context
         policy = stored_policy(row, self.default_retry)
@@ -163,14 +168,12 @@ class Attempts:
                                           max_bytes=self.settings.max_result_bytes)
             values: dict[str, Any] = {"status": "completed", "progress": 1.0, "result": result, "error": None}
         except asyncio.CancelledError:
+            self._hand_in(running, None)
             if running.cancelled:
                 return
             raise
         except Waiting as waiting:  # the attempt parks (engine/waits.py); its answer resumes it
-            if running.cancelled:
-                return
-            self.outcomes.append(self._parked(running, waiting.wait))
-            self.wake.set()
+            self._hand_in(running, None if running.cancelled else self._parked(running, waiting.wait))
             return
         except Unstorable as exc:
             retryable = False
@@ -181,10 +184,16 @@ class Attempts:
         except Exception as exc:
             log.exception("executor of task %s raised", running.task_id)
             values = _failure(row, f"{type(exc).__name__}: {exc}")
-        if running.cancelled:
-            return
-        self.outcomes.append(self._outcome(running, policy, values, retryable))
-        self.wake.set()
+        self._hand_in(running, None if running.cancelled else self._outcome(running, policy, values, retryable))
+
+    def _hand_in(self, running: Running, outcome: dict[str, Any] | None) -> None:
+        """Give the pass loop the attempt's outcome (None: the attempt was detached, its outcome
+        is discarded), and end its span while traces are on."""
+        if running.span is not None:
+            tracing.end_attempt(running.span, outcome, running.cancelled)
+        if outcome is not None:
+            self.outcomes.append(outcome)
+            self.wake.set()
 
     def _parked(self, running: Running, wait: dict[str, Any]) -> dict[str, Any]:
         """What the pass loop writes for an attempt that parks on `wait`: the task stays in
@@ -281,6 +290,7 @@ class Attempts:
             interruptions=row.get("interruptions") or 0,
             last_checkpoint=running.checkpoint,
             wait_answers=waits.read(row.get("wait_answers")) or [],
+            traceparent=None if running.span is None else tracing.header_of(running.span),
             _progress=report,
             _checkpoint=checkpoint,
         )
