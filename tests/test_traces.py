@@ -19,7 +19,7 @@ from taskgrove.agent import tracing
 from taskgrove.agent.settings import Settings, SettingsError
 from taskgrove.storage import executions
 from tests.conftest import Client
-from tests.servers import Receiver, serve
+from tests.servers import Receiver, receiver, serve
 from tests.test_a2a_wire import post, send_body
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -108,14 +108,14 @@ def _header(span: dict[str, Any]) -> str:
 
 
 async def test_console_spans_and_outgoing_calls_carry_the_trace(app_factory: Any, capsys: Any) -> None:
-    receiver = Receiver()
-    hooks = Starlette(routes=[Route("/{path:path}", receiver.handle, methods=["GET", "POST"])])
+    sink = Receiver()
+    hooks = Starlette(routes=[Route("/{path:path}", sink.handle, methods=["GET", "POST"])])
     flaky, call = f"flaky-{uuid.uuid4().hex[:8]}", f"call-{uuid.uuid4().hex[:8]}"
     other_trace = uuid.uuid4().hex
     async with serve(hooks) as url:
         async with app_factory(env={"OTEL_TRACES_EXPORTER": "console"}) as client:
             assert tracing.ENABLED
-            receiver.script = [500]  # the flaky task's first request fails, its retry succeeds
+            sink.script = [500]  # the flaky task's first request fails, its retry succeeds
             created = await client.result("tasks.create", [
                 {"id": flaky, "name": "flaky", "schemas": {"method": "rest_executor"},
                  "inputs": {"url": f"{url}/flaky", "retries": 0},
@@ -129,7 +129,7 @@ async def test_console_spans_and_outgoing_calls_carry_the_trace(app_factory: Any
             await client.result("tasks.update", {"task_id": call, "status": "pending"})
             await client.result("tasks.execute", {"task_id": call, "webhook_config": {"url": f"{url}/hook"}},
                                 headers={"traceparent": f"00-{other_trace}-{CALLER_SPAN}-01"})
-            await receiver.wait_for(lambda rs: any(r["path"] == "/hook" and r["json"]["type"] == "final" for r in rs))
+            await sink.wait_for(lambda rs: any(r["path"] == "/hook" and r["json"]["type"] == "final" for r in rs))
             assert await client.runs_ended()
         assert not tracing.ENABLED  # the app's stop flushed and shut the exporter down
     spans = _printed_spans(capsys.readouterr().out)
@@ -147,7 +147,7 @@ async def test_console_spans_and_outgoing_calls_carry_the_trace(app_factory: Any
     assert wait["parent_id"] == execution["context"]["span_id"]
     assert wait["attributes"]["taskgrove.retry_delay_seconds"] == pytest.approx(0.05)
     # rest_executor sends each attempt's own context.
-    assert [r["headers"]["traceparent"] for r in receiver.requests if r["path"] == "/flaky"] == \
+    assert [r["headers"]["traceparent"] for r in sink.requests if r["path"] == "/flaky"] == \
         [_header(s) for s in attempts]
 
     first, again = _spans_of(spans, "taskgrove attempt", call)
@@ -155,10 +155,20 @@ async def test_console_spans_and_outgoing_calls_carry_the_trace(app_factory: Any
     assert root["parent_id"] is None and first["parent_id"] == root["context"]["span_id"]
     assert first["context"]["trace_id"] not in (f"0x{TRACE}", f"0x{other_trace}")
     assert again["context"]["trace_id"] == f"0x{other_trace}"
-    assert [r["headers"]["traceparent"] for r in receiver.requests if r["path"] == "/called"] == \
+    assert [r["headers"]["traceparent"] for r in sink.requests if r["path"] == "/called"] == \
         [_header(first), _header(again)]
     # The webhook's posts carry the execution span's context.
     [third] = [s for s in _spans_of(spans, "taskgrove execution") if s["context"]["trace_id"] == f"0x{other_trace}"]
-    assert {r["headers"].get("traceparent") for r in receiver.requests if r["path"] == "/hook"} == {_header(third)}
+    assert {r["headers"].get("traceparent") for r in sink.requests if r["path"] == "/hook"} == {_header(third)}
     for span in spans:  # ids, names, numbers and outcomes only: never inputs, URLs or errors
         assert url not in json.dumps(span["attributes"]), span
+
+
+async def test_push_notifications_carry_the_callers_traceparent(client: Client) -> None:
+    async with receiver() as rec:
+        config = {"url": f"{rec.url}/hooks/a2a"}
+        answer = await post(client, send_body(_tree("push"), configuration={"pushNotificationConfig": config}),
+                            headers={"traceparent": TRACEPARENT})
+        assert "result" in answer, answer
+        await rec.wait_for(lambda reqs: any(r["json"]["final"] for r in reqs))
+    assert {r["headers"].get("traceparent") for r in rec.requests} == {TRACEPARENT}

@@ -277,7 +277,8 @@ class TreeRequestContextBuilder(RequestContextBuilder):
             assert request_context.task_id is not None
             urls = [params.configuration.task_push_notification_config.url] \
                 if params.configuration.HasField("task_push_notification_config") else []
-            self._push.enable(request_context.task_id, extras, wire=wire_for(context), urls=urls)
+            self._push.enable(request_context.task_id, extras, wire=wire_for(context), urls=urls,
+                              traceparent=call.traceparent)
         return request_context
 
     async def _push_extras(self, params: SendMessageRequest, context: ServerCallContext,
