@@ -8,10 +8,15 @@ outgoing call of an attempt (rest_executor, webhooks) carries the attempt's or e
 from __future__ import annotations
 
 import json
+import sqlite3
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 from starlette.applications import Starlette
 from starlette.routing import Route
 
@@ -19,6 +24,7 @@ from taskgrove.agent import tracing
 from taskgrove.agent.settings import Settings, SettingsError
 from taskgrove.storage import executions
 from tests.conftest import Client
+from tests.processes import Service
 from tests.servers import Receiver, receiver, serve
 from tests.test_a2a_wire import post, send_body
 
@@ -172,3 +178,32 @@ async def test_push_notifications_carry_the_callers_traceparent(client: Client) 
         assert "result" in answer, answer
         await rec.wait_for(lambda reqs: any(r["json"]["final"] for r in reqs))
     assert {r["headers"].get("traceparent") for r in rec.requests} == {TRACEPARENT}
+
+
+@pytest.mark.parametrize("header, stored", [(TRACEPARENT, TRACEPARENT), ("00-bad", None)])
+async def test_a_graphql_create_stores_the_callers_traceparent(app_factory: Any, header: str,
+                                                             stored: str | None) -> None:
+    async with app_factory(env={"SERVICE_API_PROTOCOL": "graphql"}) as client:
+        response = await client.http.post("/graphql", headers={"traceparent": header}, json={
+            "query": "mutation($input: CreateTaskInput) { createTask(taskInput: $input) { id } }",
+            "variables": {"input": {"name": "traced", "executor": "noop_executor"}}})
+        assert response.status_code == 200 and "errors" not in response.json(), response.text
+        task_id = response.json()["data"]["createTask"]["id"]
+        await client.wait_status(task_id, ("completed",))
+        assert await _stored(client, task_id) == stored
+
+
+async def test_an_mcp_tool_call_stores_the_callers_traceparent(tmp_path: Path) -> None:
+    """A real service (the MCP session manager runs in its lifespan), its database read afterwards."""
+    service = Service(tmp_path, {"SERVICE_DATABASE_URL": f"sqlite:///{tmp_path / 'tg.db'}"}).start()
+    try:
+        async with create_mcp_http_client(headers={"traceparent": TRACEPARENT}) as http, \
+                streamable_http_client(f"{service.url}/mcp", http_client=http) as (read, write), \
+                ClientSession(read, write) as session:
+            await session.initialize()
+            created = await session.call_tool("tasks_create", {"tasks": [{"id": "by-mcp", "name": "by mcp"}]})
+            assert not created.is_error, created
+    finally:
+        service.stop()
+    with sqlite3.connect(tmp_path / "tg.db") as db:
+        assert db.execute("SELECT traceparent FROM executions WHERE task_id = 'by-mcp'").fetchall() == [(TRACEPARENT,)]
