@@ -7,6 +7,7 @@ outgoing call of an attempt (rest_executor, webhooks) carries the attempt's or e
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 import uuid
@@ -22,11 +23,13 @@ from starlette.routing import Route
 
 from taskgrove.agent import tracing
 from taskgrove.agent.settings import Settings, SettingsError
+from taskgrove.executors.llm import LLMExecutor
 from taskgrove.storage import executions
 from tests.conftest import Client
 from tests.processes import Service
 from tests.servers import Receiver, receiver, serve
 from tests.test_a2a_wire import post, send_body
+from tests.test_llm_executors import make_context
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER_SPAN = "00f067aa0ba902b7"
@@ -207,3 +210,12 @@ async def test_an_mcp_tool_call_stores_the_callers_traceparent(tmp_path: Path) -
         service.stop()
     with sqlite3.connect(tmp_path / "tg.db") as db:
         assert db.execute("SELECT traceparent FROM executions WHERE task_id = 'by-mcp'").fetchall() == [(TRACEPARENT,)]
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_llm_calls_carry_the_attempts_traceparent(fake_llm: Any, stream: bool) -> None:
+    context = dataclasses.replace(make_context(fake_llm), traceparent=TRACEPARENT)
+    await LLMExecutor().execute({"prompt": "say hi", "stream": stream}, context)
+    assert fake_llm.requests[-1]["traceparent"] == TRACEPARENT
+    await LLMExecutor().execute({"prompt": "say hi", "stream": stream}, make_context(fake_llm))
+    assert fake_llm.requests[-1]["traceparent"] is None  # traces off: nothing sent
