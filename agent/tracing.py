@@ -35,6 +35,7 @@ import hashlib
 import logging
 import re
 import secrets
+import sys
 import time
 from collections.abc import Mapping
 from datetime import datetime
@@ -142,7 +143,8 @@ def _exporter(name: str) -> Any:
     if name == "console":
         from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
-        return ConsoleSpanExporter()
+        # The standard output of now: the SDK's default is the one of when it was first imported.
+        return ConsoleSpanExporter(out=sys.stdout)
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
     return OTLPSpanExporter()
@@ -231,7 +233,9 @@ def _retry_wait(attempt_span: Any, outcome: Mapping[str, Any]) -> None:
     from opentelemetry import trace
 
     parent = getattr(attempt_span, "parent", None)
-    context = trace.set_span_in_context(trace.NonRecordingSpan(parent)) if parent is not None else None
+    if parent is None:  # the attempt was not sampled (the caller's flags): neither is its wait
+        return
+    context = trace.set_span_in_context(trace.NonRecordingSpan(parent))
     attributes = dict(attempt_span.attributes or {})
     attributes.pop("taskgrove.outcome", None)
     attributes["taskgrove.retry_delay_seconds"] = float(outcome["delay"])
