@@ -20,7 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -63,7 +66,7 @@ class OtlpReceiver:
                     attributes = {a.key: _value(a.value) for a in span.attributes}
                     self.spans.append(Span(service, span.name, span.trace_id.hex(), span.span_id.hex(),
                                            span.parent_span_id.hex(), attributes))
-        return Response(ExportTraceServiceResponse_bytes(), media_type="application/x-protobuf")
+        return Response(ExportTraceServiceResponse().SerializeToString(), media_type="application/x-protobuf")
 
     def find(self, service: str, name: str, **attributes: Any) -> list[Span]:
         return [s for s in self.spans if s.service == service and s.name == name
@@ -74,12 +77,6 @@ class OtlpReceiver:
         while not predicate():
             assert time.monotonic() < deadline, f"never received {what}: {self.spans}"
             await asyncio.sleep(0.05)
-
-
-def ExportTraceServiceResponse_bytes() -> bytes:  # noqa: N802 - the message's name
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
-
-    return ExportTraceServiceResponse().SerializeToString()
 
 
 def _value(value: Any) -> Any:
