@@ -24,6 +24,7 @@ from taskgrove.agent.edge import internal_error, rpc_endpoint
 from taskgrove.agent.metrics import HttpMetrics
 from taskgrove.agent.operations import operations_routes
 from taskgrove.agent.settings import Settings
+from taskgrove.agent import tracing
 from taskgrove.agent.ws import ws_route
 from taskgrove.executors.registry import ExecutorRegistry
 
@@ -40,12 +41,14 @@ def build_app(settings: Settings, *, registry: ExecutorRegistry | None = None) -
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        tracing.setup(settings)
         await services.start()
         try:
             async with mcp.run() if mcp else contextlib.nullcontext(), agent.grpc_transport():
                 yield
         finally:
             await services.stop()
+            tracing.shutdown()  # after the engine stopped: its last spans are flushed too
 
     routes: list[Any] = [
         Route("/tasks", rpc_endpoint(services, services.task_methods, "jsonrpc"), methods=["POST"]),

@@ -19,6 +19,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from taskgrove.agent.auth import AuthError, authenticate
 from taskgrove.agent.container import Services
 from taskgrove.agent.errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, PERMISSION_DENIED, RpcError
+from taskgrove.agent import tracing
 from taskgrove.agent.rpc.jsonrpc import CallContext, Handler, JsonReply, Limits, dispatch, reply_id
 from taskgrove.storage import jsonvalues
 from taskgrove.llm.client import parse_key_header
@@ -62,14 +63,17 @@ def call_context(request: Request, services: Services, surface: str) -> CallCont
 
 def header_context(headers: Mapping[str, str], cookies: Mapping[str, str], services: Services, surface: str,
                    request: Request | None = None) -> CallContext | AuthError:
-    """call_context from headers alone (lower-case names): what gRPC metadata carries, too."""
+    """call_context from headers alone (lower-case names): what gRPC metadata carries, too. A
+    malformed `traceparent` is dropped (the execution starts a trace of its own), never refused."""
     try:
         caller = authenticate(headers, cookies, services.settings)
     except AuthError as exc:
         return exc
     provider, key = _llm_key(headers)
+    traceparent = headers.get("traceparent")
     return CallContext(caller=caller, surface=surface, llm_api_key=key, llm_provider=provider, request=request,
-                       limits=limits(services))
+                       limits=limits(services),
+                       traceparent=None if traceparent is None else tracing.parse_traceparent(traceparent))
 
 
 class _Cookies(Mapping[str, str]):

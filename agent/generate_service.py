@@ -53,9 +53,10 @@ class GenerateService:
         self.settings = settings
         self.services = services
 
-    def client(self) -> LLMClient:
-        """A fresh client per call: its usage total is that call's usage."""
-        return LLMClient(self.settings, key_lookup=self.services.get("llm_key_lookup"))
+    def client(self, traceparent: str | None = None) -> LLMClient:
+        """A fresh client per call: its usage total is that call's usage. `traceparent`: the
+        caller's trace context, sent with the LLM call (docs/observability.md)."""
+        return LLMClient(self.settings, key_lookup=self.services.get("llm_key_lookup"), traceparent=traceparent)
 
     def executors(self) -> list[type[Executor]]:
         return [cls for cls in self.registry.all() if cls.id not in NOT_GENERATABLE]
@@ -76,7 +77,7 @@ class GenerateService:
         provider, header_key = _header_key(provider, ctx)
         try:
             result = await generate_tree(
-                request.requirement, client=self.client(), executors=self.executors(), provider=provider,
+                request.requirement, client=self.client(ctx.traceparent), executors=self.executors(), provider=provider,
                 model=request.model, temperature=request.temperature, max_tokens=request.max_tokens,
                 api_key=header_key, user_id=owner,
             )

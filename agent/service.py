@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 
 from taskgrove.agent.admission import Admission
+from taskgrove.agent import tracing
 from taskgrove.agent.auth import Caller
 from taskgrove.agent.engine.bus import EventBus
 from taskgrove.agent.engine.engine import AlreadyRunning, Engine, NotExecutable
@@ -462,7 +463,7 @@ class TaskService:
         subs = [self.bus.subscribe(lambda e: e["root_task_id"] == tree_id, maxsize=10_000)
                 for wanted in (streaming, webhook is not None) if wanted]
         try:
-            await self.engine.execute(task_id, _call(ctx), webhook=dataclasses.asdict(webhook) if webhook else None)
+            run = await self.engine.execute(task_id, _call(ctx), webhook=dataclasses.asdict(webhook) if webhook else None)
         except AlreadyRunning:
             # Joined a running execution (here or elsewhere): streams and webhooks follow it to its end.
             answer = {"success": False, **answer, "root_task_id": tree_id, "task_id": task_id,
@@ -478,16 +479,19 @@ class TaskService:
             raise
         answer = {"success": True, **answer, "root_task_id": tree_id, "task_id": task_id, "status": "started",
                   "message": f"Execution of task '{task_id}' started"}
-        return self._followed(answer, subs, tree_id, streaming, webhook)
+        # The execution span's context for the webhook's posts (traces on; a remote run: the caller's).
+        trace = tracing.execution_header(getattr(run, "traceparent", None), getattr(run, "execution_id", "")) \
+            if tracing.ENABLED and getattr(run, "execution_id", "") else ctx.traceparent
+        return self._followed(answer, subs, tree_id, streaming, webhook, trace)
 
     def _followed(self, answer: dict[str, Any], subs: list[Any], tree_id: str, streaming: bool,
-                  webhook: WebhookConfig | None) -> Any:
+                  webhook: WebhookConfig | None, traceparent: str | None = None) -> Any:
         """The execute reply; its stream and webhook follow the execution to `final` (one each)."""
         if streaming or webhook:
             answer["streaming"] = True
         if webhook:
             answer["webhook_url"] = webhook.url
-            self._spawn(deliver_webhooks(follow_execution(self.repo, subs[-1], tree_id), webhook))
+            self._spawn(deliver_webhooks(follow_execution(self.repo, subs[-1], tree_id), webhook, traceparent))
         if streaming:
             return StreamReply(first=answer, events=sse_events(follow_execution(self.repo, subs[0], tree_id), tree_id),
                                close=subs[0].close)
@@ -586,4 +590,5 @@ def _unfinished(rows: list[dict[str, Any]]) -> int:
 
 
 def _call(ctx: CallContext) -> dict[str, Any]:
-    return {"user_id": ctx.caller.user_id, "llm_api_key": ctx.llm_api_key, "llm_provider": ctx.llm_provider}
+    return {"user_id": ctx.caller.user_id, "llm_api_key": ctx.llm_api_key, "llm_provider": ctx.llm_provider,
+            "traceparent": ctx.traceparent}

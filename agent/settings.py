@@ -145,6 +145,20 @@ def _list(env: Mapping[str, str], name: str) -> tuple[str, ...] | None:
     return tuple(item.strip() for item in raw.split(",") if item.strip())
 
 
+def _traces_exporter(env: Mapping[str, str]) -> tuple[str, ...]:
+    """OTEL_TRACES_EXPORTER as a list of exporters; unset means none (traces are off by default
+    here, unlike the OpenTelemetry default of otlp). OTLP is spoken over HTTP (protobuf) only."""
+    names = tuple(n.lower() for n in _list(env, "OTEL_TRACES_EXPORTER") or ())
+    unknown = [n for n in names if n not in ("otlp", "console", "none")]
+    if unknown:
+        raise SettingsError(f"OTEL_TRACES_EXPORTER must name otlp, console or none, got {unknown[0]!r}")
+    protocol = (env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+                or "http/protobuf").strip().lower()
+    if "otlp" in names and protocol != "http/protobuf":
+        raise SettingsError(f"OTEL_EXPORTER_OTLP_PROTOCOL must be http/protobuf (OTLP over HTTP), got {protocol!r}")
+    return tuple(n for n in names if n != "none")
+
+
 def _optional(env: Mapping[str, str], name: str) -> str | None:
     raw = env.get(name)
     return raw if raw not in (None, "") else None
@@ -305,6 +319,11 @@ class Settings:
     graphql_max_aliases: int = 30
     graphql_max_tokens: int = 5000
     graphql_max_list_items: int = 5000
+    # Traces (agent/tracing.py, docs/observability.md): the exporters OTEL_TRACES_EXPORTER names
+    # (otlp = OTLP over HTTP, console; empty or none: traces off) and the service's name in them.
+    # The exporters' own variables (OTEL_EXPORTER_OTLP_*, OTEL_BSP_*, ...) are read by the SDK.
+    traces_exporter: tuple[str, ...] = ()
+    traces_service_name: str = "taskgrove"
     # Every variable as read, for vendor-specific LLM variables (<VENDOR>_API_KEY, <VENDOR>_MODEL).
     environ: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
@@ -379,6 +398,8 @@ class Settings:
             graphql_max_aliases=_int(env, "SERVICE_GRAPHQL_MAX_ALIASES", 30, 0, 10_000),
             graphql_max_tokens=_int(env, "SERVICE_GRAPHQL_MAX_TOKENS", 5000, 100, 1_000_000),
             graphql_max_list_items=_int(env, "SERVICE_GRAPHQL_MAX_LIST_ITEMS", 5000, 1, 10_000_000),
+            traces_exporter=_traces_exporter(env),
+            traces_service_name=_optional(env, "OTEL_SERVICE_NAME") or "taskgrove",
             environ=env,
         )
         if db_raw is not None and db_raw.strip():

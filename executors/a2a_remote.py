@@ -237,6 +237,8 @@ class RemoteAgentCall(Executor):
         except UnsafeURLError as exc:
             raise ExecutorError(str(exc)) from None
         request = SendMessageRequest(message=self._message(inputs))
+        if context.traceparent:  # traces on: the remote agent's spans join the execution's trace
+            headers = {**headers, "traceparent": context.traceparent}
 
         # trust_env=False: no proxy or .netrc credentials from the service's environment.
         self._http = httpx.AsyncClient(

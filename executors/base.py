@@ -101,6 +101,10 @@ class ExecutionContext:
     last_checkpoint: Any = None
     # The answers of this attempt's earlier waits, in call order (the `wait_answers` column).
     wait_answers: list[Any] = field(default_factory=list)
+    # The W3C `traceparent` of this attempt's span while traces are on (docs/observability.md),
+    # else None: an executor that calls out sends it as the `traceparent` header, so the callee's
+    # spans join the execution's trace (rest_executor, a2a_agent_executor, the LLM executors do).
+    traceparent: str | None = None
     _progress: ProgressCallback | None = None
     _checkpoint: Callable[[Any], Awaitable[None]] | None = None
     _log: LogSink | None = None

@@ -146,6 +146,8 @@ class RestExecutor(Executor):
         # One key per attempt of this task (`<task id>:<attempt>`), the same on each HTTP retry inside
         # it: a server that honours the header applies the request once per attempt.
         headers = {"Idempotency-Key": context.idempotency_key, **(inputs.get("headers") or {}), **auth_headers}
+        if context.traceparent:  # traces on: the callee's spans join the execution's trace
+            headers["traceparent"] = context.traceparent
         request_kwargs: dict[str, Any] = {"headers": headers, "params": inputs.get("query")}
         if "json" in inputs:
             request_kwargs["json"] = inputs["json"]

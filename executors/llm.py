@@ -35,7 +35,8 @@ _COMMON = {
 
 def make_client(context: ExecutionContext) -> LLMClient:
     """A client for this run; the stored-key lookup comes from the app's services when present."""
-    return LLMClient(context.settings, key_lookup=context.services.get("llm_key_lookup"))
+    return LLMClient(context.settings, key_lookup=context.services.get("llm_key_lookup"),
+                     traceparent=context.traceparent)
 
 
 def call_args(options: Mapping[str, Any], context: ExecutionContext) -> tuple[str | None, str | None]:

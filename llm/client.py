@@ -258,9 +258,13 @@ class LLMClient:
     making several calls reads its total here; `usage_so_far()` adds an estimate for a call in flight.
     """
 
-    def __init__(self, settings: LLMSettings, key_lookup: KeyLookup | None = None) -> None:
+    def __init__(self, settings: LLMSettings, key_lookup: KeyLookup | None = None,
+                 traceparent: str | None = None) -> None:
         self.settings = settings
         self.key_lookup = key_lookup
+        # Sent as the `traceparent` header of every call (the attempt's span while traces are on),
+        # so a traced LLM gateway puts its spans in the execution's trace.
+        self.traceparent = traceparent
         self.usage: dict[str, int] = empty_usage()
         self._call: _Call | None = None
 
@@ -379,6 +383,8 @@ class LLMClient:
             if key:
                 kwargs["api_key"] = key
 
+        if self.traceparent:
+            kwargs["extra_headers"] = {"traceparent": self.traceparent}
         litellm = await _load_litellm()
         self._call = _Call(prompt_tokens=sum(estimate_tokens(str(m.get("content") or "")) for m in messages))
         try:

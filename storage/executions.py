@@ -361,8 +361,9 @@ def get_execution(c: Connection, execution_id: str) -> Row | None:
 
 
 def open_execution(c: Connection, tree_id: str, task_id: str, user_id: str | None, owner: str, until: str,
-                   stamp: str, webhook: Mapping[str, Any] | None) -> Row:
-    """The tree's running execution, created (owned by `owner`) when there is none.
+                   stamp: str, webhook: Mapping[str, Any] | None, traceparent: str | None = None) -> Row:
+    """The tree's running execution, created (owned by `owner`) when there is none, with
+    `traceparent` (the trace its spans belong to; a joined execution keeps its own).
 
     A second request for a tree that is already being executed joins that execution: its
     webhook is added to the execution's list, and the owner runs the tasks it asks for.
@@ -375,7 +376,7 @@ def open_execution(c: Connection, tree_id: str, task_id: str, user_id: str | Non
                 c.execute(update(X).where(X.c.id == found["id"]).values(webhooks=webhooks, updated_at=stamp))
                 found["webhooks"] = webhooks
             return found
-        row = _new_execution(tree_id, task_id, user_id, owner, until, stamp, webhook)
+        row = _new_execution(tree_id, task_id, user_id, owner, until, stamp, webhook, traceparent)
         if c.dialect.name == "sqlite":  # one instance, whose engine opens executions one at a time
             c.execute(insert(X), row)
             return row
@@ -411,11 +412,11 @@ def join(c: Connection, execution_id: str, expected: Mapping[str, str], stamp: s
 
 
 def _new_execution(tree_id: str, task_id: str, user_id: str | None, owner: str, until: str, stamp: str,
-                   webhook: Mapping[str, Any] | None) -> Row:
+                   webhook: Mapping[str, Any] | None, traceparent: str | None = None) -> Row:
     return {"id": uuid.uuid4().hex, "task_tree_id": tree_id, "task_id": task_id, "user_id": user_id,
             "status": "running", "final_status": None, "webhooks": [dict(webhook)] if webhook else [],
             "owner": owner, "epoch": 1, "lease_expires_at": until, "created_at": stamp, "updated_at": stamp,
-            "ended_at": None}
+            "ended_at": None, "traceparent": traceparent}
 
 
 class Quota(NamedTuple):
@@ -450,15 +451,16 @@ def count_unfinished(c: Connection, owner: str | None, at_most: int) -> int:
 
 
 def insert_tree(c: Connection, rows: Sequence[Mapping[str, Any]], user_id: str | None, owner: str, until: str,
-                stamp: str, webhook: Mapping[str, Any] | None = None, quota: Quota | None = None) -> Row:
-    """A new tree and its execution in one transaction (IntegrityError when an id is taken: the
+                stamp: str, webhook: Mapping[str, Any] | None = None, quota: Quota | None = None,
+                traceparent: str | None = None) -> Row:
+    """A new tree and its execution (in the trace `traceparent`, agent/tracing.py) in one transaction (IntegrityError when an id is taken: the
     tree's, or a running execution's of a tree with the same root id). With a `quota`, the
     owner's unfinished tasks are counted first, in the same call (no round trip of its own):
     OverQuota, nothing stored, when the new ones would not fit."""
     if quota is not None and (unfinished := count_unfinished(c, quota.owner, quota.limit)) + quota.adding > quota.limit:
         raise OverQuota(quota, unfinished)
     root = rows[0]
-    execution = _new_execution(root["task_tree_id"], root["id"], user_id, owner, until, stamp, webhook)
+    execution = _new_execution(root["task_tree_id"], root["id"], user_id, owner, until, stamp, webhook, traceparent)
     c.execute(insert(X), execution)
     full = [with_defaults({**row, "execution_id": execution["id"]} if row["status"] == TaskStatus.PENDING else row)
             for row in rows]

@@ -132,6 +132,8 @@ class Execution(Base):
     created_at: Mapped[str] = mapped_column(String(40))
     updated_at: Mapped[str] = mapped_column(String(40))
     ended_at: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    # The W3C trace context its spans belong to (agent/tracing.py; migration 0010).
+    traceparent: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
     __table_args__ = (Index("ix_executions_status_lease", "status", "lease_expires_at"),)
 

@@ -75,13 +75,14 @@ def template_rows(c: Connection, task_id: str) -> list[Row] | None:
 
 
 def claim_slot(c: Connection, schedule: Mapping[str, Any], slot: str | None, next_run_at: str | None,
-               run: bool, stamp: str, owner: str, until: str) -> Row | None:
+               run: bool, stamp: str, owner: str, until: str, traceparent: str | None = None) -> Row | None:
     """Consume `slot` of `schedule` (None: a manual run, which consumes no slot), and start its run.
 
     `run=False` consumes the slot without a run (a missed slot with `catch_up: none`). With
     `overlap: skip`, a slot whose previous run is still executing is consumed without a run too.
     Returns None when the slot was not ours to take (claimed elsewhere, schedule changed or
     disabled); else {"schedule": the updated row, "execution": row or None, "copies": rows}.
+    `traceparent`: the trace the run's execution belongs to (executions.insert_tree).
     """
     busy = (slot is not None and schedule["overlap"] == "skip" and schedule["last_root_task_id"] is not None
             and executions.running_execution(c, schedule["last_root_task_id"]) is not None)
@@ -110,7 +111,7 @@ def claim_slot(c: Connection, schedule: Mapping[str, Any], slot: str | None, nex
     execution = None
     if copies:
         execution = executions.insert_tree(c, copies, schedule["user_id"], owner, until, stamp,
-                                           webhook=schedule["webhook_config"])
+                                           webhook=schedule["webhook_config"], traceparent=traceparent)
         # Only the first run marks the template: later runs lock no template row (two schedules of
         # one template claimed at once on two instances must not wait on each other).
         originals = sorted({copy["original_task_id"] for copy in copies})

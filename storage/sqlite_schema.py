@@ -11,7 +11,7 @@ tests/test_migrations_head.py compares this with a migrated database and prints 
 when a migration is added (`python -m tests.test_migrations_head` writes it).
 """
 
-REVISION = '0009'
+REVISION = '0010'
 
 STATEMENTS: tuple[str, ...] = (
     ('CREATE TABLE alembic_version (\n'
@@ -106,7 +106,7 @@ STATEMENTS: tuple[str, ...] = (
      '\tlease_expires_at VARCHAR(40), \n'
      '\tcreated_at VARCHAR(40) NOT NULL, \n'
      '\tupdated_at VARCHAR(40) NOT NULL, \n'
-     '\tended_at VARCHAR(40), \n'
+     '\tended_at VARCHAR(40), traceparent VARCHAR(64), \n'
      '\tPRIMARY KEY (id)\n'
      ')'),
     ('CREATE INDEX ix_executions_status_lease ON executions (status, lease_expires_at)'),

@@ -15,7 +15,7 @@ The reply is chosen by a marker found in the newest user message that contains o
 Tests can also script replies: `fake.script("[[mine]]", [reply, ...])`; each request with that
 marker takes the next reply (the last one repeats). A reply is a string (the content) or a dict
 with `content`, `status`, `usage`, `delay` (seconds before answering), `chunk_delay`.
-Every request body (plus its `authorization` header) is appended to `fake.requests`.
+Every request body (plus its `authorization` and `traceparent` headers) is appended to `fake.requests`.
 
 Fixtures: `fake_llm_server` (one server per test session) and `fake_llm` (the same server, reset
 for each test). tests/conftest.py registers this module as a plugin, so every test can use them.
@@ -129,7 +129,8 @@ class FakeLLM:
     async def chat(self, request: Request) -> Response:
         body = await request.json()
         with self.lock:
-            self.requests.append(dict(body, authorization=request.headers.get("authorization")))
+            self.requests.append(dict(body, authorization=request.headers.get("authorization"),
+                                      traceparent=request.headers.get("traceparent")))
         reply = self.reply_for(body)
         status = int(reply.get("status", 200))
         if status != 200:

@@ -29,7 +29,7 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.errors import InvalidParamsError
 
 from taskgrove.agent.a2a import store
-from taskgrove.agent.a2a.calls import BLOCKING_KEY, PUSH_KEY, wire_for
+from taskgrove.agent.a2a.calls import BLOCKING_KEY, CALL_KEY, PUSH_KEY, wire_for
 from taskgrove.agent.a2a.executor import TaskTreeAgentExecutor
 from taskgrove.agent.a2a.message_tree import TreeRequestContextBuilder, push_requested
 from taskgrove.agent.a2a.push import PushConfigError, PushTargets, SpecPushSender, check_url
@@ -64,7 +64,7 @@ class TaskgroveRequestHandler(DefaultRequestHandler):
     ) -> TaskPushNotificationConfig:
         stored = await super().on_create_task_push_notification_config(params, context)
         self._push_targets.enable(params.task_id, context.state.get(PUSH_KEY) or [],
-                                  wire=wire_for(context), urls=[params.url])
+                                  wire=wire_for(context), urls=[params.url], traceparent=getattr(context.state.get(CALL_KEY), "traceparent", None))
         return stored
 
 

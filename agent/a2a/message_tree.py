@@ -191,8 +191,10 @@ def _gives_value(message: Message) -> bool:
 
 
 def _run_call(call: CallContext) -> dict[str, Any]:
-    """Per-execution context for executors: user and the request's LLM key (never stored)."""
-    return {"user_id": call.caller.user_id, "llm_api_key": call.llm_api_key, "llm_provider": call.llm_provider}
+    """Per-execution context for executors: user and the request's LLM key (never stored), and the
+    caller's trace context (stored with a new execution, agent/tracing.py)."""
+    return {"user_id": call.caller.user_id, "llm_api_key": call.llm_api_key, "llm_provider": call.llm_provider,
+            "traceparent": call.traceparent}
 
 
 def _state_word(state: Any) -> str:
@@ -275,7 +277,8 @@ class TreeRequestContextBuilder(RequestContextBuilder):
             assert request_context.task_id is not None
             urls = [params.configuration.task_push_notification_config.url] \
                 if params.configuration.HasField("task_push_notification_config") else []
-            self._push.enable(request_context.task_id, extras, wire=wire_for(context), urls=urls)
+            self._push.enable(request_context.task_id, extras, wire=wire_for(context), urls=urls,
+                              traceparent=call.traceparent)
         return request_context
 
     async def _push_extras(self, params: SendMessageRequest, context: ServerCallContext,

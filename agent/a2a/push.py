@@ -156,10 +156,15 @@ class PushTargets:
         self._extras: dict[str, list[PushTarget]] = {}
         # task id -> {config url (None: the task's default) -> wire}
         self._wires: dict[str, dict[str | None, str]] = {}
+        # task id -> the `traceparent` of the request that asked for notifications (sent with them)
+        self._traces: dict[str, str] = {}
 
     def enable(self, task_id: str, extras: Iterable[PushTarget] = (), *, wire: str = WIRE_0_3,
-               urls: Iterable[str] = ()) -> None:
-        """Notify for `task_id`; configs with `urls` (and extras) were set through `wire`."""
+               urls: Iterable[str] = (), traceparent: str | None = None) -> None:
+        """Notify for `task_id`; configs with `urls` (and extras) were set through `wire`.
+        `traceparent`: the caller's trace context, sent with every notification (docs/observability.md)."""
+        if traceparent:
+            self._traces[task_id] = traceparent
         extras = list(extras)
         self._extras.setdefault(task_id, []).extend(extras)
         wires = self._wires.setdefault(task_id, {})
@@ -176,9 +181,13 @@ class PushTargets:
     def extras(self, task_id: str) -> list[PushTarget]:
         return list(self._extras.get(task_id, ()))
 
+    def traceparent(self, task_id: str) -> str | None:
+        return self._traces.get(task_id)
+
     def forget(self, task_id: str) -> None:
         self._extras.pop(task_id, None)
         self._wires.pop(task_id, None)
+        self._traces.pop(task_id, None)
 
 
 class SpecPushSender(PushNotificationSender):
@@ -242,7 +251,9 @@ class SpecPushSender(PushNotificationSender):
             return
         if self._client is None:
             self._client = httpx.AsyncClient(timeout=self._timeout, follow_redirects=False)
-        await post_with_retries(self._client, target.method, target.url, payload, target.headers,
+        traceparent = self._targets.traceparent(task_id)
+        headers = {**target.headers, "traceparent": traceparent} if traceparent else target.headers
+        await post_with_retries(self._client, target.method, target.url, payload, headers,
                                 max_retries=self._max_retries)
 
     async def aclose(self) -> None:

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from taskgrove.agent import tracing
 from taskgrove.agent.engine import waits
 from taskgrove.agent.engine.background import Background
 from taskgrove.agent.engine.bus import PROGRESS, TASK_START
@@ -57,6 +58,7 @@ class Running:
     cancelled: bool = False
     began: float = 0.0  # monotonic, for the duration metric
     log: AttemptLog | None = None  # its task log (engine/logbook.py); None when logs are off
+    span: Any = None  # its trace span while traces are on (agent/tracing.py)
 
     @property
     def row(self) -> dict[str, Any]:
@@ -134,6 +136,9 @@ class Attempts:
                           checkpoint=claim["checkpoint"], executor_id=self.registry.wanted(row),
                           began=time.monotonic())
         self.running[tid] = running
+        if tracing.ENABLED:
+            running.span = tracing.start_attempt(row, run.execution_id, run.traceparent, running.executor_id,
+                                                 tracing.ready_since(row, run.rows, run.began))
         self.metrics.attempt_started(running.executor_id)
         started = f"Task '{row['name']}' started" + (f" (attempt {claim['attempt']})" if claim["attempt"] > 1 else "")
         publish = self.publisher.publish
@@ -154,10 +159,18 @@ class Attempts:
             outcome = await self._attempt(running)
         except BaseException:
             self.logbook.close_later(running.log)
+            self._hand_in(running, None)
             raise
         if self.logbook.end(running.log):
             await self.logbook.flush()
-        if outcome is not None and not running.cancelled:
+        self._hand_in(running, None if running.cancelled else outcome)
+
+    def _hand_in(self, running: Running, outcome: dict[str, Any] | None) -> None:
+        """Give the pass loop the attempt's outcome (None: the attempt was detached, its outcome
+        is discarded), and end its span while traces are on."""
+        if running.span is not None:
+            tracing.end_attempt(running.span, outcome, running.cancelled)
+        if outcome is not None:
             self.outcomes.append(outcome)
             self.wake.set()
 
@@ -293,6 +306,7 @@ class Attempts:
             interruptions=row.get("interruptions") or 0,
             last_checkpoint=running.checkpoint,
             wait_answers=waits.read(row.get("wait_answers")) or [],
+            traceparent=None if running.span is None else tracing.header_of(running.span),
             _progress=report,
             _checkpoint=checkpoint,
             _log=running.log.add if running.log is not None else None,

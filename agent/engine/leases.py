@@ -17,6 +17,7 @@ import time
 from datetime import datetime, timedelta
 from typing import Any, Mapping
 
+from taskgrove.agent import tracing
 from taskgrove.agent.engine.bus import PROGRESS, TASK_FAILED
 from taskgrove.agent.engine.follow import follow_execution
 from taskgrove.agent.engine.run import INTERRUPTED, RESTART_ERROR
@@ -96,7 +97,8 @@ class LeaseKeeper:
             log.warning("continuing the execution of tree %s (previous owner %s)", execution["task_tree_id"],
                         execution["previous_owner"])
             for config in execution["webhooks"] or ():
-                self._deliver(execution["task_tree_id"], config)
+                self._deliver(execution["task_tree_id"], config,
+                              tracing.execution_header(execution.get("traceparent"), execution["id"]))
             await engine.run_keeper.take_over(execution)
 
     async def _interrupt(self, row: Mapping[str, Any], stamp: str, *, restarted: bool) -> None:
@@ -131,6 +133,9 @@ class LeaseKeeper:
         if not await engine.repo.run(executions.interrupt, row, values):
             return  # settled meanwhile (it ended, or another instance got there first)
         engine.metrics.attempt_ended(engine.registry.wanted(row), outcome, None)
+        if tracing.ENABLED and row.get("execution_id"):
+            execution = await engine.repo.run(executions.get_execution, row["execution_id"])
+            tracing.interrupted(row, execution and execution.get("traceparent"), engine.registry.wanted(row), outcome)
         log.warning("task %s: %s", row["id"], values["error"],
                     extra={"task_id": row["id"], "root_task_id": row["task_tree_id"]})
         running = engine.attempts.detach(row["id"]) if row.get("lease_owner") == engine.instance_id else None
@@ -144,7 +149,7 @@ class LeaseKeeper:
         if row["task_tree_id"] in engine.runs:
             engine.run_keeper.refresh_later(row["task_tree_id"])
 
-    def _deliver(self, tree_id: str, config: Mapping[str, Any]) -> None:
+    def _deliver(self, tree_id: str, config: Mapping[str, Any], traceparent: str | None) -> None:
         """Webhooks of an execution continued here: its remaining events, `final` included."""
         try:
             webhook = WebhookConfig(**config)
@@ -152,7 +157,8 @@ class LeaseKeeper:
             log.warning("stored webhook of tree %s is unreadable; skipped", tree_id)
             return
         sub = self.engine.bus.subscribe(lambda e: e["root_task_id"] == tree_id, maxsize=10_000)
-        self.engine.background.spawn(deliver_webhooks(follow_execution(self.engine.repo, sub, tree_id), webhook))
+        self.engine.background.spawn(deliver_webhooks(follow_execution(self.engine.repo, sub, tree_id), webhook,
+                                                      traceparent))
 
 
 def _renewed_at(expires: str | None, lease_seconds: float) -> str:

@@ -71,6 +71,9 @@ class TreeRun:
     # is a compare-and-set on it, so a request that joined meanwhile is never lost.
     execution_id: str = ""
     version: str = ""
+    # The execution's stored trace context and start (agent/tracing.py: its spans are made from them).
+    traceparent: str | None = None
+    began: str = ""
     # Per task: the context of the request that asked for its execution (user, LLM key from the
     # request header). Kept per task so a second request joining the run never changes the key
     # the first request's tasks run with; dropped when the task ends.

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from taskgrove.agent import tracing
 from taskgrove.agent.engine.attempts import Attempts
 from taskgrove.agent.engine.background import Background
 from taskgrove.agent.engine.bus import FINAL, TASK_CANCELLED
@@ -108,7 +109,7 @@ class RunKeeper:
         if execution is not None and not chosen:  # everything it needs is already under way
             raise AlreadyRunning(task_id)
         stamp = now_iso()
-        execution, joined = await self.repo.run(self._open, tree_id, task_id, call.get("user_id"), webhook,
+        execution, joined = await self.repo.run(self._open, tree_id, task_id, call, webhook,
                                                 {tid: rows[tid]["status"] for tid in chosen}, stamp,
                                                 inline=may_use_loop_thread(len(chosen)))
         if chosen and not joined and self.runs.get(tree_id) is not None:
@@ -130,11 +131,12 @@ class RunKeeper:
         return {tid for tid, row in rows.items()
                 if row.get("execution_id") == execution["id"] and row["status"] == TaskStatus.PENDING}
 
-    def _open(self, c: Any, tree_id: str, task_id: str, user_id: str | None, webhook: Mapping[str, Any] | None,
+    def _open(self, c: Any, tree_id: str, task_id: str, call: Mapping[str, Any], webhook: Mapping[str, Any] | None,
               chosen: Mapping[str, str], stamp: str) -> tuple[dict[str, Any], int]:
         """One transaction: open or join the tree's execution and make the chosen tasks its members."""
-        execution = executions.open_execution(c, tree_id, task_id, user_id, self.instance_id, self.lease_until(),
-                                              stamp, webhook)
+        execution = executions.open_execution(c, tree_id, task_id, call.get("user_id"), self.instance_id,
+                                              self.lease_until(), stamp, webhook,
+                                              tracing.stored_traceparent(call.get("traceparent")))
         joined = 0
         if chosen:
             joined = executions.join(c, execution["id"], chosen, stamp)
@@ -147,7 +149,9 @@ class RunKeeper:
         stamp = now_iso()
         # A new tree cannot be any run's yet: the insert needs no lock, so creates run side by side.
         execution = await self.repo.run(executions.insert_tree, rows, call.get("user_id"), self.instance_id,
-                                        self.lease_until(), stamp, None, quota, inline=may_use_loop_thread(len(rows)))
+                                        self.lease_until(), stamp, None, quota,
+                                        tracing.stored_traceparent(call.get("traceparent")),
+                                        inline=may_use_loop_thread(len(rows)))
         return await self.run_inserted(execution, rows, call)
 
     async def run_inserted(self, execution: Mapping[str, Any], rows: list[dict[str, Any]],
@@ -183,7 +187,8 @@ class RunKeeper:
         if outside:
             rows.update(await self.repo.get_many(outside))
         old = self.runs.get(tree_id)
-        run = TreeRun(tree_id=tree_id, rows=rows, execution_id=execution["id"], version=execution["updated_at"])
+        run = TreeRun(tree_id=tree_id, rows=rows, execution_id=execution["id"], version=execution["updated_at"],
+                      traceparent=execution.get("traceparent"), began=execution["created_at"])
         if old is not None:
             run.calls.update(old.calls)
             run.done = old.done
@@ -308,6 +313,8 @@ class RunKeeper:
             del self.runs[run.tree_id]
         run.done.set()
         run.resting.set()
+        if tracing.ENABLED:
+            tracing.end_execution(run.execution_id, run.traceparent, run.tree_id, run.began, status)
         progress = 1.0 if status == TaskStatus.COMPLETED else run.progress
         self.publisher.publish(run, FINAL, run.tree_id, status=status, progress=progress, final=True,
                                message=f"Execution {status}")

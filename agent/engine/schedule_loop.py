@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
+from taskgrove.agent import tracing
 from taskgrove.agent.engine.engine import Engine
 from taskgrove.agent.engine.follow import follow_execution
 from taskgrove.agent.engine.slots import iso, parse_iso, plan
@@ -122,7 +123,7 @@ class ScheduleLoop:
         was lost, else the claim (updated schedule, execution, copies)."""
         engine = self.engine
         claimed = await self.repo.run(schedules.claim_slot, schedule, slot, next_run_at, runs, now_iso(),
-                                      engine.instance_id, engine.lease_until())
+                                      engine.instance_id, engine.lease_until(), tracing.stored_traceparent(None))
         if claimed is None or claimed["execution"] is None:
             if claimed is not None:
                 log.info("schedule %s: slot %s consumed without a run", schedule["id"], slot)
@@ -132,7 +133,10 @@ class ScheduleLoop:
         if schedule["webhook_config"]:  # subscribed before the run starts: no event is missed
             sub = engine.bus.subscribe(lambda e: e["root_task_id"] == tree_id, maxsize=10_000)
             events = follow_execution(engine.repo, sub, tree_id)  # ends with final, even one read from the database
-            engine.background.spawn(deliver_webhooks(events, WebhookConfig(**schedule["webhook_config"])))
+            execution = claimed["execution"]
+            engine.background.spawn(deliver_webhooks(events, WebhookConfig(**schedule["webhook_config"]),
+                                                     tracing.execution_header(execution.get("traceparent"),
+                                                                              execution["id"])))
         call = {"user_id": schedule["user_id"], "llm_api_key": None, "llm_provider": None}
         await engine.run_inserted(claimed["execution"], copies, call)
         log.info("schedule %s: slot %s runs as tree %s", schedule["id"], slot or "(manual)", tree_id)

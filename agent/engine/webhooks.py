@@ -83,15 +83,18 @@ def webhook_payload(event: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-async def deliver_webhooks(events: AsyncIterable[Mapping[str, Any]] | Subscription, config: WebhookConfig) -> None:
+async def deliver_webhooks(events: AsyncIterable[Mapping[str, Any]] | Subscription, config: WebhookConfig,
+                           traceparent: str | None = None) -> None:
     """Post each event until `final`. `events`: a bus subscription, or `follow.follow_execution`
-    (which ends with `final` from the database even when the owner's own event never arrives)."""
+    (which ends with `final` from the database even when the owner's own event never arrives).
+    `traceparent` (traces on: the execution span's, agent/tracing.py) is sent with every post."""
     import httpx  # lazy: loads rich, click and pygments (httpx._main); not needed until a webhook is sent
 
+    headers = {**config.headers, "traceparent": traceparent} if traceparent else config.headers
     async with httpx.AsyncClient(timeout=config.timeout, follow_redirects=False) as client:
         try:
             async for event in events:
-                await post_with_retries(client, config.method, config.url, webhook_payload(event), config.headers,
+                await post_with_retries(client, config.method, config.url, webhook_payload(event), headers,
                                         max_retries=config.max_retries, backoff=config.backoff)
                 if event["type"] == FINAL:
                     return

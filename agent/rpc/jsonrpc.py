@@ -59,6 +59,8 @@ class CallContext:
     # From X-LLM-API-KEY: this request only; repr=False keeps it out of any logged repr.
     llm_api_key: str | None = field(default=None, repr=False)
     llm_provider: str | None = None
+    # The caller's W3C `traceparent` header when valid (agent/tracing.py parse_traceparent), else None.
+    traceparent: str | None = None
     request: Request | None = field(default=None, repr=False)
     # The envelope's limits from the settings (agent.edge.call_context fills them for every surface).
     limits: Limits = field(default_factory=Limits)
