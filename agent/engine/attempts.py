@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from taskgrove.agent.engine import waits
+from taskgrove.agent.engine import history, waits
 from taskgrove.agent.engine.background import Background
 from taskgrove.agent.engine.bus import PROGRESS, TASK_START
 from taskgrove.agent.engine.publish import Publisher
@@ -55,6 +55,7 @@ class Running:
     job: asyncio.Task[None] | None = None
     cancelled: bool = False
     began: float = 0.0  # monotonic, for the duration metric
+    queued_at: str | None = None  # when it became runnable (engine/history.py)
 
     @property
     def row(self) -> dict[str, Any]:
@@ -125,11 +126,13 @@ class Attempts:
         """Start the attempt a pass just claimed: publish its start, then run its executor."""
         run.started(tid)
         row = run.rows[tid]
+        queued_at = history.queued_since(run, tid)  # before the row changes
+        self.metrics.queue_waited(history.queue_seconds(queued_at, stamp))
         row.update(started_at=stamp, completed_at=None, progress=0.0, result=None, error=None,
                    attempt=claim["attempt"], lease_owner=self.instance_id, lease_epoch=claim["lease_epoch"])
         running = Running(task_id=tid, run=run, epoch=claim["lease_epoch"], attempt=claim["attempt"],
                           checkpoint=claim["checkpoint"], executor_id=self.registry.wanted(row),
-                          began=time.monotonic())
+                          began=time.monotonic(), queued_at=queued_at)
         self.running[tid] = running
         self.metrics.attempt_started(running.executor_id)
         started = f"Task '{row['name']}' started" + (f" (attempt {claim['attempt']})" if claim["attempt"] > 1 else "")
