@@ -79,8 +79,8 @@ def public(row: Mapping[str, Any]) -> dict[str, Any]:
     until started) and `ran_ms` (started until ended); None where a time is missing (still
     running, or never started)."""
     shown = {key: row[key] for key in ("attempt", "queued_at", "started_at", "ended_at", "outcome", "error")}
-    shown["queued_ms"] = _ms_between(row["queued_at"], row["started_at"])
-    shown["ran_ms"] = _ms_between(row["started_at"], row["ended_at"])
+    shown["queued_ms"] = ms_between(row["queued_at"], row["started_at"])
+    shown["ran_ms"] = ms_between(row["started_at"], row["ended_at"])
     return shown
 
 
@@ -96,7 +96,9 @@ def with_current(history: list[dict[str, Any]], task: Mapping[str, Any]) -> list
     return shown
 
 
-def _ms_between(earlier: str | None, later: str | None) -> float | None:
+def ms_between(earlier: str | None, later: str | None) -> float | None:
+    """Milliseconds from one stored time to another (every duration the API shows: attempts
+    here, schedules' runs in storage/schedules.py), None if one is missing."""
     if not earlier or not later:
         return None
     delta = datetime.fromisoformat(later) - datetime.fromisoformat(earlier)
@@ -105,7 +107,7 @@ def _ms_between(earlier: str | None, later: str | None) -> float | None:
 
 def seconds_between(earlier: str | None, later: str | None) -> float | None:
     """Seconds from one stored time to another (the queue wait metric), None if one is missing."""
-    ms = _ms_between(earlier, later)
+    ms = ms_between(earlier, later)
     return None if ms is None else ms / 1000.0
 
 

@@ -531,12 +531,17 @@ def expired_tasks(c: Connection, now: str | None) -> list[Row]:
 
 
 def interrupt(c: Connection, row: Mapping[str, Any], values: Mapping[str, Any]) -> bool:
-    """End an attempt whose instance is gone: compare-and-set on the token that attempt held."""
+    """End an attempt whose instance is gone: compare-and-set on the token that attempt held;
+    the attempt goes into the history as `interrupted` (storage/attempts.py)."""
     query = (update(T).where(T.c.id == row["id"], T.c.status == TaskStatus.IN_PROGRESS.value,
                              T.c.lease_owner.is_(row["lease_owner"]) if row["lease_owner"] is None
                              else T.c.lease_owner == row["lease_owner"],
                              T.c.lease_epoch == row["lease_epoch"], T.c.waiting.is_(None)).values(**values))
-    return c.execute(query).rowcount > 0
+    if c.execute(query).rowcount == 0:
+        return False
+    history_rows.insert_rows(c, [Attempt(row["id"], row.get("attempt") or 1, None, row.get("started_at"),
+                                         values["updated_at"], history_rows.INTERRUPTED, values.get("error"))])
+    return True
 
 
 def take_over(c: Connection, owner: str, until: str, stamp: str, only_expired: bool) -> list[Row]:
@@ -573,8 +578,14 @@ def release(c: Connection, owner: str, execution_ids: Sequence[str], stamp: str,
                      completed_at=case((over, stamp), else_=None), updated_at=stamp, lease_owner=None,
                      lease_expires_at=None, attempt=case((over, T.c.attempt), else_=T.c.attempt - 1),
                      interruptions=T.c.interruptions + 1)
-             .returning(T.c.id))
-    released = list(c.execute(query).scalars())
+             .returning(T.c.id, T.c.status, T.c.attempt, T.c.started_at, T.c.error))
+    released = []
+    cut_off = []  # their attempts, into the history as interrupted (storage/attempts.py)
+    for tid, status, attempt, started_at, why in c.execute(query):
+        released.append(tid)
+        number = attempt if status == TaskStatus.FAILED.value else attempt + 1  # the attempt that ran
+        cut_off.append(Attempt(tid, max(1, number), None, started_at, stamp, history_rows.INTERRUPTED, why))
+    history_rows.insert_rows(c, cut_off)
     if execution_ids:
         c.execute(update(X).where(X.c.id.in_(list(execution_ids)), X.c.owner == owner, X.c.status == "running")
                   .values(lease_expires_at=stamp, updated_at=stamp))

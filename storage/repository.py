@@ -251,12 +251,21 @@ class TaskRepository:
         *,
         only_status: Sequence[str] | None = None,
         conn: AsyncConnection | None = None,
+        history: Attempt | None = None,
     ) -> bool:
-        """Set `values` on one task; with `only_status`, only if its status is one of those."""
+        """Set `values` on one task; with `only_status`, only if its status is one of those.
+        `history`: the attempt this change ends (a cancel), stored if the task changed."""
         query = update(T).where(T.c.id == task_id).values(**values)
         if only_status is not None:
             query = query.where(T.c.status.in_(list(only_status)))
-        return await self.connections.run(lambda c: c.execute(query).rowcount > 0, conn=conn)
+
+        def op(c: Connection) -> bool:
+            changed = c.execute(query).rowcount > 0
+            if changed and history is not None:
+                attempts.insert_rows(c, [history])
+            return changed
+
+        return await self.connections.run(op, conn=conn)
 
     async def update_many(
         self,

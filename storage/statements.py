@@ -239,9 +239,10 @@ def _pg_assignment(bit: int, key: str) -> str:
 
 ATTEMPT_COLUMNS = ("task_id", "attempt", "queued_at", "started_at", "ended_at", "outcome", "error")
 INSERT_ATTEMPT = Statement(
-    "Add one attempt to a task's history. Args: ATTEMPT_COLUMNS.",
+    "SQLite: add one attempt to a task's history (executemany). Args: ATTEMPT_COLUMNS. (PostgreSQL: "
+    "the pass's `history` part, or SQLAlchemy Core elsewhere.)",
     f"INSERT INTO task_attempts ({', '.join(ATTEMPT_COLUMNS)}) VALUES ({_marks('sqlite', 1, 7)})",
-    f"INSERT INTO task_attempts ({', '.join(ATTEMPT_COLUMNS)}) VALUES ({_marks('postgresql', 1, 7)})")
+    None)
 
 # In the PostgreSQL pass an outcome's history row travels in its write's JSON object (the `_h_`
 # keys, storage/executions.py pg_step_params) and is inserted only if the write was accepted.

@@ -159,3 +159,28 @@ def test_attempts_params_property(tmp_path: Path) -> None:
     finally:
         runner.run(context.__aexit__(None, None, None))
         runner.close()
+
+
+async def test_a_schedules_past_runs_with_their_durations(client: Client) -> None:
+    from tests.test_schedules import template
+
+    tpl = await template(client, "runs-tpl")
+    schedule = await client.result("schedules.create", {"task_id": tpl, "cron": "0 0 1 1 *"})
+    other = await client.result("schedules.create", {"task_id": tpl, "cron": "0 0 2 1 *"})
+    first = await client.result("schedules.trigger", {"schedule_id": schedule["id"]})
+    await client.wait_status(first["root_task_id"], ("completed",), timeout=20)
+    second = await client.result("schedules.trigger", {"schedule_id": schedule["id"]})
+    await client.wait_status(second["root_task_id"], ("completed",), timeout=20)
+    await client.result("schedules.trigger", {"schedule_id": other["id"]})  # another schedule's run
+    assert await client.runs_ended()
+    runs = await client.result("schedules.runs", {"schedule_id": schedule["id"]})
+    assert [r["root_task_id"] for r in runs] == [second["root_task_id"], first["root_task_id"]]
+    for run in runs:
+        assert run["status"] == "completed" and run["final_status"] == "completed" and run["name"] == "template"
+        assert run["duration_ms"] == pytest.approx(
+            (at(run["ended_at"]) - at(run["started_at"])).total_seconds() * 1000, abs=0.01)
+        assert run["slot"] is None  # triggered by hand, not for a slot
+    assert len(await client.result("schedules.runs", {"id": schedule["id"], "limit": 1})) == 1
+    assert await client.result("schedules.runs", {"schedule_id": "nope"}) is None  # as schedules.get
+    bad = await client.error("schedules.runs", {"schedule_id": schedule["id"], "limit": 0})
+    assert bad["code"] == -32602 and "limit" in bad["data"]

@@ -59,6 +59,14 @@ def rows_of(recorded: Iterable[tuple[Running, Mapping[str, Any]]]) -> dict[str, 
     return {running.task_id: ended(running, outcome) for running, outcome in recorded}
 
 
+def cancelled(running: Running | None, stamp: str, error: str) -> Attempt | None:
+    """The history row of an attempt running here that a cancel ends (None: none runs here)."""
+    if running is None:
+        return None
+    return Attempt(running.task_id, running.attempt, running.queued_at, running.row.get("started_at"), stamp,
+                   A.CANCELLED, error)
+
+
 def as_failure(row: Attempt, error: str) -> Attempt:
     """The row of an attempt whose outcome could not be stored, so that it failed instead."""
     return row._replace(outcome=A.FAILED, error=error)
