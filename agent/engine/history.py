@@ -9,14 +9,23 @@ Both work on what the engine already holds in memory: no read, no write of their
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from taskgrove.agent.engine.run import TreeRun
 from taskgrove.storage import attempts as A
 from taskgrove.storage.attempts import Attempt
 
-if TYPE_CHECKING:  # the types only: attempts.py imports this module
-    from taskgrove.agent.engine.attempts import Running
-    from taskgrove.agent.engine.run import TreeRun
+
+class Running(Protocol):
+    """What this module reads of an attempt (engine/attempts.py `Running`, which imports this
+    module: a Protocol keeps the import one way)."""
+
+    task_id: str
+    attempt: int
+    queued_at: str | None
+
+    @property
+    def row(self) -> dict[str, Any]: ...
 
 
 def queued_since(run: TreeRun, tid: str) -> str | None:
