@@ -455,7 +455,7 @@ class PassLoop:
         the database refuses becomes that task's failure."""
         try:
             accepted, _, _ = await self.repo.write_pass([(tid, epoch, values)], [], self.instance_id,
-                                                        self.lease_until(), stamp, history=row and {tid: row})
+                                                        self.lease_until(), stamp, (), row and {tid: row})
             return accepted
         except Exception as exc:
             if "status" not in values and "waiting" not in values:
@@ -467,8 +467,8 @@ class PassLoop:
                   "next_attempt_at": None, "lease_owner": None, "lease_expires_at": None}
         try:
             accepted, _, _ = await self.repo.write_pass(
-                [(tid, epoch, failed)], [], self.instance_id, self.lease_until(), stamp,
-                history=row and {tid: history.as_failure(row._replace(ended_at=stamp), error)})
+                [(tid, epoch, failed)], [], self.instance_id, self.lease_until(), stamp, (),
+                row and {tid: history.as_failure(row._replace(ended_at=stamp), error)})
         except Exception:
             log.warning("task %s: not even its failure could be stored; its lease will expire", tid)
             return set()
