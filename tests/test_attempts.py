@@ -184,3 +184,33 @@ async def test_a_schedules_past_runs_with_their_durations(client: Client) -> Non
     assert await client.result("schedules.runs", {"schedule_id": "nope"}) is None  # as schedules.get
     bad = await client.error("schedules.runs", {"schedule_id": schedule["id"], "limit": 0})
     assert bad["code"] == -32602 and "limit" in bad["data"]
+
+
+# --- /metrics: JSON-RPC calls per method, the queue wait ---------------------------------------
+
+async def test_metrics_count_rpc_calls_per_known_method_and_the_queue_wait(client: Client) -> None:
+    from tests.test_operations import sample
+
+    before = (await client.http.get("/metrics")).text
+    await client.result("tasks.create", [{"id": "m", "name": "m", "schemas": {"method": "noop_executor"}}])
+    await client.result("tasks.get", {"task_id": "m"})
+    await client.error("tasks.get", {"task_id": 5})  # bad params: an error outcome
+    await client.error("no.such.method-x7", {})
+    await client.error("tasks.get", {"task_id": "m"}, path="/system")  # not served there: `other`
+    await client.result("system.health", {}, path="/system")
+    batch = [{"jsonrpc": "2.0", "id": n, "method": "tasks.get", "params": {"task_id": "m"}} for n in range(3)]
+    assert len((await client.http.post("/tasks", json=batch)).json()) == 3
+    text = (await client.http.get("/metrics")).text
+
+    def moved(name: str, **labels: str) -> float:
+        return sample(text, name, **labels) - sample(before, name, **labels)
+
+    assert moved("taskgrove_rpc_requests_total", method="tasks.get", outcome="ok") == 4
+    assert moved("taskgrove_rpc_requests_total", method="tasks.get", outcome="error") == 1
+    assert moved("taskgrove_rpc_requests_total", method="tasks.create", outcome="ok") == 1
+    assert moved("taskgrove_rpc_requests_total", method="other", outcome="error") == 2
+    assert moved("taskgrove_rpc_requests_total", method="system.health", outcome="ok") == 1
+    assert moved("taskgrove_rpc_request_duration_seconds_count", method="tasks.get") == 5
+    assert "no.such.method-x7" not in text  # the label set stays closed
+    assert moved("taskgrove_queue_wait_seconds_count") >= 1
+    assert sample(text, "taskgrove_queue_wait_seconds_sum") >= 0
