@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-from taskgrove.agent.engine.run import TreeRun
+from taskgrove.agent.engine.run import PENDING, TreeRun
 from taskgrove.storage import attempts as A
 from taskgrove.storage.attempts import Attempt
 
@@ -57,7 +57,7 @@ def ended(running: Running, outcome: Mapping[str, Any]) -> Attempt:
     if status is None:  # parked on a wait: the task stays in progress
         kind = A.WAITING
     else:
-        kind = A.RETRY if status == "pending" else status
+        kind = A.RETRY if status == PENDING else status
     return Attempt(running.task_id, running.attempt, running.queued_at, running.row.get("started_at"),
                    values.get("completed_at") or values.get("updated_at"), kind,
                    values.get("error") if kind in (A.FAILED, A.RETRY) else None)
