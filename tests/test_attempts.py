@@ -205,12 +205,13 @@ async def test_metrics_count_rpc_calls_per_known_method_and_the_queue_wait(clien
     def moved(name: str, **labels: str) -> float:
         return sample(text, name, **labels) - sample(before, name, **labels)
 
-    assert moved("taskgrove_rpc_requests_total", method="tasks.get", outcome="ok") == 4
-    assert moved("taskgrove_rpc_requests_total", method="tasks.get", outcome="error") == 1
-    assert moved("taskgrove_rpc_requests_total", method="tasks.create", outcome="ok") == 1
-    assert moved("taskgrove_rpc_requests_total", method="other", outcome="error") == 2
-    assert moved("taskgrove_rpc_requests_total", method="system.health", outcome="ok") == 1
-    assert moved("taskgrove_rpc_request_duration_seconds_count", method="tasks.get") == 5
+    calls = "taskgrove_rpc_request_duration_seconds_count"
+    assert moved(calls, method="tasks.get", outcome="ok") == 4
+    assert moved(calls, method="tasks.get", outcome="error") == 1
+    assert moved(calls, method="tasks.create", outcome="ok") == 1
+    assert moved(calls, method="other", outcome="error") == 2
+    assert moved(calls, method="system.health", outcome="ok") == 1
+    assert moved("taskgrove_rpc_request_duration_seconds_bucket", method="tasks.get", outcome="ok", le="10.0") == 4
     assert "no.such.method-x7" not in text  # the label set stays closed
     assert moved("taskgrove_queue_wait_seconds_count") >= 1
     assert sample(text, "taskgrove_queue_wait_seconds_sum") >= 0
