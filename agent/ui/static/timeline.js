@@ -26,10 +26,11 @@ export function timeline(rootId, plan, onSelect) {
     const byTask = new Map(plan.order.map((id) => [id, []]));
     for (const attempt of attempts) if (byTask.has(attempt.task_id)) byTask.get(attempt.task_id).push(attempt);
     const now = Date.now();
-    const axis = bounds(attempts, now);
+    const parts = new Map(plan.order.map((id) => [id, spans(byTask.get(id), now)]));
+    const axis = bounds([...parts.values()].flat(), now);
     const slowest = slowestPath(plan, byTask, now);
     const onPath = new Set(slowest.path);
-    body.replaceChildren(...plan.order.map((id) => row(plan.tasks.get(id), byTask.get(id), axis, now,
+    body.replaceChildren(...plan.order.map((id) => row(plan.tasks.get(id), parts.get(id), axis,
       onPath.has(id), onSelect)));
     caption.replaceChildren(slowest.path.length
       ? `Slowest path (${ms(slowest.total)}): ${slowest.path.map((id) => plan.tasks.get(id).name).join(" → ")}`
@@ -46,14 +47,12 @@ export function timeline(rootId, plan, onSelect) {
   };
 }
 
-// The axis: from the earliest time shown to the latest (now, for what still runs or waits).
-function bounds(attempts, now) {
+// The axis: from the earliest span drawn to the latest end (now, for what still runs or waits).
+function bounds(parts, now) {
   let start = Infinity, end = -Infinity;
-  for (const a of attempts) {
-    for (const t of [stamp(a.queued_at), stamp(a.started_at), stamp(a.ended_at)]) {
-      if (Number.isFinite(t)) { start = Math.min(start, t); end = Math.max(end, t); }
-    }
-    if (!a.ended_at || a.outcome === "waiting") end = Math.max(end, now);
+  for (const part of parts) {
+    if (Number.isFinite(part.from)) start = Math.min(start, part.from);
+    if (Number.isFinite(part.to)) end = Math.max(end, part.to);
   }
   if (!Number.isFinite(start)) start = end = now;
   return {start, span: Math.max(end - start, 1)};
@@ -120,9 +119,9 @@ export function slowestPath(plan, byTask, now) {
   return {path, total: end === null ? 0 : best.get(end)};
 }
 
-function row(task, attempts, axis, now, slow, onSelect) {
+function row(task, parts, axis, slow, onSelect) {
   const track = h("div", {class: "track"});
-  for (const part of spans(attempts, now)) {
+  for (const part of parts) {
     const seconds = ((part.to - part.from) / 1000).toFixed(3);
     const segment = h("span", {class: `segment ${part.kind}`,
       "data-testid": part.kind === part.a.outcome ? "attempt-bar" : "attempt-gap",

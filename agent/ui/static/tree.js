@@ -92,7 +92,9 @@ export async function showTree(main, rootId, notify, go, current) {
       : null;
     const durations = await attemptsTable(id).catch(() => null);
     if (selected !== id) return;
-    detail.replaceChildren(h("h2", {}, task.name), answer, h("p", {class: "actions"}, buttons), fields, durations);
+    // (replaceChildren would show a null as the text "null": absent parts are left out)
+    detail.replaceChildren(...[h("h2", {}, task.name), answer, h("p", {class: "actions"}, buttons), fields, durations]
+      .filter(Boolean));
   }
 
   main.replaceChildren(
