@@ -215,3 +215,17 @@ async def test_metrics_count_rpc_calls_per_known_method_and_the_queue_wait(clien
     assert "no.such.method-x7" not in text  # the label set stays closed
     assert moved("taskgrove_queue_wait_seconds_count") >= 1
     assert sample(text, "taskgrove_queue_wait_seconds_sum") >= 0
+
+
+async def test_an_attempt_cut_off_by_a_stop_is_interrupted_then_resumed(app_factory: Any) -> None:
+    env = {"SERVICE_CREATE_WAIT_TIMEOUT": "0"}
+    sleeper = {"id": "cut", "name": "cut", "schemas": {"method": "sleep_executor"}, "inputs": {"seconds": 1.0}}
+    async with app_factory(env=env) as first:
+        await first.result("tasks.create", [sleeper])
+        await first.wait_status("cut", ("in_progress",))
+    async with app_factory(env=env) as second:  # the same database: the stop handed the attempt back
+        assert (await second.wait_status("cut", ("completed", "failed")))["status"] == "completed"
+        attempts = await second.result("tasks.attempts", {"task_id": "cut"})
+    assert [(a["attempt"], a["outcome"]) for a in attempts] == [(1, "interrupted"), (1, "completed")]
+    assert "Interrupted" in attempts[0]["error"] and attempts[0]["ran_ms"] >= 0
+    assert at(attempts[1]["started_at"]) >= at(attempts[0]["ended_at"])
