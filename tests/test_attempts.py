@@ -83,6 +83,9 @@ async def test_an_attempt_in_progress_is_shown_running(client: Client) -> None:
     shown = await client.result("tasks.attempts", {"task_id": "s"})
     assert [(a["attempt"], a["outcome"], a["ended_at"], a["ran_ms"]) for a in shown] == [(1, "running", None, None)]
     await client.result("tasks.cancel", {"task_ids": ["s"]})
+    cancelled = await client.result("tasks.attempts", {"task_id": "s"})
+    assert [(a["attempt"], a["outcome"], a["error"]) for a in cancelled] == [(1, "cancelled", "Cancelled by user")]
+    assert cancelled[0]["ran_ms"] >= 0
 
 
 async def test_unknown_task_and_another_users_task(app_factory: Any) -> None:
