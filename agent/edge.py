@@ -72,7 +72,7 @@ def header_context(headers: Mapping[str, str], cookies: Mapping[str, str], servi
     provider, key = _llm_key(headers)
     traceparent = headers.get("traceparent")
     return CallContext(caller=caller, surface=surface, llm_api_key=key, llm_provider=provider, request=request,
-                       limits=limits(services),
+                       limits=limits(services), observe=services.metrics.rpc_call,
                        traceparent=None if traceparent is None else tracing.parse_traceparent(traceparent))
 
 
@@ -190,7 +190,8 @@ class _RpcEndpoint:
         if isinstance(ctx, AuthError):
             if not _only_public(body):
                 return unauthorized(ctx)
-            ctx = CallContext(surface=surface, request=request, limits=limits(services))
+            ctx = CallContext(surface=surface, request=request, limits=limits(services),
+                              observe=services.metrics.rpc_call)
         elif (refusal := services.admission.admit_request(ctx, body)) is not None:
             return error_reply(body, refusal)  # every call refused: HTTP 429 (JsonReply)
         return await dispatch(body, self.methods, ctx)

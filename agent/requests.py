@@ -66,6 +66,20 @@ class GetTask(TaskRef):
 
 
 @dataclass(slots=True)
+class TaskAttempts:
+    """tasks.attempts: the attempt history of `task_id`, or with `tree` of every task of its tree."""
+
+    task_id: str
+    tree: bool = False
+
+    @classmethod
+    def from_params(cls, params: Any) -> TaskAttempts:
+        params = params_object(params)
+        task_id = rpc_params.string(params, "task_id", aliases=("id",), required=True)
+        return cls(task_id, rpc_params.boolean(params, "tree", False))  # type: ignore[arg-type]
+
+
+@dataclass(slots=True)
 class GetTree(TaskRef):
     """tasks.tree: the whole tree `task_id` belongs to."""
 

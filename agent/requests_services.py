@@ -80,6 +80,23 @@ class ListSchedules:
                    rpc_params.integer(params, "offset", 0, low=0, high=MAX_OFFSET))
 
 
+DEFAULT_RUNS, MAX_RUNS = 20, 1000  # schedules.runs: runs in one answer
+
+
+@dataclass(slots=True)
+class ScheduleRuns:
+    """schedules.runs: the latest `limit` runs (trees) a schedule started."""
+
+    schedule_id: str
+    limit: int = DEFAULT_RUNS
+
+    @classmethod
+    def from_params(cls, params: Any) -> ScheduleRuns:
+        params = params_object(params)
+        return cls(_schedule_id(params),  # type: ignore[arg-type]
+                   rpc_params.integer(params, "limit", DEFAULT_RUNS, low=1, high=MAX_RUNS))
+
+
 def _schedule_id(params: Any) -> str | None:
     return rpc_params.string(params, "schedule_id", aliases=("id",), required=True)
 

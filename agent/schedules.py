@@ -22,7 +22,7 @@ from taskgrove.agent.engine import slots
 from taskgrove.agent.engine.schedule_loop import ScheduleLoop
 from taskgrove.agent.engine.webhooks import WebhookConfig
 from taskgrove.agent.errors import invalid_params, permission_denied
-from taskgrove.agent.requests_services import CreateSchedule, ListSchedules, ScheduleRef, UpdateSchedule
+from taskgrove.agent.requests_services import CreateSchedule, ListSchedules, ScheduleRef, ScheduleRuns, UpdateSchedule
 from taskgrove.agent.rpc import params as rpc_params
 from taskgrove.agent.rpc.jsonrpc import CallContext
 from taskgrove.agent.settings import Settings
@@ -155,6 +155,15 @@ class ScheduleService:
         if not ctx.caller.can_access(row["user_id"]):
             raise permission_denied(f"You may not access schedule '{schedule_id}'")
         return public(row)
+
+    async def runs(self, request: ScheduleRuns, ctx: CallContext) -> list[dict[str, Any]] | None:
+        """The trees the schedule started, newest first, with their durations (storage/schedules.py
+        runs_of); None for an unknown schedule, as schedules.get."""
+        row = await self.get(ScheduleRef(request.schedule_id), ctx)
+        if row is None:
+            return None
+        stored = await self.repo.run(ss.get_schedule, request.schedule_id)
+        return await self.repo.run(ss.runs_of, stored, request.limit)
 
     async def list(self, request: ListSchedules, ctx: CallContext) -> list[dict[str, Any]]:
         user_id = request.user_id

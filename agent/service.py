@@ -31,7 +31,7 @@ from taskgrove.agent.requests import (CancelTasks, CloneTask, CopyTask, CountRun
 from taskgrove.agent.rpc.jsonrpc import CallContext, StreamReply
 from taskgrove.agent.settings import Settings
 from taskgrove.executors.registry import ExecutorRegistry
-from taskgrove.storage import fields, jsonvalues, trees
+from taskgrove.storage import attempts, fields, jsonvalues, trees
 from taskgrove.storage.executions import OverQuota
 from taskgrove.storage.models import UNFINISHED_STATUSES, TaskStatus
 from taskgrove.storage.repository import TaskRepository
@@ -234,6 +234,14 @@ class TaskService:
         row = await self._task_for(request.task_id, ctx.caller)
         rows = await self.repo.tree(row["task_tree_id"])
         return trees.nest(rows, row["task_tree_id"])
+
+    async def attempts(self, request: TaskAttempts, ctx: CallContext) -> list[dict[str, Any]]:
+        """The attempt history (storage/attempts.py) of one task, or of every task of its tree,
+        oldest first per task; an attempt in progress last, as `running`."""
+        row = await self._task_for(request.task_id, ctx.caller)
+        rows = await self.repo.tree(row["task_tree_id"]) if request.tree else [row]
+        found = await self.repo.attempts([r["id"] for r in rows])
+        return [shown for r in rows for shown in attempts.with_current(found[r["id"]], r)]
 
     # --- update and delete ----------------------------------------------------------------
 

@@ -32,7 +32,9 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.util import await_
 
+from taskgrove.storage import attempts as history_rows
 from taskgrove.storage import statements as S
+from taskgrove.storage.attempts import Attempt
 from taskgrove.storage.models import JSON_COLUMNS, TaskStatus
 from taskgrove.storage.models import executions_table as X
 from taskgrove.storage.models import tasks_table as T
@@ -114,13 +116,16 @@ _PG_WRITES_PER_ROW = 64
 
 
 def pg_step_params(writes: Sequence[Write], claims: Sequence[str], owner: str, until: str, stamp: str,
-                   ends: Sequence[tuple[str, str]] = ()) -> list[tuple[Any, ...]]:
+                   ends: Sequence[tuple[str, str]] = (),
+                   history: Mapping[str, Attempt] | None = None) -> list[tuple[Any, ...]]:
     """The rows of a pass (arguments in statements.PASS_ARGS order): writes, then claims, then
-    ends (execution id and version).
+    ends (execution id and version). `history`: by task id, the attempt an outcome write ends,
+    carried in that write's object (statements.PG_HISTORY_KEYS) and stored if it is accepted.
 
     A task written twice in one pass gets its second write in a later row: one UPDATE changes a
     row once, and the second write must see the first, as it would one by one."""
-    rows = [(json.dumps([{**_pg_json_as_text(values), "_id": tid, "_epoch": epoch, "_mask": _pg_mask(tuple(values))}
+    left = dict(history or {})  # a task's first write of the pass carries its row
+    rows = [(json.dumps([_pg_write_object(tid, epoch, values, left.pop(tid, None) if left else None)
                          for tid, epoch, values in layer]),
              [tid for tid, _, _ in layer], owner, [], until, stamp, None, None)
             for layer in _write_parts(writes, _PG_WRITES_PER_ROW)]
@@ -133,6 +138,14 @@ def pg_step_params(writes: Sequence[Write], claims: Sequence[str], owner: str, u
 def _pg_json_as_text(values: Mapping[str, Any]) -> dict[str, Any]:
     """A write's values with its JSON columns as their text (see _pg_insert_tasks for why)."""
     return {key: _json_text(value) if key in JSON_COLUMNS else value for key, value in values.items()}
+
+
+def _pg_write_object(tid: str, epoch: int, values: Mapping[str, Any], row: Attempt | None) -> dict[str, Any]:
+    """One write as an object of the pass's JSON array; with `row`, the history row it ends."""
+    obj = {**_pg_json_as_text(values), "_id": tid, "_epoch": epoch, "_mask": _pg_mask(tuple(values))}
+    if row is not None:
+        obj.update(zip(S.PG_HISTORY_KEYS, row[1:]))
+    return obj
 
 
 @functools.lru_cache(maxsize=64)
@@ -179,27 +192,34 @@ def pg_step_results(rows: Iterable[Sequence[Any]]) -> tuple[set[str], dict[str, 
 
 
 def pg_pass(c: Connection, writes: Sequence[Write], claims: Sequence[str], owner: str, until: str = "",
-            stamp: str = "", ends: Sequence[tuple[str, str]] = ()) -> tuple[set[str], dict[str, Row], dict[str, str]]:
+            stamp: str = "", ends: Sequence[tuple[str, str]] = (),
+            history: Mapping[str, Attempt] | None = None) -> tuple[set[str], dict[str, Row], dict[str, str]]:
     """A pass (fenced writes, then claims, then ends) on a SQLAlchemy connection: the rows of
     statements.pass_statement one by one (the repository sends them all at once through asyncpg)."""
     sql = S.pass_statement().postgresql
     found: list[Any] = []
-    for args in pg_step_params(writes, claims, owner, until, stamp, ends):
+    for args in pg_step_params(writes, claims, owner, until, stamp, ends, history):
         found.extend(c.exec_driver_sql(sql, args))
     return pg_step_results(found)
 
 
-def fenced_writes(c: Connection, writes: Sequence[Write], owner: str) -> set[str]:
+def fenced_writes(c: Connection, writes: Sequence[Write], owner: str,
+                  history: Mapping[str, Attempt] | None = None) -> set[str]:
     """Fenced writes (statements.fenced_write) in one transaction; returns the ids whose write
     was accepted: a write applies only while this instance holds the task's lease at `epoch`.
+    `history`: by task id, the attempt an outcome write ends (storage/attempts.py), stored with
+    the write when the write is accepted.
 
     On PostgreSQL they are the write rows of a pass (pg_pass: every shape in one set). On SQLite
     writes of the same shape go out as one executemany, retried one by one to learn which were
     refused only when the database reports fewer rows changed than sent.
     """
     if c.dialect.name == "postgresql":
-        return pg_pass(c, writes, (), owner)[0]
-    return _sqlite_fenced_writes(c, _by_shape(writes), owner)
+        return pg_pass(c, writes, (), owner, history=history)[0]
+    accepted = _sqlite_fenced_writes(c, _by_shape(writes), owner)
+    if history:
+        history_rows.insert_rows(c, history_rows.rows_for(accepted, history))
+    return accepted
 
 
 def _by_shape(writes: Sequence[Write]) -> dict[tuple[str, ...], list[Any]]:
@@ -513,12 +533,17 @@ def expired_tasks(c: Connection, now: str | None) -> list[Row]:
 
 
 def interrupt(c: Connection, row: Mapping[str, Any], values: Mapping[str, Any]) -> bool:
-    """End an attempt whose instance is gone: compare-and-set on the token that attempt held."""
+    """End an attempt whose instance is gone: compare-and-set on the token that attempt held;
+    the attempt goes into the history as `interrupted` (storage/attempts.py)."""
     query = (update(T).where(T.c.id == row["id"], T.c.status == TaskStatus.IN_PROGRESS.value,
                              T.c.lease_owner.is_(row["lease_owner"]) if row["lease_owner"] is None
                              else T.c.lease_owner == row["lease_owner"],
                              T.c.lease_epoch == row["lease_epoch"], T.c.waiting.is_(None)).values(**values))
-    return c.execute(query).rowcount > 0
+    if c.execute(query).rowcount == 0:
+        return False
+    history_rows.insert_rows(c, [Attempt(row["id"], row.get("attempt") or 1, None, row.get("started_at"),
+                                         values["updated_at"], history_rows.INTERRUPTED, values.get("error"))])
+    return True
 
 
 def take_over(c: Connection, owner: str, until: str, stamp: str, only_expired: bool) -> list[Row]:
@@ -555,8 +580,14 @@ def release(c: Connection, owner: str, execution_ids: Sequence[str], stamp: str,
                      completed_at=case((over, stamp), else_=None), updated_at=stamp, lease_owner=None,
                      lease_expires_at=None, attempt=case((over, T.c.attempt), else_=T.c.attempt - 1),
                      interruptions=T.c.interruptions + 1)
-             .returning(T.c.id))
-    released = list(c.execute(query).scalars())
+             .returning(T.c.id, T.c.status, T.c.attempt, T.c.started_at, T.c.error))
+    released = []
+    cut_off = []  # their attempts, into the history as interrupted (storage/attempts.py)
+    for tid, status, attempt, started_at, why in c.execute(query):
+        released.append(tid)
+        number = attempt if status == TaskStatus.FAILED.value else attempt + 1  # the attempt that ran
+        cut_off.append(Attempt(tid, max(1, number), None, started_at, stamp, history_rows.INTERRUPTED, why))
+    history_rows.insert_rows(c, cut_off)
     if execution_ids:
         c.execute(update(X).where(X.c.id.in_(list(execution_ids)), X.c.owner == owner, X.c.status == "running")
                   .values(lease_expires_at=stamp, updated_at=stamp))

@@ -170,6 +170,24 @@ class TaskLog(Base):
     text: Mapped[str] = mapped_column(Text)
 
     __table_args__ = (Index("ix_task_logs_task_seq", "task_id", "seq"),)
+class TaskAttempt(Base):
+    """One attempt of a task, kept after the task row moved on to the next (the timeline,
+    docs/observability.md). Written in the engine's pass transaction with the outcome
+    (storage/attempts.py); deleted with its task."""
+
+    __tablename__ = "task_attempts"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    task_id: Mapped[str] = mapped_column(String(64))
+    attempt: Mapped[int] = mapped_column(Integer)
+    queued_at: Mapped[str | None] = mapped_column(String(40), nullable=True)  # runnable since
+    started_at: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    ended_at: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    # completed | failed | retry | interrupted | cancelled | waiting
+    outcome: Mapped[str] = mapped_column(String(16))
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+    __table_args__ = (Index("ix_task_attempts_task_id", "task_id"),)
 
 
 class RateLimit(Base):
@@ -253,6 +271,7 @@ idempotency_table = IdempotencyKey.__table__
 rate_limits_table = RateLimit.__table__
 events_table = Event.__table__
 task_logs_table = TaskLog.__table__
+task_attempts_table = TaskAttempt.__table__
 
 # The columns of `tasks` holding JSON, from the table itself: stored as json.dumps text, read
 # back through jsonvalues.read_stored (which may yield Unreadable).

@@ -20,7 +20,8 @@ from sqlalchemy import String, bindparam, cast, delete, func, insert, or_, selec
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from taskgrove.storage import executions, logs
+from taskgrove.storage import attempts, executions, logs
+from taskgrove.storage.attempts import Attempt
 from taskgrove.storage import statements as S
 from taskgrove.storage.connections import Connections
 from taskgrove.storage.models import tasks_table as T
@@ -99,6 +100,11 @@ class TaskRepository:
             return dict(row._mapping) if row else None
 
         return await self.connections.read_run(op, conn=conn)
+
+    async def attempts(self, task_ids: Sequence[str]) -> dict[str, list[Row]]:
+        """The attempt history of these tasks, by id, oldest first, with durations
+        (storage/attempts.py)."""
+        return await self.connections.read_run(lambda c: attempts.of_tasks(c, list(task_ids)))
 
     async def get_many(self, ids: Iterable[str], conn: AsyncConnection | None = None) -> dict[str, Row]:
         wanted = list(dict.fromkeys(ids))
@@ -255,12 +261,21 @@ class TaskRepository:
         *,
         only_status: Sequence[str] | None = None,
         conn: AsyncConnection | None = None,
+        history: Attempt | None = None,
     ) -> bool:
-        """Set `values` on one task; with `only_status`, only if its status is one of those."""
+        """Set `values` on one task; with `only_status`, only if its status is one of those.
+        `history`: the attempt this change ends (a cancel), stored if the task changed."""
         query = update(T).where(T.c.id == task_id).values(**values)
         if only_status is not None:
             query = query.where(T.c.status.in_(list(only_status)))
-        return await self.connections.run(lambda c: c.execute(query).rowcount > 0, conn=conn)
+
+        def op(c: Connection) -> bool:
+            changed = c.execute(query).rowcount > 0
+            if changed and history is not None:
+                attempts.insert_rows(c, [history])
+            return changed
+
+        return await self.connections.run(op, conn=conn)
 
     async def update_many(
         self,
@@ -275,17 +290,19 @@ class TaskRepository:
         return await self.connections.run(lambda c: _update_many(c, list(ids), values, status), conn=conn)
 
     async def write_pass(self, writes: Sequence[tuple[str, int, Mapping[str, Any]]], claims: Sequence[str],
-                         owner: str, until: str, stamp: str,
-                         ends: Sequence[tuple[str, str]] = ()) -> tuple[set[str], dict[str, Row], dict[str, str | None]]:
-        """The engine's pass in one transaction: fenced writes (outcomes, progress), claims, and
-        the end of executions whose last task just ended (`ends`: execution id and version).
+                         owner: str, until: str, stamp: str, ends: Sequence[tuple[str, str]] = (),
+                         history: Mapping[str, Attempt] | None = None,
+                         ) -> tuple[set[str], dict[str, Row], dict[str, str | None]]:
+        """The engine's pass in one transaction: fenced writes (outcomes, progress) with the
+        history rows of the attempts they end (`history`, by task id: storage/attempts.py), claims,
+        and the end of executions whose last task just ended (`ends`: execution id and version).
         Returns the ids whose write was accepted, the claimed ids with their tokens, and each
         ended execution's final status (None: it cannot end now)."""
         if self.connections.pg is not None:
-            return await self._pg_write_pass(writes, claims, owner, until, stamp, ends)
+            return await self._pg_write_pass(writes, claims, owner, until, stamp, ends, history)
 
         def op(c: Connection) -> tuple[set[str], dict[str, Row], dict[str, str | None]]:
-            accepted = executions.fenced_writes(c, writes, owner)
+            accepted = executions.fenced_writes(c, writes, owner, history)
             claimed = executions.claim(c, claims, owner, until, stamp)
             ended = {eid: executions.end_execution(c, eid, owner, version, stamp) for eid, version in ends}
             return accepted, claimed, ended
@@ -293,11 +310,12 @@ class TaskRepository:
         return await self.connections.run(op, inline=len(writes) + len(claims) + len(ends) <= SMALL_PASS)
 
     async def _pg_write_pass(self, writes: Sequence[tuple[str, int, Mapping[str, Any]]], claims: Sequence[str],
-                             owner: str, until: str, stamp: str,
-                             ends: Sequence[tuple[str, str]]) -> tuple[set[str], dict[str, Row], dict[str, str | None]]:
+                             owner: str, until: str, stamp: str, ends: Sequence[tuple[str, str]],
+                             history: Mapping[str, Attempt] | None,
+                             ) -> tuple[set[str], dict[str, Row], dict[str, str | None]]:
         """PostgreSQL: the whole pass in one round trip (statements.pass_statement)."""
         assert self.connections.pg is not None
-        rows = executions.pg_step_params(writes, claims, owner, until, stamp, ends)
+        rows = executions.pg_step_params(writes, claims, owner, until, stamp, ends, history)
         found = await self.connections.pg.fetchmany(S.pass_statement().postgresql, rows) if rows else []
         self.connections.answered_at = time.monotonic()
         accepted, claimed, ended = executions.pg_step_results(found)
@@ -315,6 +333,7 @@ class TaskRepository:
                     query = query.where(T.c.status == only_status)
                 gone = list(c.execute(query.returning(T.c.id)).scalars())
                 logs.delete_of(c, gone)
+                attempts.delete_of(c, gone)  # their history goes with them (storage/attempts.py)
                 deleted += len(gone)
             return deleted
 

@@ -19,11 +19,39 @@ from sqlalchemy.engine import Connection
 
 from taskgrove.storage import executions
 from taskgrove.storage import trees
+from taskgrove.storage.attempts import ms_between
+from taskgrove.storage.models import executions_table as X
 from taskgrove.storage.repository import read_tree
 from taskgrove.storage.models import schedules_table as S
 from taskgrove.storage.models import tasks_table as T
 
 Row = dict[str, Any]
+
+
+def runs_of(c: Connection, schedule: Mapping[str, Any], limit: int) -> list[Row]:
+    """The trees a schedule started (their roots carry `extra.schedule_id`, see _copies), newest
+    first, each with its first execution (the run the schedule started): when it began and ended,
+    how, and how long it took (`duration_ms`; None while it runs)."""
+    owner = T.c.user_id.is_(None) if schedule["user_id"] is None else T.c.user_id == schedule["user_id"]
+    roots = c.execute(select(T.c.id, T.c.name, T.c.status, T.c.extra, T.c.created_at)
+                      .where(T.c.parent_id.is_(None), owner, T.c.original_task_id == schedule["task_id"],
+                             T.c.extra["schedule_id"].as_string() == schedule["id"])
+                      .order_by(T.c.created_at.desc(), T.c.id).limit(limit)).all()
+    first: dict[str, Row] = {}
+    if roots:
+        found = c.execute(select(X.c.task_tree_id, X.c.created_at, X.c.ended_at, X.c.final_status)
+                          .where(X.c.task_tree_id.in_([r.id for r in roots])).order_by(X.c.created_at.desc()))
+        for e in found:
+            first[e.task_tree_id] = dict(e._mapping)  # the earliest wins (read last)
+    runs = []
+    for root in roots:
+        run = first.get(root.id) or {}
+        runs.append({"root_task_id": root.id, "name": root.name, "status": root.status,
+                     "slot": (root.extra or {}).get("schedule_slot"),
+                     "started_at": run.get("created_at", root.created_at), "ended_at": run.get("ended_at"),
+                     "final_status": run.get("final_status"),
+                     "duration_ms": ms_between(run.get("created_at"), run.get("ended_at"))})
+    return runs
 
 
 def insert_schedule(c: Connection, row: Mapping[str, Any]) -> None:

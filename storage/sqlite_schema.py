@@ -11,7 +11,7 @@ tests/test_migrations_head.py compares this with a migrated database and prints 
 when a migration is added (`python -m tests.test_migrations_head` writes it).
 """
 
-REVISION = '0010'
+REVISION = '0011'
 
 STATEMENTS: tuple[str, ...] = (
     ('CREATE TABLE alembic_version (\n'
@@ -178,4 +178,16 @@ STATEMENTS: tuple[str, ...] = (
      '\tPRIMARY KEY (seq)\n'
      ')'),
     ('CREATE INDEX ix_task_logs_task_seq ON task_logs (task_id, seq)'),
+    ('CREATE TABLE task_attempts (\n'
+     '\tid INTEGER NOT NULL, \n'
+     '\ttask_id VARCHAR(64) NOT NULL, \n'
+     '\tattempt INTEGER NOT NULL, \n'
+     '\tqueued_at VARCHAR(40), \n'
+     '\tstarted_at VARCHAR(40), \n'
+     '\tended_at VARCHAR(40), \n'
+     '\toutcome VARCHAR(16) NOT NULL, \n'
+     '\terror TEXT, \n'
+     '\tPRIMARY KEY (id)\n'
+     ')'),
+    ('CREATE INDEX ix_task_attempts_task_id ON task_attempts (task_id)'),
 )

@@ -235,6 +235,26 @@ def _pg_assignment(bit: int, key: str) -> str:
     return f"{key} = CASE WHEN w._mask & {1 << bit} = 0 THEN t.{key} ELSE {value} END"
 
 
+# --- the attempt history (storage/attempts.py) ------------------------------------------------
+
+ATTEMPT_COLUMNS = ("task_id", "attempt", "queued_at", "started_at", "ended_at", "outcome", "error")
+INSERT_ATTEMPT = Statement(
+    "SQLite: add one attempt to a task's history (executemany). Args: ATTEMPT_COLUMNS. (PostgreSQL: "
+    "the pass's `history` part, or SQLAlchemy Core elsewhere.)",
+    f"INSERT INTO task_attempts ({', '.join(ATTEMPT_COLUMNS)}) VALUES ({_marks('sqlite', 1, 7)})",
+    None)
+
+# In the PostgreSQL pass an outcome's history row travels in its write's JSON object (the `_h_`
+# keys, storage/executions.py pg_step_params) and is inserted only if the write was accepted.
+PG_HISTORY_KEYS = ("_h_attempt", "_h_queued", "_h_started", "_h_ended", "_h_outcome", "_h_error")
+_PG_HISTORY_FIELDS = ("_h_attempt integer, _h_queued text, _h_started text, _h_ended text, _h_outcome text, "
+                      "_h_error text")
+_PG_HISTORY = f"""
+        INSERT INTO task_attempts ({', '.join(ATTEMPT_COLUMNS)})
+        SELECT w._id, w._h_attempt, w._h_queued, w._h_started, w._h_ended, w._h_outcome, w._h_error
+        FROM w JOIN written ON written.id = w._id WHERE w._h_outcome IS NOT NULL"""
+
+
 # --- PostgreSQL: an engine pass as one statement -----------------------------------------------
 # The fenced writes of a pass, then its claims, then the end of an execution, as the rows of one
 # statement (storage/executions.py explains why). Returns ('written', id) for each accepted write,
@@ -247,16 +267,17 @@ def pass_statement() -> Statement:
     fields = ", ".join(f"{key} {pg_type(key)}" for key in PG_WRITABLE)
     nothing = "NULL::integer, NULL::integer, NULL::json"
     return Statement(
-        "PostgreSQL: one row of an engine pass: fenced writes, claims, the end of an execution. "
+        "PostgreSQL: one row of an engine pass: fenced writes (with their attempts' history), claims, "
+        "the end of an execution. "
         "Args: see PASS_ARGS.",
         None,
         f"WITH w AS MATERIALIZED (SELECT * FROM json_to_recordset(CAST($1 AS json)) "
-        f"AS w(_id text, _epoch integer, _mask integer, {fields})), "
+        f"AS w(_id text, _epoch integer, _mask integer, {fields}, {_PG_HISTORY_FIELDS})), "
         f"written AS (UPDATE tasks AS t SET {assignments} FROM w "
         "WHERE t.id = w._id AND t.id = ANY(CAST($2 AS text[])) "
         "AND (t.status = 'in_progress') IS TRUE AND t.lease_owner = $3 "
         "AND t.lease_epoch = w._epoch RETURNING t.id), "
-        f"claimed AS ({_PG_CLAIM}), ended AS ({_PG_END}) "
+        f"history AS ({_PG_HISTORY}), claimed AS ({_PG_CLAIM}), ended AS ({_PG_END}) "
         f"SELECT 'written' AS kind, id, {nothing}, NULL::text FROM written "
         "UNION ALL SELECT 'claimed', id, lease_epoch, attempt, checkpoint, NULL FROM claimed "
         f"UNION ALL SELECT 'ended', id, {nothing}, final_status FROM ended")

@@ -23,10 +23,12 @@ from hypothesis import strategies as st
 from sqlalchemy import JSON, Boolean, case, delete, select
 
 from taskgrove.storage import executions, statements
+from taskgrove.storage.attempts import Attempt
 from taskgrove.storage.db import create_batch_engine, create_engine, migrate
 from taskgrove.storage.jsonvalues import read_stored
 from taskgrove.storage.models import executions_table as X
 from taskgrove.storage.models import rate_limits_table as R
+from taskgrove.storage.models import task_attempts_table as A
 from taskgrove.storage.models import tasks_table as T
 from taskgrove.storage.models import with_defaults
 from tests.conftest import POSTGRES_URL, create_postgres_database, drop_postgres_database
@@ -99,15 +101,18 @@ def empty(twin: Twin) -> None:
 
 
 def clear(c: Any) -> None:
-    for table in (T, X, R):
+    for table in (T, X, R, A):
         c.execute(delete(table))
 
 
-def stored(c: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
-    """Every row of the tables these statements change, decoded by SQLAlchemy, in key order."""
+def stored(c: Any) -> tuple[list[dict[str, Any]], ...]:
+    """Every row of the tables these statements change, decoded by SQLAlchemy, in key order (the
+    attempt history without its generated id)."""
     return ([dict(r._mapping) for r in c.execute(select(T).order_by(T.c.id))],
             [dict(r._mapping) for r in c.execute(select(X).order_by(X.c.id))],
-            [dict(r._mapping) for r in c.execute(select(R).order_by(R.c.key))])
+            [dict(r._mapping) for r in c.execute(select(R).order_by(R.c.key))],
+            [{k: v for k, v in r._mapping.items() if k != "id"}
+             for r in c.execute(select(A).order_by(A.c.task_id, A.c.id))])
 
 
 def task(tid: str, deps: list[dict[str, Any]] | None = None, **values: Any) -> dict[str, Any]:
@@ -203,6 +208,21 @@ def test_fenced_writes_decide_alike(twin: Twin) -> None:
     assert twin.alike(lambda c: executions.fenced_writes(c, [("c", epochs["c"], outcome)], OTHER)) == set()
     assert set(twin.alike(claim(["d"]))) == {"d"}  # sees the outcome written before
     twin.alike(stored)
+
+
+def test_the_history_of_accepted_outcomes_is_stored_alike(twin: Twin) -> None:
+    """An outcome's attempt row is stored with its write, and only if the write was accepted."""
+    twin.both(tree([task("root", status="completed"), task("a"), task("b"), task("c")]))
+    epochs = {tid: token["lease_epoch"] for tid, token in twin.alike(claim(["a", "b", "c"])).items()}
+    outcome = {"status": "failed", "error": "boom", "completed_at": LATER, "updated_at": LATER, "lease_owner": None}
+    # (b's write has a shape of its own: on SQLite a refused write makes its shape's group run
+    # again one by one, which refuses a write of the group already applied; no history concern)
+    writes = [("a", epochs["a"], outcome), ("c", epochs["c"], {"progress": 0.2}),
+              ("b", epochs["b"] + 1, {**outcome, "progress": 0.0})]  # a stale epoch: no history either
+    history = {tid: Attempt(tid, 1, PAST, STAMP, LATER, "failed", "boom") for tid in ("a", "b")}
+    assert twin.alike(lambda c: executions.fenced_writes(c, writes, OWNER, history)) == {"a", "c"}
+    rows = twin.alike(stored)[3]
+    assert [(r["task_id"], r["outcome"], r["queued_at"], r["error"]) for r in rows] == [("a", "failed", PAST, "boom")]
 
 
 @pytest.mark.parametrize("last", ["completed", "failed", "cancelled"])

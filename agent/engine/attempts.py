@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from taskgrove.agent import tracing
-from taskgrove.agent.engine import waits
+from taskgrove.agent.engine import history, waits
 from taskgrove.agent.engine.background import Background
 from taskgrove.agent.engine.bus import PROGRESS, TASK_START
 from taskgrove.agent.engine.logbook import AttemptLog, Logbook
@@ -59,6 +59,7 @@ class Running:
     began: float = 0.0  # monotonic, for the duration metric
     log: AttemptLog | None = None  # its task log (engine/logbook.py); None when logs are off
     span: Any = None  # its trace span while traces are on (agent/tracing.py)
+    queued_at: str | None = None  # when it became runnable (engine/history.py)
 
     @property
     def row(self) -> dict[str, Any]:
@@ -130,11 +131,13 @@ class Attempts:
         """Start the attempt a pass just claimed: publish its start, then run its executor."""
         run.started(tid)
         row = run.rows[tid]
+        queued_at = history.queued_since(run, tid)  # before the row changes
+        self.metrics.queue_waited(history.queue_seconds(queued_at, stamp))
         row.update(started_at=stamp, completed_at=None, progress=0.0, result=None, error=None,
                    attempt=claim["attempt"], lease_owner=self.instance_id, lease_epoch=claim["lease_epoch"])
         running = Running(task_id=tid, run=run, epoch=claim["lease_epoch"], attempt=claim["attempt"],
                           checkpoint=claim["checkpoint"], executor_id=self.registry.wanted(row),
-                          began=time.monotonic())
+                          began=time.monotonic(), queued_at=queued_at)
         self.running[tid] = running
         if tracing.ENABLED:
             running.span = tracing.start_attempt(row, run.execution_id, run.traceparent, running.executor_id,

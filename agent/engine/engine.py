@@ -26,6 +26,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from taskgrove.agent.engine import history
 from taskgrove.agent.engine.attempts import Attempts
 from taskgrove.agent.engine.background import Background
 from taskgrove.agent.engine.bus import PROGRESS, TASK_CANCELLED, TASK_COMPLETED, TASK_FAILED, EventBus
@@ -209,12 +210,13 @@ class Engine:
         """
         stamp = now_iso()
         async with self.passes.lock:
+            error = error_message or "Cancelled by user"
             changed = await self.repo.update(
                 task_id,
-                {"status": TaskStatus.CANCELLED.value, "error": error_message or "Cancelled by user", "completed_at": stamp,
+                {"status": TaskStatus.CANCELLED.value, "error": error, "completed_at": stamp,
                  "updated_at": stamp, "lease_owner": None, "lease_expires_at": None, "next_attempt_at": None,
                  "waiting": None, "wake_at": None, "wait_answers": None},
-                only_status=UNFINISHED_STATUSES,
+                only_status=UNFINISHED_STATUSES, history=history.cancelled(self.running.get(task_id), stamp, error),
             )
             running = self.attempts.detach(task_id) if changed else None
         row = await self.repo.get(task_id)

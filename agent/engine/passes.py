@@ -22,7 +22,7 @@ from typing import Any
 
 from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, OperationalError
 
-from taskgrove.agent.engine import waits
+from taskgrove.agent.engine import history, waits
 from taskgrove.agent.engine.attempts import Attempts, Running
 from taskgrove.agent.engine.background import Background
 from taskgrove.agent.engine.bus import PROGRESS, TASK_COMPLETED, TASK_FAILED
@@ -191,7 +191,8 @@ class PassLoop:
         writes += [(tid, r.epoch, {"progress": p, "updated_at": stamp})
                    for tid, p in progress.items() if (r := self.running.get(tid)) is not None]
         batch.accepted, batch.claimed, batch.ended = await self._write(
-            writes, [tid for tid, _ in batch.taken], stamp, [(run.execution_id, run.version) for run in batch.ending])
+            writes, [tid for tid, _ in batch.taken], stamp, [(run.execution_id, run.version) for run in batch.ending],
+            history.rows_of(batch.recorded))
         batch.verdicts = [await self._claim_limited(tid, lim, stamp) for tid, _, lim in batch.limited]
 
     def _publish_outcomes(self, batch: _Pass) -> None:
@@ -424,15 +425,17 @@ class PassLoop:
                 log.exception("limited claim of task %s failed", tid)
             return "refused", None
 
-    async def _write(self, writes: list[Write], claims: list[str], stamp: str,
-                     ends: list[tuple[str, str]]) -> tuple[set[str], dict[str, dict[str, Any]], dict[str, str | None]]:
+    async def _write(self, writes: list[Write], claims: list[str], stamp: str, ends: list[tuple[str, str]],
+                     rows: dict[str, history.Attempt],
+                     ) -> tuple[set[str], dict[str, dict[str, Any]], dict[str, str | None]]:
         """One transaction for a whole pass. Transient errors are retried a few times; after that
         each write is tried on its own, so one unstorable outcome fails only its own task."""
         if not (writes or claims or ends):
             return set(), {}, {}
         for attempt in range(1, WRITE_ATTEMPTS + 1):
             try:
-                return await self.repo.write_pass(writes, claims, self.instance_id, self.lease_until(), stamp, ends)
+                return await self.repo.write_pass(writes, claims, self.instance_id, self.lease_until(), stamp, ends,
+                                                  rows)
             except Exception as exc:
                 if not is_transient(exc) or attempt == WRITE_ATTEMPTS:
                     log.warning("engine write failed (%s); writing its parts one by one", type(exc).__name__,
@@ -443,14 +446,16 @@ class PassLoop:
                 await asyncio.sleep(0.05 * 2 ** attempt)
         accepted: set[str] = set()
         for tid, epoch, values in writes:
-            accepted |= await self._write_alone(tid, epoch, values, stamp)
+            accepted |= await self._write_alone(tid, epoch, values, stamp, rows.pop(tid, None))
         return accepted, {}, {}  # claims and ends wait for the next pass
 
-    async def _write_alone(self, tid: str, epoch: int, values: dict[str, Any], stamp: str) -> set[str]:
-        """One write on its own; an outcome the database refuses becomes that task's failure."""
+    async def _write_alone(self, tid: str, epoch: int, values: dict[str, Any], stamp: str,
+                           row: history.Attempt | None) -> set[str]:
+        """One write on its own (with its attempt's history `row`, if it ends one); an outcome
+        the database refuses becomes that task's failure."""
         try:
             accepted, _, _ = await self.repo.write_pass([(tid, epoch, values)], [], self.instance_id,
-                                                        self.lease_until(), stamp)
+                                                        self.lease_until(), stamp, (), row and {tid: row})
             return accepted
         except Exception as exc:
             if "status" not in values and "waiting" not in values:
@@ -461,8 +466,9 @@ class PassLoop:
         failed = {"status": "failed", "result": None, "error": error, "completed_at": stamp, "updated_at": stamp,
                   "next_attempt_at": None, "lease_owner": None, "lease_expires_at": None}
         try:
-            accepted, _, _ = await self.repo.write_pass([(tid, epoch, failed)], [], self.instance_id,
-                                                        self.lease_until(), stamp)
+            accepted, _, _ = await self.repo.write_pass(
+                [(tid, epoch, failed)], [], self.instance_id, self.lease_until(), stamp, (),
+                row and {tid: history.as_failure(row._replace(ended_at=stamp), error)})
         except Exception:
             log.warning("task %s: not even its failure could be stored; its lease will expire", tid)
             return set()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,6 +71,8 @@ class CallContext:
     # A quota refusal a surface turned into its own error on the way (the A2A SDK's request
     # context builder): the HTTP answer is then the quota's 429 (agent/a2a/quota.py).
     refusal: QuotaExceeded | None = None
+    # Told of every call answered: (method, outcome, seconds); Metrics.rpc_call (agent/edge.py).
+    observe: Callable[[str, str, float], None] | None = field(default=None, repr=False)
 
 
 Handler = Callable[[Any, CallContext], Awaitable[Any]]
@@ -160,7 +163,20 @@ def _envelope_problem(message: dict[str, Any], suspect: bool) -> tuple[int, str]
 
 async def call_one(message: Any, methods: Mapping[str, Handler], ctx: CallContext, suspect: bool = True) -> Any:
     """Answer one request object: a response dict, an (id, StreamReply) pair, or None when there
-    is nothing to answer (a notification: a valid request without an `id` member)."""
+    is nothing to answer (a notification: a valid request without an `id` member). The call is
+    timed for `ctx.observe`, its method named only if `methods` holds it (else `other`)."""
+    observe = ctx.observe
+    if observe is None:
+        return await _answer(message, methods, ctx, suspect)
+    began = time.perf_counter()
+    answer = await _answer(message, methods, ctx, suspect)
+    method = message.get("method") if type(message) is dict else None
+    label = method if type(method) is str and method in methods else "other"
+    observe(label, "error" if type(answer) is dict and "error" in answer else "ok", time.perf_counter() - began)
+    return answer
+
+
+async def _answer(message: Any, methods: Mapping[str, Handler], ctx: CallContext, suspect: bool) -> Any:
     if not isinstance(message, dict):
         return _error(INVALID_REQUEST, "Invalid Request", "request must be a JSON object")
     id_ = message.get("id")

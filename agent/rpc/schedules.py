@@ -6,7 +6,7 @@ then calls the service with it.
 
 from __future__ import annotations
 
-from taskgrove.agent.requests_services import CreateSchedule, ListSchedules, ScheduleRef, UpdateSchedule
+from taskgrove.agent.requests_services import CreateSchedule, ListSchedules, ScheduleRef, ScheduleRuns, UpdateSchedule
 from taskgrove.agent.rpc.jsonrpc import Handler
 from taskgrove.agent.rpc.tasks import typed
 from taskgrove.agent.schedules import ScheduleService
@@ -20,4 +20,5 @@ def schedule_methods(service: ScheduleService) -> dict[str, Handler]:
         "schedules.update": typed(UpdateSchedule.from_params, service.update),
         "schedules.delete": typed(ScheduleRef.from_params, service.delete),
         "schedules.trigger": typed(ScheduleRef.from_params, service.trigger),
+        "schedules.runs": typed(ScheduleRuns.from_params, service.runs),
     }

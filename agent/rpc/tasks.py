@@ -12,7 +12,7 @@ from typing import Any
 
 from taskgrove.agent.requests import (CancelTasks, CloneTask, CopyTask, CountRunning, DeleteTask, ExecuteTask, GetTask,
                                       GetTree, ListChildren, ListRunning, ListTasks, NewTree, RunningStatus,
-                                      UpdateTask)
+                                      TaskAttempts, UpdateTask)
 from taskgrove.agent.rpc.jsonrpc import CallContext, Handler
 from taskgrove.agent.service import TaskService
 
@@ -47,6 +47,7 @@ def task_methods(service: TaskService) -> dict[str, Handler]:
         "tasks.list": typed(ListTasks.from_params, service.list),
         "tasks.children": typed(ListChildren.from_params, service.children),
         "tasks.tree": typed(GetTree.from_params, service.tree),
+        "tasks.attempts": typed(TaskAttempts.from_params, service.attempts),
         "tasks.execute": typed(ExecuteTask.from_params, service.execute),
         "execute_task_tree": typed(ExecuteTask.from_params, service.execute),
         "tasks.running.list": typed(ListRunning.from_params, service.running_list),

@@ -1,5 +1,6 @@
 // Schedules (schedules.list): when each runs next and how often it ran, its last run's tree, and
-// two actions: run now (schedules.trigger, then the run's tree) and enable or disable.
+// three actions: run now (schedules.trigger, then the run's tree), enable or disable, and its past
+// runs with their durations (schedules.runs, in a row under the schedule's).
 
 import {call} from "./api.js";
 import {h} from "./dom.js";
@@ -30,7 +31,7 @@ function row(schedule, notify, go) {
       notify(error.message || String(error));
     }
   }}, label);
-  return h("tr", {"data-testid": "schedule-row", "data-schedule-id": schedule.id},
+  const line = h("tr", {"data-testid": "schedule-row", "data-schedule-id": schedule.id},
     h("td", {class: "id"}, schedule.id),
     h("td", {}, tree(schedule.task_id)),
     h("td", {}, when),
@@ -46,5 +47,25 @@ function row(schedule, notify, go) {
       act(schedule.enabled ? "Disable" : "Enable", "toggle", async () => {
         await rpc("schedules.update", {schedule_id: schedule.id, enabled: !schedule.enabled});
         go("#/schedules", [`Schedule ${schedule.id} ${schedule.enabled ? "disabled" : "enabled"}`, "ok"]);
+      }),
+      act("Past runs", "show-runs", async () => {
+        const shown = line.nextElementSibling;
+        if (shown && shown.dataset.testid === "schedule-runs") shown.remove();
+        else line.after(await pastRuns(schedule.id, tree));
       })));
+  return line;
+}
+
+const duration = (ms) => (ms === null || ms === undefined ? "running" : `${(ms / 1000).toFixed(3)} s`);
+
+async function pastRuns(scheduleId, tree) {
+  const runs = await rpc("schedules.runs", {schedule_id: scheduleId, limit: 50}) || [];
+  const table = runs.length === 0
+    ? h("p", {class: "empty"}, "No runs yet.")
+    : h("table", {class: "runs"},
+      h("thead", {}, h("tr", {}, ["run", "status", "started", "duration"].map((t) => h("th", {}, t)))),
+      h("tbody", {}, runs.map((run) => h("tr", {"data-testid": "schedule-run", "data-task-id": run.root_task_id},
+        h("td", {}, tree(run.root_task_id)), h("td", {}, run.final_status || run.status),
+        h("td", {class: "time"}, run.started_at), h("td", {"data-field": "duration"}, duration(run.duration_ms))))));
+  return h("tr", {"data-testid": "schedule-runs", "data-schedule-id": scheduleId}, h("td", {colspan: 8}, table));
 }

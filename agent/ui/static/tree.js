@@ -9,6 +9,7 @@ import {drawGraph} from "./graph.js";
 import {layout} from "./layout.js";
 import {logsSection} from "./logs.js";
 import {counts} from "./list.js";
+import {attemptsTable, timeline} from "./timeline.js";
 
 // Detail fields in reading order; objects are shown as JSON.
 // `waiting_for` (docs/sharing.md, "Why a task waits") sits next to the status it explains.
@@ -35,6 +36,7 @@ export async function showTree(main, rootId, notify, go, current) {
     await showDetail(id);
   };
   const graph = drawGraph(plan, select);
+  const times = timeline(rootId, plan, select);
   const refreshSummary = () => {
     const byStatus = {};
     for (const task of plan.tasks.values()) byStatus[task.status] = (byStatus[task.status] || 0) + 1;
@@ -89,15 +91,20 @@ export async function showTree(main, rootId, notify, go, current) {
     const answer = task.waiting && task.waiting.kind === "input" && task.status === "in_progress"
       ? answerForm(task, () => { notify(`Answered ${task.name}`, "info"); if (selected === id) showDetail(id); })
       : null;
-    detail.replaceChildren(h("h2", {}, task.name), answer, h("p", {class: "actions"}, buttons), fields,
-                           logsSection(task));
+    const logs = logsSection(task);
+    detail.replaceChildren(h("h2", {}, task.name), answer, h("p", {class: "actions"}, buttons), fields, logs);
+    const durations = await attemptsTable(id).catch(() => null);
+    if (selected !== id) return;
+    // (replaceChildren would show a null as the text "null": absent parts are left out)
+    detail.replaceChildren(...[h("h2", {}, task.name), answer, h("p", {class: "actions"}, buttons), fields, durations,
+                               logs].filter(Boolean));
   }
 
   main.replaceChildren(
     h("section", {class: "tree-page"},
       h("h1", {}, h("a", {href: "#/"}, "Trees"), " / ", tree.name),
       h("p", {class: "toolbar"}, summary, " ", live, " ", measured),
-      h("div", {class: "split"}, h("div", {class: "canvas"}, graph.svg), detail)));
+      h("div", {class: "split"}, h("div", {class: "canvas"}, graph.svg), detail), times.node));
   refreshSummary();
   // The time to a drawn frame: layout, DOM, style and layout by the browser.
   await new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));
@@ -121,6 +128,7 @@ export async function showTree(main, rootId, notify, go, current) {
     if (task.status === "completed") task.progress = 1;
     graph.update(task.id, task.status, task.progress, task.waiting);
     if (!timer) timer = setTimeout(() => { timer = null; refreshSummary(); }, 100);
+    times.refresh();
     if (message.task_id === selected && !message.data.snapshot) showDetail(selected);
   }, () => {
     live.textContent = "live updates stopped (reload to reconnect)";
