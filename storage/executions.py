@@ -292,10 +292,16 @@ def _sqlite_fenced_writes(c: Connection, groups: Mapping[tuple[str, ...], list[W
     for keys, group in groups.items():
         sql = S.fenced_write(keys).sqlite
         params = [(*(_sqlite_value(k, values[k]) for k in keys), tid, owner, epoch) for tid, epoch, values in group]
+        cursor.execute(S.GROUP_SAVEPOINT)
         cursor.executemany(sql, params)
         if cursor.rowcount == len(group):
+            cursor.execute(S.GROUP_RELEASE)
             accepted.update(tid for tid, _, _ in group)
             continue
+        # Some write was refused, but not which: undo the group and try each write alone. Run
+        # again on top of the group, a write it applied would be refused (its fence moved with it).
+        cursor.execute(S.GROUP_UNDO)
+        cursor.execute(S.GROUP_RELEASE)
         for (tid, _, _), row in zip(group, params):
             cursor.execute(sql, row)
             if cursor.rowcount:

@@ -104,6 +104,13 @@ def unfinished_of(owner: str | None, at_most: int) -> tuple[Statement, tuple[Any
     return (UNFINISHED_OF_NOBODY, (at_most,)) if owner is None else (UNFINISHED_OF_USER, (owner, at_most))
 
 
+# SQLite only, on the driver's cursor inside the pass's transaction: a group of same-shape fenced
+# writes (executions._sqlite_fenced_writes) is undone as a whole when one of its writes was refused.
+GROUP_SAVEPOINT = "SAVEPOINT fenced_group"
+GROUP_RELEASE = "RELEASE fenced_group"
+GROUP_UNDO = "ROLLBACK TO fenced_group"
+
+
 SERIALISE_TREE = Statement(
     "Make the transaction the only one changing a task's tree until it commits. Args: task id.",
     # the one write lock, taken before the transaction reads anything

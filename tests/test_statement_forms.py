@@ -215,14 +215,25 @@ def test_the_history_of_accepted_outcomes_is_stored_alike(twin: Twin) -> None:
     twin.both(tree([task("root", status="completed"), task("a"), task("b"), task("c")]))
     epochs = {tid: token["lease_epoch"] for tid, token in twin.alike(claim(["a", "b", "c"])).items()}
     outcome = {"status": "failed", "error": "boom", "completed_at": LATER, "updated_at": LATER, "lease_owner": None}
-    # (b's write has a shape of its own: on SQLite a refused write makes its shape's group run
-    # again one by one, which refuses a write of the group already applied; no history concern)
     writes = [("a", epochs["a"], outcome), ("c", epochs["c"], {"progress": 0.2}),
               ("b", epochs["b"] + 1, {**outcome, "progress": 0.0})]  # a stale epoch: no history either
     history = {tid: Attempt(tid, 1, PAST, STAMP, LATER, "failed", "boom") for tid in ("a", "b")}
     assert twin.alike(lambda c: executions.fenced_writes(c, writes, OWNER, history)) == {"a", "c"}
     rows = twin.alike(stored)[3]
     assert [(r["task_id"], r["outcome"], r["queued_at"], r["error"]) for r in rows] == [("a", "failed", PAST, "boom")]
+
+
+def test_a_refused_write_does_not_refuse_the_others_of_its_shape(twin: Twin) -> None:
+    """Same-shape outcomes, one with a stale epoch: the others are accepted, with their history
+    (SQLite sends a shape as one executemany and, when a write is refused, tries each alone)."""
+    twin.both(tree([task("root", status="completed"), task("a"), task("b"), task("c")]))
+    epochs = {tid: token["lease_epoch"] for tid, token in twin.alike(claim(["a", "b", "c"])).items()}
+    outcome = {"status": "completed", "completed_at": LATER, "updated_at": LATER, "lease_owner": None}
+    writes = [("a", epochs["a"], outcome), ("b", epochs["b"] + 1, outcome), ("c", epochs["c"], outcome)]
+    history = {tid: Attempt(tid, 1, PAST, STAMP, LATER, "completed", None) for tid in ("a", "b", "c")}
+    assert twin.alike(lambda c: executions.fenced_writes(c, writes, OWNER, history)) == {"a", "c"}
+    tasks, *_, attempts = twin.alike(stored)
+    assert sorted(r["task_id"] for r in attempts) == ["a", "c"]
 
 
 @pytest.mark.parametrize("last", ["completed", "failed", "cancelled"])
