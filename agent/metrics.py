@@ -23,6 +23,7 @@ SURFACES = {"tasks": "tasks", "system": "system", "graphql": "graphql", "ws": "w
             "readyz": "operations"}
 HTTP_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
 REFUSAL_REASONS = ("pending", "rate")
+RETENTION_KINDS = ("trees", "tasks")
 TOP_USERS = 20  # users named in taskgrove_user_tasks; the rest are summed as `other`
 
 
@@ -65,6 +66,10 @@ class Metrics:
         self.parked = Gauge("taskgrove_parked_tasks", "Tasks parked on a durable wait in this instance's "
                             "executions, by kind of wait (input, event, timer); they hold no slot",
                             ["kind"], registry=r)
+        self.retention = Counter("taskgrove_retention_deleted", "What retention deleted (SERVICE_RETENTION, "
+                                 "tasks.purge), by kind: trees, tasks", ["kind"], registry=r)
+        for kind in RETENTION_KINDS:  # both series exist from the start, at 0
+            self.retention.labels(kind)
         self._known_executors: frozenset[str] = frozenset()
         # The children of the labelled series, looked up once (labels() takes a lock every call).
         self._children: dict[tuple[Any, ...], Any] = {}
@@ -102,6 +107,12 @@ class Metrics:
     def refused(self, reason: str) -> None:
         """A quota refusal (agent/admission.py); `reason` is `pending` or `rate`, nothing else."""
         self.child(self.refusals, reason).inc()
+
+    def retention_deleted(self, trees: int, tasks: int) -> None:
+        """One retention batch deleted `trees` trees holding `tasks` tasks (agent/retention.py)."""
+        if trees:
+            self.child(self.retention, "trees").inc(trees)
+            self.child(self.retention, "tasks").inc(tasks)
 
     def engine_pass(self, seconds: float) -> None:
         self.passes.observe(seconds)

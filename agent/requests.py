@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Self
 
 from taskgrove.agent.errors import invalid_params
 from taskgrove.agent.rpc import params as rpc_params
+from taskgrove.agent.settings import parse_duration
 from taskgrove.storage import trees
 from taskgrove.storage.status import TASK_STATUSES
 from taskgrove.storage.trees import TreeError
@@ -332,6 +333,30 @@ def _flat_tasks(params: Any, max_tasks: int) -> list[dict[str, Any]]:
             stack.extend((child, task["id"], f"{where}.children[{index}]")
                          for index, child in reversed(list(enumerate(children))))
     return flat
+
+
+# --- retention (agent/retention.py, docs/retention.md) ------------------------------------------
+
+@dataclass(slots=True)
+class PurgeTasks:
+    """tasks.purge: one retention sweep now, of trees ended more than `older_than` seconds ago
+    (None: SERVICE_RETENTION). Given as a duration (`30d`, `12h`, `90s`) or a number of seconds."""
+
+    older_than: float | None = None
+
+    @classmethod
+    def from_params(cls, params: Any) -> PurgeTasks:
+        params = {} if params is None else params_object(params)
+        raw = params.get("older_than")
+        if raw is None:
+            return cls()
+        if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
+            raise invalid_params(f"older_than must be a duration like 30d, 12h, 90s or a number of seconds, "
+                                 f"got {raw!r}"[:300])
+        try:
+            return cls(parse_duration(str(raw)))
+        except ValueError as exc:
+            raise invalid_params(f"older_than {exc}"[:300]) from None
 
 
 # --- durable waits (agent/wait_service.py, docs/waits.md) ---------------------------------------

@@ -96,7 +96,8 @@ class Task(Base):
 
     __table_args__ = (
         Index("ix_tasks_parent_id", "parent_id"),
-        Index("ix_tasks_user_id", "user_id"),
+        # tasks.list by user, newest first, by offset or cursor; every lookup by user (migration 0013).
+        Index("ix_tasks_user_created", "user_id", "created_at", "id"),
         # Status first: lists and counts by status use the prefix; SERVICE_MAX_PENDING_PER_USER counts
         # a user's unfinished tasks as two ranges of it (agent/admission.py, migration 0007).
         Index("ix_tasks_status_user", "status", "user_id"),
@@ -111,6 +112,12 @@ class Task(Base):
               postgresql_where=text("waiting IS NOT NULL")),
         Index("ix_tasks_wake_at", "wake_at", sqlite_where=text("wake_at IS NOT NULL"),
               postgresql_where=text("wake_at IS NOT NULL")),
+        # Roots only (one per tree, columns that never change): root-only pages, overall and per
+        # user, and the retention sweeper's walk over the oldest trees.
+        Index("ix_tasks_roots_created", "created_at", "id", sqlite_where=text("parent_id IS NULL"),
+              postgresql_where=text("parent_id IS NULL")),
+        Index("ix_tasks_roots_user", "user_id", "created_at", "id", sqlite_where=text("parent_id IS NULL"),
+              postgresql_where=text("parent_id IS NULL")),
     )
 
 
@@ -133,7 +140,8 @@ class Execution(Base):
     updated_at: Mapped[str] = mapped_column(String(40))
     ended_at: Mapped[str | None] = mapped_column(String(40), nullable=True)
 
-    __table_args__ = (Index("ix_executions_status_lease", "status", "lease_expires_at"),)
+    __table_args__ = (Index("ix_executions_status_lease", "status", "lease_expires_at"),
+                      Index("ix_executions_task_tree_id", "task_tree_id"))
 
 
 class Event(Base):

@@ -305,3 +305,13 @@ READ_RATE = Statement("When a rate-limit key allows its next start, its row lock
 MOVE_RATE = Statement("Set when a rate-limit key allows its next start. Args: key, next_at, stamp.",
                       "UPDATE rate_limits SET next_at = ?2, updated_at = ?3 WHERE key = ?1",
                       "UPDATE rate_limits SET next_at = $2, updated_at = $3 WHERE key = $1")
+
+
+# --- retention (agent/retention.py) -------------------------------------------------------------
+
+# One sweeper at a time across instances: a session lock held for one sweep (the migrations' lock,
+# 74251, is a transaction lock on another key). SQLite has one writer anyway: no form.
+SWEEP_LOCK = Statement("Take the retention sweeper's lock if free: true when taken. No args.",
+                       None, "SELECT pg_try_advisory_lock(74252)")
+SWEEP_UNLOCK = Statement("Release the retention sweeper's lock. No args.",
+                         None, "SELECT pg_advisory_unlock(74252)")

@@ -29,7 +29,7 @@ AGENT_ROOMS: list[tuple[str, tuple[str, ...]]] = [
                   "taskgrove.agent.keys", "taskgrove.agent.examples", "taskgrove.agent.rpc.tasks",
                   "taskgrove.agent.schedules", "taskgrove.agent.rpc.schedules",
                   "taskgrove.agent.idempotency", "taskgrove.agent.admission",
-                  "taskgrove.agent.wait_service", "taskgrove.agent.rpc.waits")),
+                  "taskgrove.agent.wait_service", "taskgrove.agent.rpc.waits", "taskgrove.agent.retention")),
     ("engine", ("taskgrove.agent.engine",)),
     ("foundations", ("taskgrove.agent.requests", "taskgrove.agent.requests_services",
                      "taskgrove.agent.rpc.jsonrpc", "taskgrove.agent.rpc.params",
