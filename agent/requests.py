@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
+from taskgrove.agent import cursor
 from taskgrove.agent.errors import invalid_params
 from taskgrove.agent.rpc import params as rpc_params
 from taskgrove.agent.settings import parse_duration
@@ -95,6 +96,11 @@ class ListTasks:
     root_only: bool = False
     search: str | None = None
     waiting: bool | None = None  # True: only tasks parked on a wait (docs/waits.md); False: only the others
+    # Keyset pagination (agent/cursor.py): `paged` when the params name `cursor` at all (then the
+    # answer is {"tasks", "next_cursor"}, else the plain list of SPEC.md); `after`, the sort key
+    # (created_at, id) the page continues below (None: the first page).
+    paged: bool = False
+    after: tuple[str, str] | None = None
 
     @classmethod
     def from_params(cls, params: Any) -> ListTasks:
@@ -105,8 +111,12 @@ class ListTasks:
             raise invalid_params(f"status must be one of {', '.join((*TASK_STATUSES, 'deleted'))}, got '{status}'")
         limit = rpc_params.integer(params, "limit", DEFAULT_LIMIT, low=1, high=MAX_LIMIT)
         offset = rpc_params.integer(params, "offset", 0, low=0, high=MAX_OFFSET)
+        paged = "cursor" in params
+        after = cursor.decode(params["cursor"]) if paged else None
+        if paged and offset:
+            raise invalid_params("cursor and offset cannot be used together: a cursor says where the page starts")
         if status == "deleted":  # always an empty answer: what follows is not read (as before)
-            return cls(user_id, status, limit, offset)
+            return cls(user_id, status, limit, offset, paged=paged)
         root_only = rpc_params.boolean(params, "root_only", False)
         search = rpc_params.string(params, "search")
         if search is not None:
@@ -114,7 +124,7 @@ class ListTasks:
         waiting = params.get("waiting")
         if waiting is not None and type(waiting) is not bool:
             raise invalid_params(f"waiting must be true or false, got {waiting!r}"[:300])
-        return cls(user_id, status, limit, offset, root_only, search, waiting)
+        return cls(user_id, status, limit, offset, root_only, search, waiting, paged, after)
 
     @classmethod
     def page(cls, status: str | None, limit: int | None, offset: int | None) -> ListTasks:

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from sqlalchemy import String, bindparam, cast, delete, func, insert, or_, select, update
+from sqlalchemy import String, bindparam, cast, delete, func, insert, or_, select, tuple_, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -133,26 +133,21 @@ class TaskRepository:
         root_only: bool = False,
         search: str | None = None,
         waiting: bool | None = None,
+        after: tuple[str, str] | None = None,
     ) -> list[Row]:
         """Newest first. `root_only`: only tasks without a parent (one per tree); `search`: a
         case-insensitive part of the name, or the start of the id (the dashboard's search box);
-        `waiting`: only tasks parked on a wait (True), or only the others (False)."""
-        if not root_only and search is None and waiting is None:
+        `waiting`: only tasks parked on a wait (True), or only the others (False); `after`: the
+        (created_at, id) of the previous page's last row (keyset pagination: the page starts below
+        it through ix_tasks_user_created, ix_tasks_roots_* or ix_tasks_created_at, whatever came before)."""
+        if not root_only and search is None and waiting is None and after is None:
             filters = tuple(value for value in (user_id, status) if value is not None)
             listing = S.task_listing(user_id is not None, status is not None)
             found = await self.connections.fast(listing, (*filters, limit, offset))
             if found is not None:
                 return found
-        query = _filtered(select(T), user_id=user_id, status=status)
-        if root_only:
-            query = query.where(T.c.parent_id.is_(None))
-        if waiting is not None:
-            query = query.where(T.c.waiting.is_not(None) if waiting else T.c.waiting.is_(None))
-        if search is not None:
-            pattern = search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-            query = query.where(or_(func.lower(T.c.name).like(f"%{pattern.lower()}%", escape="\\"),
-                                    T.c.id.like(f"{pattern}%", escape="\\")))
-        query = query.order_by(T.c.created_at.desc(), T.c.id.desc()).limit(limit).offset(offset)
+        query = list_query(user_id=user_id, status=status, limit=limit, offset=offset, root_only=root_only,
+                           search=search, waiting=waiting, after=after)
         return await self.connections.read_run(_rows, query)
 
     async def status_counts(self, tree_ids: Sequence[str]) -> dict[str, dict[str, int]]:
@@ -306,6 +301,25 @@ class TaskRepository:
             return deleted
 
         return await self.connections.run(op, conn=conn)
+
+
+def list_query(*, user_id: str | None = None, status: str | None = None, limit: int = 100, offset: int = 0,
+               root_only: bool = False, search: str | None = None, waiting: bool | None = None,
+               after: tuple[str, str] | None = None) -> Any:
+    """The statement of TaskRepository.list (tests/test_task_pages.py reads its plans)."""
+    query = _filtered(select(T), user_id=user_id, status=status)
+    if root_only:
+        query = query.where(T.c.parent_id.is_(None))
+    if after is not None:
+        query = query.where(tuple_(T.c.created_at, T.c.id) < tuple_(*after))
+    if waiting is not None:
+        query = query.where(T.c.waiting.is_not(None) if waiting else T.c.waiting.is_(None))
+    if search is not None:
+        pattern = search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        query = query.where(or_(func.lower(T.c.name).like(f"%{pattern.lower()}%", escape="\\"),
+                                T.c.id.like(f"{pattern}%", escape="\\")))
+    query = query.order_by(T.c.created_at.desc(), T.c.id.desc()).limit(limit).offset(offset)
+    return query
 
 
 def _rows(c: Connection, query: Any) -> list[Row]:

@@ -55,8 +55,6 @@ STATEMENTS: tuple[str, ...] = (
      '\tPRIMARY KEY (id), \n'
      '\tFOREIGN KEY(parent_id) REFERENCES tasks (id) DEFERRABLE INITIALLY DEFERRED\n'
      ')'),
-    ('CREATE INDEX ix_tasks_parent_id ON tasks (parent_id)'),
-    ('CREATE INDEX ix_tasks_created_at ON tasks (created_at)'),
     ('CREATE INDEX ix_tasks_task_tree_id ON tasks (task_tree_id)'),
     ('CREATE TABLE llm_keys (\n'
      '\tuser_id VARCHAR(255) NOT NULL, \n'
@@ -166,6 +164,8 @@ STATEMENTS: tuple[str, ...] = (
      '\tPRIMARY KEY (id)\n'
      ')'),
     ('CREATE INDEX ix_events_user_name_created ON events (user_id, name, created_at)'),
+    ('CREATE INDEX ix_tasks_created_at ON tasks (created_at, id)'),
+    ('CREATE INDEX ix_tasks_parent_id ON tasks (parent_id) WHERE parent_id IS NOT NULL'),
     ('CREATE INDEX ix_tasks_user_created ON tasks (user_id, created_at, id)'),
     ('CREATE INDEX ix_tasks_roots_created ON tasks (created_at, id) WHERE parent_id IS NULL'),
     ('CREATE INDEX ix_tasks_roots_user ON tasks (user_id, created_at, '
