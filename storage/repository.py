@@ -25,6 +25,7 @@ from taskgrove.storage import statements as S
 from taskgrove.storage.connections import Connections
 from taskgrove.storage.models import tasks_table as T
 from taskgrove.storage.models import with_defaults
+from taskgrove.storage.status import TASK_STATUSES
 
 Row = dict[str, Any]
 _CHUNK = 500  # ids per IN (...) list: well below every backend's bound-parameter limit
@@ -32,6 +33,9 @@ _CHUNK = 500  # ids per IN (...) list: well below every backend's bound-paramete
 # thread (Connections.run_here): at a few tens of microseconds a row, it never holds the
 # loop for long.
 SMALL_PASS = 64
+# /metrics counts each status up to this many tasks (count_by_status): exact on a small database,
+# bounded in cost on a large one.
+STATUS_COUNT_CAP = 10_000
 
 
 def _chunks(ids: Sequence[str]) -> Iterable[Sequence[str]]:
@@ -186,10 +190,13 @@ class TaskRepository:
             return int(rows[0]["n"])
         return await self.connections.read_run(executions.count_unfinished, user_id, at_most)
 
-    async def count_by_status(self) -> dict[str, int]:
-        """Tasks per status (metrics): one grouped count over the status index."""
-        query = select(T.c.status, func.count()).group_by(T.c.status)
-        return await self.connections.read_run(lambda c: {status: int(n) for status, n in c.execute(query)})
+    async def count_by_status(self, at_most: int = STATUS_COUNT_CAP) -> dict[str, int]:
+        """Tasks per status (metrics), each counted up to `at_most` only: one bounded range of
+        ix_tasks_status_user per status, so a scrape costs the same at 1,000 tasks as at millions
+        (a status with more shows `at_most`; docs/operations.md says so)."""
+        queries = [(status, _capped_count(status, at_most)) for status in TASK_STATUSES]
+        return await self.connections.read_run(
+            lambda c: {status: int(c.execute(query).scalar_one()) for status, query in queries})
 
     async def children(self, parent_id: str) -> list[Row]:
         found = await self.connections.fast(S.TASK_CHILDREN, (parent_id,))
@@ -320,6 +327,12 @@ def list_query(*, user_id: str | None = None, status: str | None = None, limit: 
                                 T.c.id.like(f"{pattern}%", escape="\\")))
     query = query.order_by(T.c.created_at.desc(), T.c.id.desc()).limit(limit).offset(offset)
     return query
+
+
+def _capped_count(status: str, at_most: int) -> Any:
+    """How many tasks are in `status`, counting no further than `at_most` (a LIMIT under the count)."""
+    some = select(T.c.status).where(T.c.status == status).limit(at_most).subquery()  # the index alone
+    return select(func.count()).select_from(some)
 
 
 def _rows(c: Connection, query: Any) -> list[Row]:

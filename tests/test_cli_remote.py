@@ -71,6 +71,13 @@ def test_list_get_tree_for_people_and_scripts(services: dict[str, Service]) -> N
     table = cli(["tasks", "list", "--roots"], service)
     assert table.returncode == 0 and "read-root" in table.stdout
     assert "[red]markup[/red]" in table.stdout  # a name is text, never styling
+    assert table.stdout.rstrip().endswith("(last page)")  # a table pages by cursor
+
+    first = cli(["tasks", "list", "--roots", "--search", "read", "--limit", "1", "--cursor", "", "--json"], service)
+    page = json.loads(first.stdout)
+    assert [r["id"] for r in page["tasks"]] == ["read-root"] and page["next_cursor"]
+    following = cli(["tasks", "list", "--roots", "--search", "read", "--cursor", page["next_cursor"]], service)
+    assert following.returncode == 0 and "read-root" not in following.stdout and "(last page)" in following.stdout
 
     got = cli(["tasks", "get", "read-sleep", "--json"], service)
     assert json.loads(got.stdout)["inputs"] == {"seconds": 600}
