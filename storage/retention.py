@@ -45,14 +45,22 @@ def old_roots(c: Connection, cutoff: str, after: tuple[str, str] | None, limit: 
 
 def surplus_runs(c: Connection, keep: int) -> list[str]:
     """The trees of schedules' runs beyond each schedule's newest `keep` (deletable once ended,
-    whatever their age). A run's root is a copy of the template's root naming its schedule."""
+    whatever their age). A run's root is a copy of the template's root naming its schedule: one
+    read of the roots copied from any template (ix_tasks_roots_created), newest first."""
+    templates = sorted({row.task_id for row in c.execute(select(S.c.task_id))})
+    kept: dict[str, int] = {}
     found: list[str] = []
-    for schedule_id, template_id in c.execute(select(S.c.id, S.c.task_id)).all():
+    for start in range(0, len(templates), 500):
         runs = c.execute(select(T.c.id, T.c.extra)
-                         .where(T.c.parent_id.is_(None), T.c.original_task_id == template_id)
-                         .order_by(T.c.created_at.desc(), T.c.id.desc())).all()
-        mine = [row.id for row in runs if isinstance(row.extra, dict) and row.extra.get("schedule_id") == schedule_id]
-        found.extend(mine[keep:])
+                         .where(T.c.parent_id.is_(None), T.c.original_task_id.in_(templates[start:start + 500]))
+                         .order_by(T.c.created_at.desc(), T.c.id.desc()))
+        for run_id, extra in runs:
+            schedule_id = extra.get("schedule_id") if isinstance(extra, dict) else None
+            if schedule_id is None:
+                continue  # a copy made by tasks.copy, not a run
+            kept[schedule_id] = kept.get(schedule_id, 0) + 1
+            if kept[schedule_id] > keep:
+                found.append(run_id)
     return found
 
 
