@@ -34,8 +34,8 @@ _CHUNK = 500  # ids per IN (...) list: well below every backend's bound-paramete
 # loop for long.
 SMALL_PASS = 64
 # /metrics counts each status up to this many tasks (count_by_status): exact on a small database,
-# bounded in cost on a large one.
-STATUS_COUNT_CAP = 10_000
+# bounded in cost on a large one (a scrape within 2x of its time at 1,000 tasks: bench/README.md).
+STATUS_COUNT_CAP = 1_000
 
 
 def _chunks(ids: Sequence[str]) -> Iterable[Sequence[str]]:
@@ -144,9 +144,9 @@ class TaskRepository:
         `waiting`: only tasks parked on a wait (True), or only the others (False); `after`: the
         (created_at, id) of the previous page's last row (keyset pagination: the page starts below
         it through ix_tasks_user_created, ix_tasks_roots_* or ix_tasks_created_at, whatever came before)."""
-        if not root_only and search is None and waiting is None and after is None:
-            filters = tuple(value for value in (user_id, status) if value is not None)
-            listing = S.task_listing(user_id is not None, status is not None)
+        if not root_only and search is None and waiting is None:
+            filters = tuple(value for value in (user_id, status, *(after or ())) if value is not None)
+            listing = S.task_listing(user_id is not None, status is not None, after is not None)
             found = await self.connections.fast(listing, (*filters, limit, offset))
             if found is not None:
                 return found

@@ -115,6 +115,18 @@ def test_a_cursor_given_out_reads_back_as_its_key(moment: Any, task_id: str) -> 
     assert cursor.decode(cursor.encode(stamp, task_id)) == (stamp, task_id)
 
 
+async def test_metrics_count_each_status_up_to_a_bound(client: Client) -> None:
+    """Exact on a small table (the wheel check's `taskgrove_tasks{status="completed"} 2.0`), and no
+    further than the bound on a large one: the count never reads more of the status index."""
+    await client.result("tasks.create", [{"id": "r", "name": "r"},
+                                         {"id": "c", "name": "c", "parent_id": "r", "schemas": {"method": "noop_executor"}}])
+    await client.services.tasks.create_tree(new_tree([{"id": "p", "name": "p"}]), _anyone())
+    metrics = (await client.http.get("/metrics")).text
+    assert 'taskgrove_tasks{status="completed"} 2.0' in metrics and 'taskgrove_tasks{status="pending"} 1.0' in metrics
+    assert await client.services.repo.count_by_status(at_most=1) == {
+        "pending": 1, "in_progress": 0, "completed": 1, "failed": 0, "cancelled": 0}
+
+
 PLANS = [({"user_id": "u"}, "ix_tasks_user_created"), ({"root_only": True}, "ix_tasks_roots_created"),
          ({"root_only": True, "user_id": "u"}, "ix_tasks_roots_user"), ({}, "ix_tasks_created_at")]
 
