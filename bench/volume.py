@@ -1,17 +1,20 @@
 """Benchmark (issue 32): list shapes and /metrics at 1,000 tasks and at a large table.
 
-Fills one database through the service's own store path (`TaskService.create_tree`: the rows
+Fills one database per size through the service's own store path (`TaskService.create_tree`: the rows
 `prepare_new_tree` makes, inserted by `TaskRepository.insert`), in trees of 10 tasks for 50 users,
 mostly completed (as a long-lived service's table is), then times each read in-process through
-the ASGI app (httpx, no sockets): the median of `--calls` calls, at each size in `--sizes`.
+the ASGI app (httpx, no sockets), in rounds that alternate the databases (a shared machine's load
+falls on every size alike): the median of every call of a read, per size.
 
-    python bench/volume.py [--sizes 1000,300000] [--postgres postgresql://postgres@127.0.0.1:5432/test]
+    python bench/volume.py [--sizes 1000,300000] [--rounds 5 --calls 10]
+    python bench/volume.py --postgres postgresql://postgres@127.0.0.1:5432/x   # volume_1000, volume_300000: empty
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import tempfile
 import time
@@ -53,10 +56,10 @@ async def shapes(http: httpx.AsyncClient) -> dict[str, dict[str, Any] | str]:
     the two sizes compare pages of the same length."""
     by_user = await rpc(http, {"user_id": "user7", "limit": 10, "cursor": None})
     roots = await rpc(http, {"root_only": True, "limit": 50, "cursor": None})
-    deep: Any = {"next_cursor": None}
-    for _ in range(50):  # up to 5,000 rows down by cursor, short of the last page
-        following = await rpc(http, {"limit": 100, "cursor": deep["next_cursor"]})
-        if following["next_cursor"] is None:
+    deep = None  # the cursor of a full page up to 5,000 rows down (at 1,000 tasks: the last full page)
+    for _ in range(50):
+        following = (await rpc(http, {"limit": 100, "cursor": deep}))["next_cursor"]
+        if following is None or len((await rpc(http, {"limit": 100, "cursor": following}))["tasks"]) < 100:
             break
         deep = following
     return {
@@ -66,12 +69,12 @@ async def shapes(http: httpx.AsyncClient) -> dict[str, dict[str, Any] | str]:
         "root_only, page 2 by cursor": {"root_only": True, "limit": 50, "cursor": roots["next_cursor"]},
         "everything, first page": {"limit": 100},
         "offset 5000": {"limit": 100, "offset": 5000},
-        "up to 5000 down by cursor": {"limit": 100, "cursor": deep["next_cursor"]},
+        "up to 5000 down by cursor": {"limit": 100, "cursor": deep},
         "/metrics": "/metrics",
     }
 
 
-async def timed(http: httpx.AsyncClient, what: dict[str, Any] | str, calls: int) -> float:
+async def timed(http: httpx.AsyncClient, what: dict[str, Any] | str, calls: int) -> list[float]:
     times = []
     for _ in range(calls):
         started = time.perf_counter()
@@ -79,39 +82,51 @@ async def timed(http: httpx.AsyncClient, what: dict[str, Any] | str, calls: int)
             assert (await http.get(what)).status_code == 200
         else:
             await rpc(http, what)
-        times.append(time.perf_counter() - started)
-    return statistics.median(times) * 1000
+        times.append((time.perf_counter() - started) * 1000)
+    return times
+
+
+def database_url(args: argparse.Namespace, size: int) -> str:
+    if args.postgres:
+        return args.postgres.rsplit("/", 1)[0] + f"/{args.database_prefix}_{size}"
+    return f"sqlite:///{tempfile.mkdtemp()}/volume-{size}.db"
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--sizes", default="1000,300000", help="task counts to measure at, ascending")
-    parser.add_argument("--calls", type=int, default=50)
-    parser.add_argument("--postgres", help="a PostgreSQL URL (an empty database) instead of a SQLite file")
+    parser.add_argument("--sizes", default="1000,300000", help="task counts, one database each")
+    parser.add_argument("--calls", type=int, default=10, help="calls per shape, size and round")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--postgres", help="a PostgreSQL URL; databases <prefix>_<size> next to it must exist, empty")
+    parser.add_argument("--database-prefix", default="volume")
     args = parser.parse_args()
-    url = args.postgres or f"sqlite:///{tempfile.mkdtemp()}/volume.db"
-    settings = Settings.from_env({"SERVICE_DATABASE_URL": url, "SERVICE_RATE_LIMIT_PER_USER": "0",
-                                  "SERVICE_MAX_PENDING_PER_USER": "0", "SERVICE_LOG_LEVEL": "warning"})
-    app = build_app(settings)
-    results: dict[str, dict[int, float]] = {}
-    async with app.router.lifespan_context(app):
-        services = app.state.services
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://bench", timeout=60) as http:
-            stored = 0
-            for size in (int(s) for s in args.sizes.split(",")):
-                started = time.perf_counter()
-                await fill(services, stored // TREE, (size - stored) // TREE)
-                stored = size
-                print(f"filled to {size} tasks in {time.perf_counter() - started:.1f} s", flush=True)
-                for name, what in (await shapes(http)).items():
-                    results.setdefault(name, {})[size] = await timed(http, what, args.calls)
-    sizes = sorted({size for row in results.values() for size in row})
-    print("| read | " + " | ".join(f"{size:,} tasks" for size in sizes) + " | ratio |")
+    sizes = [int(s) for s in args.sizes.split(",")]
+    times: dict[str, dict[int, list[float]]] = {}
+    async with contextlib.AsyncExitStack() as stack:
+        clients: dict[int, httpx.AsyncClient] = {}
+        for size in sizes:
+            settings = Settings.from_env({"SERVICE_DATABASE_URL": database_url(args, size),
+                                          "SERVICE_RATE_LIMIT_PER_USER": "0", "SERVICE_MAX_PENDING_PER_USER": "0",
+                                          "SERVICE_LOG_LEVEL": "warning"})
+            app = build_app(settings)
+            await stack.enter_async_context(app.router.lifespan_context(app))
+            started = time.perf_counter()
+            await fill(app.state.services, 0, size // TREE)
+            print(f"filled {size} tasks in {time.perf_counter() - started:.1f} s", flush=True)
+            clients[size] = await stack.enter_async_context(
+                httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://bench", timeout=60))
+        reads = {size: await shapes(client) for size, client in clients.items()}
+        # Rounds alternate the databases, so the load of this shared machine falls on both alike.
+        for _ in range(args.rounds):
+            for size, client in clients.items():
+                for name, what in reads[size].items():
+                    times.setdefault(name, {}).setdefault(size, []).extend(await timed(client, what, args.calls))
+    print(f"| read | " + " | ".join(f"{size:,} tasks" for size in sizes) + " | ratio |")
     print("|---|" + "---|" * (len(sizes) + 1))
-    for name, row in results.items():
-        ratio = row[sizes[-1]] / row[sizes[0]]
-        print(f"| {name} | " + " | ".join(f"{row[size]:.2f} ms" for size in sizes) + f" | {ratio:.2f}x |")
+    for name, row in times.items():
+        medians = {size: statistics.median(row[size]) for size in sizes}
+        ratio = medians[sizes[-1]] / medians[sizes[0]]
+        print(f"| {name} | " + " | ".join(f"{medians[size]:.2f} ms" for size in sizes) + f" | {ratio:.2f}x |")
 
 
 if __name__ == "__main__":
