@@ -51,8 +51,9 @@ async def pages(client: Client, params: dict[str, Any], limit: int) -> list[str]
         assert set(page) == {"tasks", "next_cursor"}
         ids.extend(task["id"] for task in page["tasks"])
         if page["next_cursor"] is None:
+            assert page["tasks"] or not ids  # no empty page after a full one: next_cursor said "no more"
             return ids
-        assert len(page["tasks"]) == limit
+        assert len(page["tasks"]) == limit  # a page before the last is full
         page = await client.result("tasks.list", {**params, "limit": limit, "cursor": page["next_cursor"]})
 
 
