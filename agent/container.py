@@ -23,6 +23,8 @@ from taskgrove.agent.rpc.tasks import task_methods, typed, without_params
 from taskgrove.agent.rpc.logs import log_methods
 from taskgrove.agent.rpc.waits import wait_methods
 from taskgrove.agent.engine.schedule_loop import ScheduleLoop
+from taskgrove.agent.requests import PurgeTasks
+from taskgrove.agent.retention import Retention
 from taskgrove.agent.schedules import ScheduleService
 from taskgrove.agent.service import TaskService
 from taskgrove.agent.settings import Settings
@@ -64,6 +66,8 @@ class Services:
     metrics: Metrics = field(default_factory=Metrics)
     # Idempotency-Key handling, shared by the JSON-RPC methods and A2A message/send.
     idempotency: IdempotentMethods | None = None
+    # Retention: tasks.purge, and the sweeper started when SERVICE_RETENTION is set.
+    retention: Retention | None = None
     # Set once the schema is at the migrations' head (for /readyz).
     migrated: bool = False
 
@@ -94,6 +98,8 @@ class Services:
         idempotent = services.idempotency = IdempotentMethods(repo, settings)
         for name in ("tasks.create", "tasks.execute", "execute_task_tree", "tasks.copy", "tasks.clone"):
             services.task_methods[name] = idempotent.wrap(name, services.task_methods[name])
+        services.retention = Retention(repo, settings, metrics)
+        services.task_methods["tasks.purge"] = typed(PurgeTasks.from_params, services.retention.purge)
         generate = GenerateService(tasks, registry, settings, engine.services)
         services.task_methods["tasks.generate"] = typed(GenerateTree.from_params, generate.generate)
         services.system_methods = {
@@ -111,9 +117,13 @@ class Services:
         await self.engine.start()
         if self.settings.enable_scheduler:
             self.schedule_loop.start()
+        if self.retention is not None:
+            self.retention.start()  # only when SERVICE_RETENTION is set
 
     async def stop(self) -> None:
         await self.schedule_loop.stop()  # no new runs; the engine then hands back what is running
+        if self.retention is not None:
+            await self.retention.stop()
         for hook in self.shutdown_hooks:
             await hook()
         await self.engine.stop()

@@ -23,6 +23,7 @@ SURFACES = {"tasks": "tasks", "system": "system", "graphql": "graphql", "ws": "w
             "readyz": "operations"}
 HTTP_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
 REFUSAL_REASONS = ("pending", "rate")
+RETENTION_KINDS = ("trees", "tasks")
 TOP_USERS = 20  # users named in taskgrove_user_tasks; the rest are summed as `other`
 
 
@@ -76,6 +77,10 @@ class Metrics:
         self.queue_wait = Histogram("taskgrove_queue_wait_seconds", "How long attempts waited from runnable "
                                     "(created, dependencies done, retry due, wait answered) to started",
                                     registry=r, buckets=(.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60, 300, 1800))
+        self.retention = Counter("taskgrove_retention_deleted", "What retention deleted (SERVICE_RETENTION, "
+                                 "tasks.purge), by kind: trees, tasks", ["kind"], registry=r)
+        for kind in RETENTION_KINDS:  # both series exist from the start, at 0
+            self.retention.labels(kind)
         self._known_executors: frozenset[str] = frozenset()
         # The children of the labelled series, looked up once (labels() takes a lock every call).
         self._children: dict[tuple[Any, ...], Any] = {}
@@ -123,6 +128,11 @@ class Metrics:
         """One JSON-RPC call answered (agent/rpc/jsonrpc.py call_one): `method` is already
         bounded (a known name or `other`), `outcome` is `ok` or `error`."""
         self.child(self.rpc_latency, method, outcome).observe(seconds)
+    def retention_deleted(self, trees: int, tasks: int) -> None:
+        """One retention batch deleted `trees` trees holding `tasks` tasks (agent/retention.py)."""
+        if trees:
+            self.child(self.retention, "trees").inc(trees)
+            self.child(self.retention, "tasks").inc(tasks)
 
     def engine_pass(self, seconds: float) -> None:
         self.passes.observe(seconds)

@@ -21,8 +21,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
+from taskgrove.agent import cursor
 from taskgrove.agent.errors import invalid_params
 from taskgrove.agent.rpc import params as rpc_params
+from taskgrove.agent.settings import parse_duration
 from taskgrove.storage import trees
 from taskgrove.storage.status import TASK_STATUSES
 from taskgrove.storage.trees import TreeError
@@ -108,6 +110,11 @@ class ListTasks:
     root_only: bool = False
     search: str | None = None
     waiting: bool | None = None  # True: only tasks parked on a wait (docs/waits.md); False: only the others
+    # Keyset pagination (agent/cursor.py): `paged` when the params name `cursor` at all (then the
+    # answer is {"tasks", "next_cursor"}, else the plain list of SPEC.md); `after`, the sort key
+    # (created_at, id) the page continues below (None: the first page).
+    paged: bool = False
+    after: tuple[str, str] | None = None
 
     @classmethod
     def from_params(cls, params: Any) -> ListTasks:
@@ -118,8 +125,12 @@ class ListTasks:
             raise invalid_params(f"status must be one of {', '.join((*TASK_STATUSES, 'deleted'))}, got '{status}'")
         limit = rpc_params.integer(params, "limit", DEFAULT_LIMIT, low=1, high=MAX_LIMIT)
         offset = rpc_params.integer(params, "offset", 0, low=0, high=MAX_OFFSET)
+        paged = "cursor" in params
+        after = cursor.decode(params["cursor"]) if paged else None
+        if paged and offset:
+            raise invalid_params("cursor and offset cannot be used together: a cursor says where the page starts")
         if status == "deleted":  # always an empty answer: what follows is not read (as before)
-            return cls(user_id, status, limit, offset)
+            return cls(user_id, status, limit, offset, paged=paged)
         root_only = rpc_params.boolean(params, "root_only", False)
         search = rpc_params.string(params, "search")
         if search is not None:
@@ -127,7 +138,7 @@ class ListTasks:
         waiting = params.get("waiting")
         if waiting is not None and type(waiting) is not bool:
             raise invalid_params(f"waiting must be true or false, got {waiting!r}"[:300])
-        return cls(user_id, status, limit, offset, root_only, search, waiting)
+        return cls(user_id, status, limit, offset, root_only, search, waiting, paged, after)
 
     @classmethod
     def page(cls, status: str | None, limit: int | None, offset: int | None) -> ListTasks:
@@ -346,6 +357,30 @@ def _flat_tasks(params: Any, max_tasks: int) -> list[dict[str, Any]]:
             stack.extend((child, task["id"], f"{where}.children[{index}]")
                          for index, child in reversed(list(enumerate(children))))
     return flat
+
+
+# --- retention (agent/retention.py, docs/retention.md) ------------------------------------------
+
+@dataclass(slots=True)
+class PurgeTasks:
+    """tasks.purge: one retention sweep now, of trees ended more than `older_than` seconds ago
+    (None: SERVICE_RETENTION). Given as a duration (`30d`, `12h`, `90s`) or a number of seconds."""
+
+    older_than: float | None = None
+
+    @classmethod
+    def from_params(cls, params: Any) -> PurgeTasks:
+        params = {} if params is None else params_object(params)
+        raw = params.get("older_than")
+        if raw is None:
+            return cls()
+        if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
+            raise invalid_params(f"older_than must be a duration like 30d, 12h, 90s or a number of seconds, "
+                                 f"got {raw!r}"[:300])
+        try:
+            return cls(parse_duration(str(raw)))
+        except ValueError as exc:
+            raise invalid_params(f"older_than {exc}"[:300]) from None
 
 
 # --- durable waits (agent/wait_service.py, docs/waits.md) ---------------------------------------

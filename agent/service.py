@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 
+from taskgrove.agent import cursor
 from taskgrove.agent.admission import Admission
 from taskgrove.agent import tracing
 from taskgrove.agent.auth import Caller
@@ -204,21 +205,30 @@ class TaskService:
                 answer["waiting_for"] = reason
         return answer
 
-    async def list(self, request: ListTasks, ctx: CallContext) -> list[dict[str, Any]]:
+    async def list(self, request: ListTasks, ctx: CallContext) -> list[dict[str, Any]] | dict[str, Any]:
+        """tasks.list: the plain list of SPEC.md, or with `cursor` in the request a page
+        {"tasks", "next_cursor"} (docs/jsonrpc.md; next_cursor null on the last page)."""
         user_id = request.user_id
         if user_id is None and ctx.caller.authenticated and not ctx.caller.unrestricted:
             user_id = ctx.caller.user_id
-        if request.status == "deleted":
-            return []  # deletion is physical: deleted tasks never appear in lists
-        rows = await self.repo.list(user_id=user_id, status=request.status, limit=request.limit,
+        if request.status == "deleted":  # deletion is physical: deleted tasks never appear in lists
+            return {"tasks": [], "next_cursor": None} if request.paged else []
+        # A page by cursor reads one row more: whether another page follows (next_cursor null on the last).
+        wanted = request.limit + 1 if request.paged else request.limit
+        rows = await self.repo.list(user_id=user_id, status=request.status, limit=wanted,
                                     offset=request.offset, root_only=request.root_only, search=request.search,
-                                    waiting=request.waiting)
+                                    waiting=request.waiting, after=request.after)
+        more = len(rows) > request.limit
+        rows = rows[:request.limit]
         listed = [public(r) for r in rows if ctx.caller.can_access(r["user_id"])]
         if request.root_only:  # one row per tree: say what its tree holds (the dashboard's tree list)
             counts = await self.repo.status_counts([r["task_tree_id"] for r in listed])
             for row in listed:
                 row["status_counts"] = counts.get(row["task_tree_id"], {})
-        return listed
+        if not request.paged:
+            return listed
+        last = rows[-1] if more else None  # the page's last row read, shown or not
+        return {"tasks": listed, "next_cursor": cursor.encode(last["created_at"], last["id"]) if last else None}
 
     async def children(self, request: ListChildren, ctx: CallContext) -> list[dict[str, Any]]:
         parent_id = request.parent_id

@@ -70,6 +70,35 @@ def _optional_float(env: Mapping[str, str], name: str, low: float, high: float) 
     return _float(env, name, 0.0, low, high)
 
 
+_DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0}
+MAX_DURATION_SECONDS = 100 * 365 * 86_400.0
+
+
+def parse_duration(raw: str) -> float:
+    """`30d`, `12h`, `15m`, `90s` or plain seconds (`3600`, `0.5`) as seconds; ValueError otherwise.
+    One reading for every duration a person writes (SERVICE_RETENTION, tasks.purge's older_than)."""
+    text = raw.strip().lower()
+    unit = _DURATION_UNITS.get(text[-1:], None) if text else None
+    number = text[:-1] if unit is not None else text
+    try:
+        seconds = float(number) * (unit or 1.0)
+    except ValueError:
+        raise ValueError(f"must be a duration like 30d, 12h, 15m, 90s or plain seconds, got {raw!r}") from None
+    if not 0 < seconds <= MAX_DURATION_SECONDS:  # also refuses nan (every comparison false) and inf
+        raise ValueError(f"must be a duration above 0 and at most 100 years, got {raw!r}")
+    return seconds
+
+
+def _optional_duration(env: Mapping[str, str], name: str) -> float | None:
+    raw = env.get(name)
+    if raw is None or raw.strip().lower() in ("", "off", "none", "0"):
+        return None
+    try:
+        return parse_duration(raw)
+    except ValueError as exc:
+        raise SettingsError(f"{name} {exc}") from None
+
+
 def _choice(env: Mapping[str, str], name: str, default: str, choices: tuple[str, ...]) -> str:
     value = (env.get(name) or "").strip().lower() or default
     if value not in choices:
@@ -278,6 +307,12 @@ class Settings:
     shutdown_grace_seconds: float = 30.0
     # How long the first answer to a request with an Idempotency-Key header is kept for resends.
     idempotency_seconds: float = 86_400.0
+    # Retention (docs/retention.md): trees that ended longer ago than this many seconds are deleted
+    # by a background sweeper; None (the default): nothing is ever deleted by age.
+    retention_seconds: float | None = None
+    # A schedule's ended runs beyond its newest this many are deleted by the sweeper, even within
+    # the retention (only when retention is on; tasks.purge always applies it).
+    schedule_keep_runs: int = 100
     # Per-executor caps on concurrent executions in this instance, e.g. {"llm_executor": 4}.
     executor_concurrency: Mapping[str, int] = field(default_factory=dict, hash=False)
     # An attempt cut off by the platform (crash, lost lease, shutdown past its grace) runs again
@@ -378,6 +413,8 @@ class Settings:
             shutdown_grace_seconds=_float(env, "SERVICE_SHUTDOWN_GRACE_SECONDS", 30.0, 0.0, 3600.0),
             idempotency_seconds=_float(env, "SERVICE_IDEMPOTENCY_SECONDS", 86_400.0, 1.0, 30 * 86_400.0),
             max_interruptions=_int(env, "SERVICE_MAX_INTERRUPTIONS", 3, 0, 100),
+            retention_seconds=_optional_duration(env, "SERVICE_RETENTION"),
+            schedule_keep_runs=_int(env, "SERVICE_SCHEDULE_KEEP_RUNS", 100, 1, 1_000_000),
             park_sleep_seconds=_float(env, "SERVICE_PARK_SLEEP_SECONDS", 5.0, 0.0, 86_400.0),
             user_weights=_weights(env, "SERVICE_USER_WEIGHTS"),
             concurrency_limits=_caps(env, "SERVICE_CONCURRENCY_LIMITS"),

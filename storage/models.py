@@ -95,12 +95,16 @@ class Task(Base):
     wake_at: Mapped[str | None] = mapped_column(String(40), nullable=True)
 
     __table_args__ = (
-        Index("ix_tasks_parent_id", "parent_id"),
-        Index("ix_tasks_user_id", "user_id"),
+        # Children only: a root is found through ix_tasks_roots_* (migration 0013).
+        Index("ix_tasks_parent_id", "parent_id", sqlite_where=text("parent_id IS NOT NULL"),
+              postgresql_where=text("parent_id IS NOT NULL")),
+        # tasks.list by user, newest first, by offset or cursor; every lookup by user (migration 0013).
+        Index("ix_tasks_user_created", "user_id", "created_at", "id"),
         # Status first: lists and counts by status use the prefix; SERVICE_MAX_PENDING_PER_USER counts
         # a user's unfinished tasks as two ranges of it (agent/admission.py, migration 0007).
         Index("ix_tasks_status_user", "status", "user_id"),
-        Index("ix_tasks_created_at", "created_at"),
+        # The list of everything, newest first: (created_at, id) is its order and its cursor (0013).
+        Index("ix_tasks_created_at", "created_at", "id"),
         Index("ix_tasks_task_tree_id", "task_tree_id"),
         Index("ix_tasks_execution_id", "execution_id"),
         Index("ix_tasks_concurrency_key", "concurrency_key", "status", sqlite_where=text("concurrency_key IS NOT NULL"),
@@ -111,6 +115,12 @@ class Task(Base):
               postgresql_where=text("waiting IS NOT NULL")),
         Index("ix_tasks_wake_at", "wake_at", sqlite_where=text("wake_at IS NOT NULL"),
               postgresql_where=text("wake_at IS NOT NULL")),
+        # Roots only (one per tree, columns that never change): root-only pages, overall and per
+        # user, and the retention sweeper's walk over the oldest trees.
+        Index("ix_tasks_roots_created", "created_at", "id", sqlite_where=text("parent_id IS NULL"),
+              postgresql_where=text("parent_id IS NULL")),
+        Index("ix_tasks_roots_user", "user_id", "created_at", "id", sqlite_where=text("parent_id IS NULL"),
+              postgresql_where=text("parent_id IS NULL")),
     )
 
 
@@ -135,7 +145,8 @@ class Execution(Base):
     # The W3C trace context its spans belong to (agent/tracing.py; migration 0010).
     traceparent: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
-    __table_args__ = (Index("ix_executions_status_lease", "status", "lease_expires_at"),)
+    __table_args__ = (Index("ix_executions_status_lease", "status", "lease_expires_at"),
+                      Index("ix_executions_task_tree_id", "task_tree_id"))
 
 
 class Event(Base):

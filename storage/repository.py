@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from sqlalchemy import String, bindparam, cast, delete, func, insert, or_, select, update
+from sqlalchemy import String, bindparam, cast, delete, func, insert, or_, select, tuple_, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -26,6 +26,7 @@ from taskgrove.storage import statements as S
 from taskgrove.storage.connections import Connections
 from taskgrove.storage.models import tasks_table as T
 from taskgrove.storage.models import with_defaults
+from taskgrove.storage.status import TASK_STATUSES
 
 Row = dict[str, Any]
 _CHUNK = 500  # ids per IN (...) list: well below every backend's bound-parameter limit
@@ -33,6 +34,9 @@ _CHUNK = 500  # ids per IN (...) list: well below every backend's bound-paramete
 # thread (Connections.run_here): at a few tens of microseconds a row, it never holds the
 # loop for long.
 SMALL_PASS = 64
+# /metrics counts each status up to this many tasks (count_by_status): exact on a small database,
+# bounded in cost on a large one (a scrape within 2x of its time at 1,000 tasks: bench/README.md).
+STATUS_COUNT_CAP = 1_000
 
 
 def _chunks(ids: Sequence[str]) -> Iterable[Sequence[str]]:
@@ -139,26 +143,21 @@ class TaskRepository:
         root_only: bool = False,
         search: str | None = None,
         waiting: bool | None = None,
+        after: tuple[str, str] | None = None,
     ) -> list[Row]:
         """Newest first. `root_only`: only tasks without a parent (one per tree); `search`: a
         case-insensitive part of the name, or the start of the id (the dashboard's search box);
-        `waiting`: only tasks parked on a wait (True), or only the others (False)."""
+        `waiting`: only tasks parked on a wait (True), or only the others (False); `after`: the
+        (created_at, id) of the previous page's last row (keyset pagination: the page starts below
+        it through ix_tasks_user_created, ix_tasks_roots_* or ix_tasks_created_at, whatever came before)."""
         if not root_only and search is None and waiting is None:
-            filters = tuple(value for value in (user_id, status) if value is not None)
-            listing = S.task_listing(user_id is not None, status is not None)
+            filters = tuple(value for value in (user_id, status, *(after or ())) if value is not None)
+            listing = S.task_listing(user_id is not None, status is not None, after is not None)
             found = await self.connections.fast(listing, (*filters, limit, offset))
             if found is not None:
                 return found
-        query = _filtered(select(T), user_id=user_id, status=status)
-        if root_only:
-            query = query.where(T.c.parent_id.is_(None))
-        if waiting is not None:
-            query = query.where(T.c.waiting.is_not(None) if waiting else T.c.waiting.is_(None))
-        if search is not None:
-            pattern = search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-            query = query.where(or_(func.lower(T.c.name).like(f"%{pattern.lower()}%", escape="\\"),
-                                    T.c.id.like(f"{pattern}%", escape="\\")))
-        query = query.order_by(T.c.created_at.desc(), T.c.id.desc()).limit(limit).offset(offset)
+        query = list_query(user_id=user_id, status=status, limit=limit, offset=offset, root_only=root_only,
+                           search=search, waiting=waiting, after=after)
         return await self.connections.read_run(_rows, query)
 
     async def status_counts(self, tree_ids: Sequence[str]) -> dict[str, dict[str, int]]:
@@ -197,10 +196,13 @@ class TaskRepository:
             return int(rows[0]["n"])
         return await self.connections.read_run(executions.count_unfinished, user_id, at_most)
 
-    async def count_by_status(self) -> dict[str, int]:
-        """Tasks per status (metrics): one grouped count over the status index."""
-        query = select(T.c.status, func.count()).group_by(T.c.status)
-        return await self.connections.read_run(lambda c: {status: int(n) for status, n in c.execute(query)})
+    async def count_by_status(self, at_most: int = STATUS_COUNT_CAP) -> dict[str, int]:
+        """Tasks per status (metrics), each counted up to `at_most` only: one bounded range of
+        ix_tasks_status_user per status, so a scrape costs the same at 1,000 tasks as at millions
+        (a status with more shows `at_most`; docs/operations.md says so)."""
+        queries = [(status, _capped_count(status, at_most)) for status in TASK_STATUSES]
+        return await self.connections.read_run(
+            lambda c: {status: int(c.execute(query).scalar_one()) for status, query in queries})
 
     async def children(self, parent_id: str) -> list[Row]:
         found = await self.connections.fast(S.TASK_CHILDREN, (parent_id,))
@@ -338,6 +340,31 @@ class TaskRepository:
             return deleted
 
         return await self.connections.run(op, conn=conn)
+
+
+def list_query(*, user_id: str | None = None, status: str | None = None, limit: int = 100, offset: int = 0,
+               root_only: bool = False, search: str | None = None, waiting: bool | None = None,
+               after: tuple[str, str] | None = None) -> Any:
+    """The statement of TaskRepository.list (tests/test_task_pages.py reads its plans)."""
+    query = _filtered(select(T), user_id=user_id, status=status)
+    if root_only:
+        query = query.where(T.c.parent_id.is_(None))
+    if after is not None:
+        query = query.where(tuple_(T.c.created_at, T.c.id) < tuple_(*after))
+    if waiting is not None:
+        query = query.where(T.c.waiting.is_not(None) if waiting else T.c.waiting.is_(None))
+    if search is not None:
+        pattern = search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        query = query.where(or_(func.lower(T.c.name).like(f"%{pattern.lower()}%", escape="\\"),
+                                T.c.id.like(f"{pattern}%", escape="\\")))
+    query = query.order_by(T.c.created_at.desc(), T.c.id.desc()).limit(limit).offset(offset)
+    return query
+
+
+def _capped_count(status: str, at_most: int) -> Any:
+    """How many tasks are in `status`, counting no further than `at_most` (a LIMIT under the count)."""
+    some = select(T.c.status).where(T.c.status == status).limit(at_most).subquery()  # the index alone
+    return select(func.count()).select_from(some)
 
 
 def _rows(c: Connection, query: Any) -> list[Row]:

@@ -11,7 +11,7 @@ tests/test_migrations_head.py compares this with a migrated database and prints 
 when a migration is added (`python -m tests.test_migrations_head` writes it).
 """
 
-REVISION = '0011'
+REVISION = '0013'
 
 STATEMENTS: tuple[str, ...] = (
     ('CREATE TABLE alembic_version (\n'
@@ -55,9 +55,6 @@ STATEMENTS: tuple[str, ...] = (
      '\tPRIMARY KEY (id), \n'
      '\tFOREIGN KEY(parent_id) REFERENCES tasks (id) DEFERRABLE INITIALLY DEFERRED\n'
      ')'),
-    ('CREATE INDEX ix_tasks_parent_id ON tasks (parent_id)'),
-    ('CREATE INDEX ix_tasks_user_id ON tasks (user_id)'),
-    ('CREATE INDEX ix_tasks_created_at ON tasks (created_at)'),
     ('CREATE INDEX ix_tasks_task_tree_id ON tasks (task_tree_id)'),
     ('CREATE TABLE llm_keys (\n'
      '\tuser_id VARCHAR(255) NOT NULL, \n'
@@ -190,4 +187,11 @@ STATEMENTS: tuple[str, ...] = (
      '\tPRIMARY KEY (id)\n'
      ')'),
     ('CREATE INDEX ix_task_attempts_task_id ON task_attempts (task_id)'),
+    ('CREATE INDEX ix_tasks_created_at ON tasks (created_at, id)'),
+    ('CREATE INDEX ix_tasks_parent_id ON tasks (parent_id) WHERE parent_id IS NOT NULL'),
+    ('CREATE INDEX ix_tasks_user_created ON tasks (user_id, created_at, id)'),
+    ('CREATE INDEX ix_tasks_roots_created ON tasks (created_at, id) WHERE parent_id IS NULL'),
+    ('CREATE INDEX ix_tasks_roots_user ON tasks (user_id, created_at, '
+     'id) WHERE parent_id IS NULL'),
+    ('CREATE INDEX ix_executions_task_tree_id ON executions (task_tree_id)'),
 )

@@ -75,18 +75,24 @@ def tasks_by_ids(count: int) -> Statement:
                      f"{_SELECT} WHERE id IN ({_marks('postgresql', 1, count)})")
 
 
-@functools.lru_cache(maxsize=8)
-def task_listing(by_user: bool, by_status: bool) -> Statement:
-    """Args: user_id (if by_user), status (if by_status), limit, offset."""
+@functools.lru_cache(maxsize=16)
+def task_listing(by_user: bool, by_status: bool, after: bool = False) -> Statement:
+    """Args: user_id (if by_user), status (if by_status), created_at and id of the row the page
+    continues after (if after: keyset pagination, a range of the listing's index), limit, offset."""
     def form(dialect: str) -> str:
         mark = "$" if dialect == "postgresql" else "?"
-        where = [name for name, wanted in (("user_id", by_user), ("status", by_status)) if wanted]
-        clause = " WHERE " + " AND ".join(f"{name} = {mark}{n}" for n, name in enumerate(where, 1)) if where else ""
-        n = len(where)
+        where = [f"{name} = " for name, wanted in (("user_id", by_user), ("status", by_status)) if wanted]
+        if after:
+            where.append("(created_at, id) < (")
+        terms = [f"{term}{mark}{n}" for n, term in enumerate(where, 1)]
+        if after:
+            terms[-1] += f", {mark}{len(where) + 1})"
+        clause = " WHERE " + " AND ".join(terms) if terms else ""
+        n = len(where) + (1 if after else 0)
         return f"{_SELECT}{clause} ORDER BY created_at DESC, id DESC LIMIT {mark}{n + 1} OFFSET {mark}{n + 2}"
 
-    return Statement("Tasks newest first, one page, optionally of a user and a status.", form("sqlite"),
-                     form("postgresql"))
+    return Statement("Tasks newest first, one page, optionally of a user and a status, optionally after a "
+                     "row.", form("sqlite"), form("postgresql"))
 
 
 # Two covering ranges of ix_tasks_status_user (status, user_id), one per unfinished status.
@@ -333,3 +339,13 @@ READ_RATE = Statement("When a rate-limit key allows its next start, its row lock
 MOVE_RATE = Statement("Set when a rate-limit key allows its next start. Args: key, next_at, stamp.",
                       "UPDATE rate_limits SET next_at = ?2, updated_at = ?3 WHERE key = ?1",
                       "UPDATE rate_limits SET next_at = $2, updated_at = $3 WHERE key = $1")
+
+
+# --- retention (agent/retention.py) -------------------------------------------------------------
+
+# One sweeper at a time across instances: a session lock held for one sweep (the migrations' lock,
+# 74251, is a transaction lock on another key). SQLite has one writer anyway: no form.
+SWEEP_LOCK = Statement("Take the retention sweeper's lock if free: true when taken. No args.",
+                       None, "SELECT pg_try_advisory_lock(74252)")
+SWEEP_UNLOCK = Statement("Release the retention sweeper's lock. No args.",
+                         None, "SELECT pg_advisory_unlock(74252)")

@@ -537,10 +537,10 @@ async def test_the_pending_count_reads_one_index_and_never_the_table(client: Cli
     conn = await asyncpg.connect(db_url)
     try:
         # An empty table: ask whether the index serves the count on its own (the planner picks it
-        # over ix_tasks_user_id once a user has a history; here that index is hidden, then restored).
+        # over ix_tasks_user_created once a user has a history; here that index is hidden, then restored).
         async with conn.transaction():
             await conn.execute("SET LOCAL enable_seqscan = off")
-            await conn.execute("DROP INDEX ix_tasks_user_id")
+            await conn.execute("DROP INDEX ix_tasks_user_created")
             for statement, args in ((S.UNFINISHED_OF_USER, ("u", 5)), (S.UNFINISHED_OF_NOBODY, (5,))):
                 plan = " | ".join(r[0] for r in await conn.fetch(f"EXPLAIN {statement.postgresql}", *args))
                 assert "Index Only Scan using ix_tasks_status_user" in plan, plan

@@ -71,6 +71,17 @@ def test_list_get_tree_for_people_and_scripts(services: dict[str, Service]) -> N
     table = cli(["tasks", "list", "--roots"], service)
     assert table.returncode == 0 and "read-root" in table.stdout
     assert "[red]markup[/red]" in table.stdout  # a name is text, never styling
+    assert table.stdout.rstrip().endswith("(last page)")  # a table pages by cursor
+
+    asyncio.run(service.rpc("tasks.create", {"tasks": [{"id": "read-two", "name": "read two",
+                                                         "schemas": {"method": "noop_executor"}}]}))
+    first = cli(["tasks", "list", "--roots", "--search", "read", "--limit", "1", "--cursor", "", "--json"], service)
+    page = json.loads(first.stdout)
+    assert [r["id"] for r in page["tasks"]] == ["read-two"] and page["next_cursor"]
+    following = cli(["tasks", "list", "--roots", "--search", "read", "--limit", "1", "--cursor", page["next_cursor"]],
+                    service)
+    assert following.returncode == 0 and "read-root" in following.stdout and "read-two" not in following.stdout
+    assert following.stdout.rstrip().endswith("(last page)")
 
     got = cli(["tasks", "get", "read-sleep", "--json"], service)
     assert json.loads(got.stdout)["inputs"] == {"seconds": 600}

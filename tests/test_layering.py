@@ -30,7 +30,7 @@ AGENT_ROOMS: list[tuple[str, tuple[str, ...]]] = [
                   "taskgrove.agent.schedules", "taskgrove.agent.rpc.schedules",
                   "taskgrove.agent.idempotency", "taskgrove.agent.admission",
                   "taskgrove.agent.wait_service", "taskgrove.agent.rpc.waits",
-                  "taskgrove.agent.log_service", "taskgrove.agent.rpc.logs")),
+                  "taskgrove.agent.log_service", "taskgrove.agent.rpc.logs", "taskgrove.agent.retention")),
     ("engine", ("taskgrove.agent.engine",)),
     ("foundations", ("taskgrove.agent.requests", "taskgrove.agent.requests_services",
                      "taskgrove.agent.rpc.jsonrpc", "taskgrove.agent.rpc.params",

@@ -418,3 +418,23 @@ def test_the_form_follows_the_schema(services: dict[str, Service], page: Page) -
     results = {name: wait_status(service, f"form-{name}", ("completed",))["result"] for name in schemas}
     assert results == {"text": "hello", "count": 7, "ratio": 0.25, "flag": True, "plan": {"c": 1},
                        "free": [1, "two", None]}
+
+
+def test_the_tree_list_pages_by_cursor_and_back(services: dict[str, Service], page: Page) -> None:
+    """Twenty trees a page: "older" follows next_cursor, "newer" returns to the page before."""
+    service = services["plain"]
+    for n in range(25):
+        rpc(service, "tasks.create", {"tasks": [{"id": f"pager-{n:02}", "name": f"pager {n}",
+                                                 "schemas": {"method": "noop_executor"}}]})
+    rows = page.locator("[data-testid=tree-row]")
+    page.goto(f"{service.url}/ui#/?search=pager-")
+    expect(rows).to_have_count(20, timeout=WAIT_MS)
+    expect(rows.first).to_have_attribute("data-task-id", "pager-24")
+    page.get_by_role("link", name="older →").click()
+    expect(rows).to_have_count(5, timeout=WAIT_MS)
+    expect(rows.first).to_have_attribute("data-task-id", "pager-04")
+    expect(page.get_by_role("link", name="older →")).to_have_count(0)
+    page.get_by_role("link", name="← newer").click()
+    expect(rows).to_have_count(20, timeout=WAIT_MS)
+    expect(rows.first).to_have_attribute("data-task-id", "pager-24")
+    expect(page.get_by_role("link", name="← newer")).to_have_count(0)

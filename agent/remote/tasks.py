@@ -4,7 +4,7 @@ running service, as tables and trees for people or JSON (--json) for scripts."""
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from taskgrove.agent.remote.client import Remote, RemoteError, json_argument
 from taskgrove.agent.remote.commands import Command, Group
@@ -26,18 +26,33 @@ def _list_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--search", help="part of the name, or the start of the id")
     parser.add_argument("--roots", action="store_true", help="root tasks only (one per tree), with counts by status")
     parser.add_argument("--limit", type=int, default=50)
-    parser.add_argument("--offset", type=int, default=0)
+    parser.add_argument("--offset", type=int, default=0, help="skip this many first (prefer --cursor on large lists)")
+    parser.add_argument("--cursor", help="start after the page that printed this next_cursor (`\"\"`: the first page); "
+                                         "the table then ends with the next page's cursor")
 
 
 async def _list(remote: Remote, args: argparse.Namespace, console: "Console") -> int:
     from taskgrove.agent.remote import show  # rich loads only when a command runs
 
-    params = {"limit": args.limit, "offset": args.offset, "root_only": args.roots}
+    params: dict[str, Any] = {"limit": args.limit, "root_only": args.roots}
+    # A table pages by cursor (its last line names the next page) unless --offset is given; --json
+    # prints the plain list of SPEC.md unless --cursor asks for a page ({"tasks", "next_cursor"}).
+    paged = args.cursor is not None or (not args.json and not args.offset)
+    if paged:
+        params["cursor"] = args.cursor or None
+    else:
+        params["offset"] = args.offset
     if args.status:
         params["status"] = args.status
     if args.search:
         params["search"] = args.search
-    show.emit(console, await remote.call("tasks.list", params), args.json, show.task_table)
+    answer = await remote.call("tasks.list", params)
+    if not paged or args.json:
+        show.emit(console, answer, args.json, show.task_table)
+        return 0
+    show.emit(console, answer["tasks"], False, show.task_table)
+    following = answer["next_cursor"]
+    console.print(f"next page: --cursor {following}" if following else "(last page)")
     return 0
 
 

@@ -10,25 +10,28 @@ const PAGE = 20;
 export async function showList(main, query, notify, go, current) {
   const status = query.get("status") || "";
   const search = query.get("search") || "";
-  const page = Math.max(0, parseInt(query.get("page") || "0", 10) || 0);
-  const params = {root_only: true, limit: PAGE + 1, offset: page * PAGE};
+  // Paged by cursor (docs/retention.md): `cursor` starts this page, `trail` holds the cursors that
+  // started the pages before it ("~": the first page), so "newer" goes back without an offset.
+  const cursor = query.get("cursor") || "";
+  const trail = (query.get("trail") || "").split(".").filter(Boolean);
+  const params = {root_only: true, limit: PAGE, cursor: cursor || null};
   if (status) params.status = status;
   if (search) params.search = search;
 
   const link = (changes) => {
-    const next = new URLSearchParams({status, search, page: String(page), ...changes});
-    for (const [key, value] of [...next]) if (!value || value === "0") next.delete(key);
+    const next = new URLSearchParams({status, search, cursor, trail: trail.join("."), ...changes});
+    for (const [key, value] of [...next]) if (!value) next.delete(key);
     return `#/?${next}`;
   };
   const searchBox = h("input", {type: "search", name: "search", value: search, placeholder: "name or id",
                                "aria-label": "Search trees by name or id"});
   const statusBox = h("select", {name: "status", "aria-label": "Filter by status",
-                                 onchange: () => go(link({status: statusBox.value, page: "0"}))},
+                                 onchange: () => go(link({status: statusBox.value, cursor: "", trail: ""}))},
     h("option", {value: ""}, "all statuses"),
     STATUSES.map((name) => h("option", {value: name, selected: name === status}, name)));
   const filters = h("form", {class: "filters", onsubmit: (event) => {
     event.preventDefault();
-    go(link({search: searchBox.value.trim(), page: "0"}));
+    go(link({search: searchBox.value.trim(), cursor: "", trail: ""}));
   }}, statusBox, searchBox, h("button", {type: "submit"}, "Search"));
 
   const body = h("tbody");
@@ -38,9 +41,9 @@ export async function showList(main, query, notify, go, current) {
   const pager = h("p", {class: "pager"}, "loading…");
   main.replaceChildren(h("section", {}, h("h1", {}, "Trees"), filters, table, pager), createPanel(notify, go));
 
-  const rows = await call("tasks.list", params);
+  const answer = await call("tasks.list", params);
   if (!current()) return;
-  const shown = rows.slice(0, PAGE);
+  const shown = answer.tasks;
   for (const row of shown) {
     body.append(h("tr", {"data-testid": "tree-row", "data-task-id": row.id},
       h("td", {}, h("a", {href: `#/tree/${encodeURIComponent(row.id)}`}, row.name)),
@@ -50,10 +53,15 @@ export async function showList(main, query, notify, go, current) {
       h("td", {class: "time"}, row.created_at || "")));
   }
   if (!shown.length) body.append(h("tr", {}, h("td", {colspan: 5, class: "empty"}, "No trees match.")));
+  const previous = trail.length ? trail[trail.length - 1] : null;
   pager.replaceChildren(
-    page > 0 ? h("a", {href: link({page: String(page - 1)})}, "← newer") : "",
-    ` page ${page + 1} `,
-    rows.length > PAGE ? h("a", {href: link({page: String(page + 1)})}, "older →") : "");
+    previous !== null
+      ? h("a", {href: link({cursor: previous === "~" ? "" : previous, trail: trail.slice(0, -1).join(".")})}, "← newer")
+      : "",
+    ` page ${trail.length + 1} `,
+    answer.next_cursor
+      ? h("a", {href: link({cursor: answer.next_cursor, trail: [...trail, cursor || "~"].join(".")})}, "older →")
+      : "");
 }
 
 export function counts(byStatus) {

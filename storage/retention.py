@@ -1,0 +1,119 @@
+"""The statements of retention (agent/retention.py runs them): which trees have ended, and what
+goes with a tree when it is deleted.
+
+A tree has ended when every task of it is completed, failed or cancelled, none is parked on a wait,
+no execution of it is running, and its latest `updated_at` and `completed_at` are older than the
+cutoff. A schedule's template tree never ends for retention. The tasks themselves are deleted by
+`TaskRepository.delete` (the function `tasks.delete` uses), so whatever is attached to a task is
+deleted with it there; this module deletes the tree's executions and the idempotency records.
+
+Every function takes the caller's connection: one batch is one transaction (`lock_ended`, then the
+deletes), so a tree that starts again between the check and the delete is never half deleted
+(PostgreSQL: the batch locks the trees' rows first; SQLite: the batch's write fails on a snapshot
+another writer changed, and the batch is tried again at the next sweep).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import and_, case, delete, func, or_, select, tuple_
+from sqlalchemy.engine import Connection
+
+from taskgrove.storage.status import FINISHED_STATUSES
+from taskgrove.storage.models import executions_table as X
+from taskgrove.storage.models import idempotency_table as K
+from taskgrove.storage.models import schedules_table as S
+from taskgrove.storage.models import tasks_table as T
+
+RUNNING = "running"  # an execution's status while it runs (storage/executions.py)
+
+
+def old_roots(c: Connection, cutoff: str, after: tuple[str, str] | None, limit: int) -> list[tuple[str, str]]:
+    """Up to `limit` roots that may head an ended tree, oldest first, after the key `after`
+    ((created_at, id) of the last root seen): finished, last changed before `cutoff`. A tree created
+    after the cutoff cannot have ended before it, so the walk stops there (ix_tasks_roots_created)."""
+    query = (select(T.c.created_at, T.c.id)
+             .where(T.c.parent_id.is_(None), T.c.created_at < cutoff, T.c.status.in_(FINISHED_STATUSES),
+                    T.c.updated_at < cutoff)
+             .order_by(T.c.created_at, T.c.id).limit(limit))
+    if after is not None:
+        query = query.where(tuple_(T.c.created_at, T.c.id) > tuple_(*after))
+    return [(row.created_at, row.id) for row in c.execute(query)]
+
+
+def surplus_runs(c: Connection, keep: int) -> list[str]:
+    """The trees of schedules' runs beyond each schedule's newest `keep` (deletable once ended,
+    whatever their age). A run's root is a copy of the template's root naming its schedule: one
+    read of the roots copied from any template (ix_tasks_roots_created), newest first."""
+    templates = sorted({row.task_id for row in c.execute(select(S.c.task_id))})
+    kept: dict[str, int] = {}
+    found: list[str] = []
+    for start in range(0, len(templates), 500):
+        runs = c.execute(select(T.c.id, T.c.extra)
+                         .where(T.c.parent_id.is_(None), T.c.original_task_id.in_(templates[start:start + 500]))
+                         .order_by(T.c.created_at.desc(), T.c.id.desc()))
+        for run_id, extra in runs:
+            schedule_id = extra.get("schedule_id") if isinstance(extra, dict) else None
+            if schedule_id is None:
+                continue  # a copy made by tasks.copy, not a run
+            kept[schedule_id] = kept.get(schedule_id, 0) + 1
+            if kept[schedule_id] > keep:
+                found.append(run_id)
+    return found
+
+
+def lock_ended(c: Connection, tree_ids: Sequence[str], cutoff: str) -> dict[str, list[str]]:
+    """Of `tree_ids`, the trees that have ended before `cutoff`, with their task ids, their rows
+    locked until the transaction ends (PostgreSQL), so none can start again before the delete."""
+    if not tree_ids:
+        return {}
+    ids = list(tree_ids)
+    tasks = c.execute(select(T.c.id, T.c.task_tree_id).where(T.c.task_tree_id.in_(ids)).with_for_update()).all()
+    busy = case((or_(T.c.status.notin_(FINISHED_STATUSES), T.c.waiting.is_not(None)), 1), else_=0)
+    ended = {row[0] for row in c.execute(
+        select(T.c.task_tree_id).where(T.c.task_tree_id.in_(ids)).group_by(T.c.task_tree_id)
+        .having(and_(func.sum(busy) == 0, func.max(T.c.updated_at) < cutoff,
+                     func.coalesce(func.max(T.c.completed_at), "") < cutoff)))}
+    ended -= _templates(c, ended) | _running(c, ended)
+    doomed: dict[str, list[str]] = {tree_id: [] for tree_id in ended}
+    for task_id, tree_id in tasks:
+        if tree_id in doomed:
+            doomed[tree_id].append(task_id)
+    return doomed
+
+
+def _templates(c: Connection, tree_ids: set[str]) -> set[str]:
+    """Which of `tree_ids` hold a schedule's template: never deleted by retention."""
+    if not tree_ids:
+        return set()
+    query = (select(T.c.task_tree_id).join(S, S.c.task_id == T.c.id)
+             .where(T.c.task_tree_id.in_(list(tree_ids))))
+    return {row[0] for row in c.execute(query)}
+
+
+def _running(c: Connection, tree_ids: set[str]) -> set[str]:
+    if not tree_ids:
+        return set()
+    query = select(X.c.task_tree_id).where(X.c.task_tree_id.in_(list(tree_ids)), X.c.status == RUNNING)
+    return {row[0] for row in c.execute(query)}
+
+
+def delete_executions(c: Connection, tree_ids: Sequence[str]) -> int:
+    """The executions of deleted trees (ended ones: lock_ended kept no tree with a running one)."""
+    if not tree_ids:
+        return 0
+    return int(c.execute(delete(X).where(X.c.task_tree_id.in_(list(tree_ids)))).rowcount)
+
+
+def delete_idempotency(c: Connection, before: str, limit: int) -> int:
+    """Up to `limit` answered idempotency records made before `before`. A request that made or ran
+    a deleted tree came before that tree ended, so before the cutoff: none of its records is left
+    to answer a resend with a tree that is gone."""
+    oldest = (select(K.c.owner, K.c.key).where(K.c.created_at < before, K.c.answer.is_not(None))
+              .limit(limit))
+    keys: list[Any] = [tuple(row) for row in c.execute(oldest)]
+    if not keys:
+        return 0
+    return int(c.execute(delete(K).where(tuple_(K.c.owner, K.c.key).in_(keys))).rowcount)

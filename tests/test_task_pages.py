@@ -1,0 +1,183 @@
+"""tasks.list by cursor (keyset pagination, agent/cursor.py): every list shape paged by cursor gives
+the same rows as one long page, new tasks never shift a page, a made-up cursor is a -32602 naming
+`cursor`, and the page's statement reads an index in order on both backends (no sort of the table)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+from hypothesis import given, settings as hsettings, strategies as st
+
+from taskgrove.agent import cursor
+from taskgrove.agent.errors import INVALID_PARAMS, RpcError
+from taskgrove.agent.auth import Caller
+from taskgrove.agent.requests import ListTasks, NewTree
+from taskgrove.agent.settings import Settings
+from taskgrove.storage.models import tasks_table
+from taskgrove.storage.repository import list_query
+from tests.conftest import Client, running_app
+
+SHAPES: list[dict[str, Any]] = [{}, {"user_id": "alice"}, {"root_only": True}, {"root_only": True, "user_id": "bob"},
+                                {"status": "pending"}, {"search": "step"}]
+
+
+async def store_trees(client: Client, count: int, prefix: str = "t") -> None:
+    """`count` stored trees (not executed) of 3 tasks, alternately alice's and bob's: stored as
+    tasks.create stores them, without running them (the pending shape stays listable)."""
+    for n in range(count):
+        root = f"{prefix}{n:03}"
+        tree = [{"id": root, "name": f"tree {n}", "user_id": ("alice", "bob")[n % 2]},
+                *({"id": f"{root}-{i}", "name": "step", "parent_id": root, "user_id": ("alice", "bob")[n % 2]}
+                  for i in range(2))]
+        await client.services.tasks.create_tree(new_tree(tree), _anyone())
+
+
+def new_tree(tasks: list[dict[str, Any]]) -> NewTree:
+    return NewTree.from_params(tasks)
+
+
+def _anyone() -> Caller:
+    return Caller()  # JWT off: anyone may store anyone's tree
+
+
+async def pages(client: Client, params: dict[str, Any], limit: int) -> list[str]:
+    ids: list[str] = []
+    page = await client.result("tasks.list", {**params, "limit": limit, "cursor": None})
+    while True:
+        assert set(page) == {"tasks", "next_cursor"}
+        ids.extend(task["id"] for task in page["tasks"])
+        if page["next_cursor"] is None:
+            assert page["tasks"] or not ids  # no empty page after a full one: next_cursor said "no more"
+            return ids
+        assert len(page["tasks"]) == limit  # a page before the last is full
+        page = await client.result("tasks.list", {**params, "limit": limit, "cursor": page["next_cursor"]})
+
+
+async def test_every_shape_paged_by_cursor_lists_what_one_page_lists(make_settings: Callable[..., Settings]) -> None:
+    async with running_app(make_settings()) as client:
+        await client.services.tasks.create_tree(new_tree([{"id": "seed", "name": "seed"}]), _anyone())
+        await store_trees(client, 14)
+        for shape in SHAPES:
+            whole = [task["id"] for task in await client.result("tasks.list", {**shape, "limit": 1000})]
+            assert whole, shape
+            for limit in (1, 4, 7):
+                assert await pages(client, shape, limit) == whole, (shape, limit)
+        # Without `cursor` the answer is the list of SPEC.md, as before.
+        assert isinstance(await client.result("tasks.list", {"limit": 2}), list)
+        assert await client.result("tasks.list", {"status": "deleted", "cursor": ""}) == {"tasks": [],
+                                                                                          "next_cursor": None}
+
+
+async def test_new_tasks_never_shift_a_page(make_settings: Callable[..., Settings]) -> None:
+    async with running_app(make_settings()) as client:
+        await client.services.tasks.create_tree(new_tree([{"id": "seed", "name": "seed"}]), _anyone())
+        await store_trees(client, 6)
+        first = await client.result("tasks.list", {"root_only": True, "limit": 3, "cursor": None})
+        await store_trees(client, 4, prefix="new")  # newer than every listed task
+        rest = await client.result("tasks.list", {"root_only": True, "limit": 100, "cursor": first["next_cursor"]})
+        listed = [t["id"] for t in first["tasks"]] + [t["id"] for t in rest["tasks"]]
+        assert listed == ["t005", "t004", "t003", "t002", "t001", "t000", "seed"]
+        assert rest["next_cursor"] is None
+
+
+async def test_a_bad_cursor_is_a_clear_error(client: Client) -> None:
+    made_up = ["abc", "!!!", cursor.encode("2026-01-01T00:00:00.000000+00:00", "x")[:-3], 5, ["a"], {"a": 1},
+               "W10", "WzEsIjIwMjYiLCJ4Il0", "x" * 1000]
+    for bad in made_up:
+        error = await client.error("tasks.list", {"cursor": bad})
+        assert error["code"] == INVALID_PARAMS and "cursor" in error["data"], bad
+    error = await client.error("tasks.list", {"cursor": None, "offset": 5})
+    assert error["code"] == INVALID_PARAMS and "cursor" in error["data"]
+
+
+@hsettings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(max_size=60), st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_",
+                                               max_size=120)))
+def test_any_cursor_is_a_position_or_a_clear_error(text: str) -> None:
+    try:
+        request = ListTasks.from_params({"cursor": text})
+    except RpcError as exc:
+        assert exc.code == INVALID_PARAMS and "cursor" in str(exc.data)
+        return
+    assert request.paged and (request.after is None) == (text == "")
+
+
+@given(st.datetimes(timezones=st.just(__import__("datetime").timezone.utc)),
+       st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs", "Cc", "Zl", "Zp", "Co", "Cn")),
+               min_size=1, max_size=64))
+def test_a_cursor_given_out_reads_back_as_its_key(moment: Any, task_id: str) -> None:
+    stamp = moment.isoformat(timespec="microseconds")
+    if not task_id.isprintable():
+        return
+    assert cursor.decode(cursor.encode(stamp, task_id)) == (stamp, task_id)
+
+
+async def test_metrics_count_each_status_up_to_a_bound(client: Client) -> None:
+    """Exact on a small table (the wheel check's `taskgrove_tasks{status="completed"} 2.0`), and no
+    further than the bound on a large one: the count never reads more of the status index."""
+    await client.result("tasks.create", [{"id": "r", "name": "r"},
+                                         {"id": "c", "name": "c", "parent_id": "r", "schemas": {"method": "noop_executor"}}])
+    await client.services.tasks.create_tree(new_tree([{"id": "p", "name": "p"}]), _anyone())
+    metrics = (await client.http.get("/metrics")).text
+    assert 'taskgrove_tasks{status="completed"} 2.0' in metrics and 'taskgrove_tasks{status="pending"} 1.0' in metrics
+    assert await client.services.repo.count_by_status(at_most=1) == {
+        "pending": 1, "in_progress": 0, "completed": 1, "failed": 0, "cancelled": 0}
+
+
+PLANS = [({"user_id": "u"}, "ix_tasks_user_created"), ({"root_only": True}, "ix_tasks_roots_created"),
+         ({"root_only": True, "user_id": "u"}, "ix_tasks_roots_user"), ({}, "ix_tasks_created_at")]
+
+
+@pytest.mark.parametrize("shape,index", PLANS)
+async def test_each_page_reads_its_index_in_order(backend: str, db_url: str, make_settings: Callable[..., Settings],
+                                                  shape: dict[str, Any], index: str) -> None:
+    """A page by cursor (and a first page) is a range of its index, newest first: no sort step,
+    whatever the table holds (the plan is read on an empty table, PostgreSQL told to avoid scans of the table and sorts where it can)."""
+    async with running_app(make_settings()):
+        pass  # migrated
+    for after in (None, ("2026-01-01T00:00:00.000000+00:00", "x")):
+        query = list_query(**shape, limit=100, after=after)
+        plan = await explain(backend, db_url, query)
+        assert index in plan, plan
+        assert "TEMP B-TREE" not in plan and not re.search(r"Sort  \(", plan), plan
+
+
+async def test_children_still_read_the_parent_index(backend: str, db_url: str,
+                                                   make_settings: Callable[..., Settings]) -> None:
+    """ix_tasks_parent_id holds children only now: a lookup by parent still reads it."""
+    async with running_app(make_settings()):
+        pass
+    query = select(tasks_table).where(tasks_table.c.parent_id == "p")
+    assert "ix_tasks_parent_id" in await explain(backend, db_url, query)
+
+
+async def explain(backend: str, db_url: str, query: Any) -> str:
+    if backend == "sqlite":
+        import sqlite3
+
+        from sqlalchemy.dialects import sqlite
+
+        text = str(query.compile(dialect=sqlite.dialect(), compile_kwargs={"literal_binds": True}))
+        conn = sqlite3.connect(db_url.removeprefix("sqlite+aiosqlite:///").removeprefix("sqlite:///"))
+        try:
+            return " | ".join(row[-1] for row in conn.execute(f"EXPLAIN QUERY PLAN {text}"))
+        finally:
+            conn.close()
+    import asyncpg
+    from sqlalchemy.dialects import postgresql
+
+    text = str(query.compile(dialect=postgresql.dialect(), compile_kwargs={"literal_binds": True}))
+    conn = await asyncpg.connect(db_url.replace("postgresql+asyncpg://", "postgresql://"))
+    try:
+        async with conn.transaction():
+            # An empty table: ask whether an index can give the page in order (a sort or a bitmap
+            # scan is only taken where nothing else can answer).
+            for switch in ("seqscan", "bitmapscan", "sort"):
+                await conn.execute(f"SET LOCAL enable_{switch} = off")
+            return " | ".join(row[0] for row in await conn.fetch(f"EXPLAIN {text}"))
+    finally:
+        await conn.close()
