@@ -15,7 +15,7 @@ from taskgrove.agent.engine.bus import EventBus
 from taskgrove.agent.engine.engine import Engine
 from taskgrove.agent.generate_service import GenerateService
 from taskgrove.agent.keys import KeyConfigService
-from taskgrove.agent.requests_services import GenerateTree, InitExamples
+from taskgrove.agent.requests_services import GenerateTree, InitExamples, UsageQuery
 from taskgrove.agent.rpc.jsonrpc import Handler
 from taskgrove.agent.idempotency import IdempotentMethods
 from taskgrove.agent.rpc.schedules import schedule_methods
@@ -30,6 +30,7 @@ from taskgrove.agent.wait_service import WaitService
 from taskgrove.executors.database import dispose_engines
 from taskgrove.executors.registry import ExecutorRegistry
 from taskgrove.agent.metrics import Metrics
+from taskgrove.agent.usage_service import UsageService
 from taskgrove.storage.db import create_batch_engine, create_engine, create_loop_engine, migrate
 from taskgrove.storage.keys import KeyStore
 from taskgrove.storage.repository import TaskRepository
@@ -60,6 +61,8 @@ class Services:
     metrics: Metrics = field(default_factory=Metrics)
     # Idempotency-Key handling, shared by the JSON-RPC methods and A2A message/send.
     idempotency: IdempotentMethods | None = None
+    # Costs of LLM work (docs/costs.md): counted per call, summed per tree and per user and day.
+    usage: UsageService | None = None
     # Set once the schema is at the migrations' head (for /readyz).
     migrated: bool = False
 
@@ -79,17 +82,20 @@ class Services:
         engine.services["registry"] = registry  # generate_executor offers the app's executors
         keys = KeyConfigService(KeyStore(repo.engine, settings.secret_key))
         engine.services["llm_key_lookup"] = keys.lookup  # stored per-user keys for the LLM client
+        usage = UsageService(repo, metrics)
+        engine.services["llm_usage_sink"] = usage.record  # every LLM call: /metrics, per-user daily sums
         schedule_loop = ScheduleLoop(engine)
         schedules = ScheduleService(repo, schedule_loop, settings)
         waits = WaitService(repo, engine, settings)
         services = cls(settings, repo, bus, registry, engine, tasks, system, schedule_loop, schedules, admission,
-                       waits, keys=keys, metrics=metrics)
+                       waits, keys=keys, metrics=metrics, usage=usage)
         services.task_methods = {**task_methods(tasks), **schedule_methods(schedules), **wait_methods(waits)}
         idempotent = services.idempotency = IdempotentMethods(repo, settings)
         for name in ("tasks.create", "tasks.execute", "execute_task_tree", "tasks.copy", "tasks.clone"):
             services.task_methods[name] = idempotent.wrap(name, services.task_methods[name])
         generate = GenerateService(tasks, registry, settings, engine.services)
         services.task_methods["tasks.generate"] = typed(GenerateTree.from_params, generate.generate)
+        services.task_methods["usage.get"] = typed(UsageQuery.from_params, usage.get)
         services.system_methods = {
             "system.health": without_params(system.health),
             "system.executors": without_params(system.executors),

@@ -24,6 +24,7 @@ Decisions (docs/llm.md):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -53,9 +54,12 @@ class GenerateService:
         self.settings = settings
         self.services = services
 
-    def client(self) -> LLMClient:
-        """A fresh client per call: its usage total is that call's usage."""
-        return LLMClient(self.settings, key_lookup=self.services.get("llm_key_lookup"))
+    def client(self, owner: str | None = None) -> LLMClient:
+        """A fresh client per call: its usage total is that call's usage; each of its calls is
+        counted for `owner` (the per-user daily sums and /metrics, agent/usage_service.py)."""
+        sink = self.services.get("llm_usage_sink")
+        on_usage = None if sink is None else functools.partial(sink, owner)
+        return LLMClient(self.settings, key_lookup=self.services.get("llm_key_lookup"), on_usage=on_usage)
 
     def executors(self) -> list[type[Executor]]:
         return [cls for cls in self.registry.all() if cls.id not in NOT_GENERATABLE]
@@ -74,9 +78,10 @@ class GenerateService:
         owner = user_id if user_id is not None else caller.user_id
 
         provider, header_key = _header_key(provider, ctx)
+        client = self.client(owner)
         try:
             result = await generate_tree(
-                request.requirement, client=self.client(), executors=self.executors(), provider=provider,
+                request.requirement, client=client, executors=self.executors(), provider=provider,
                 model=request.model, temperature=request.temperature, max_tokens=request.max_tokens,
                 api_key=header_key, user_id=owner,
             )
@@ -104,6 +109,7 @@ class GenerateService:
             answer["message"] = (f"Generated {len(tasks)} tasks{repaired}; not saved: pass them to "
                                  f"tasks.create, or call tasks.generate with save=true")
         answer["token_usage"] = result.usage
+        answer["usage"] = client.spend
         return answer
 
 

@@ -209,3 +209,23 @@ class InitExamples:
     @classmethod
     def from_params(cls, params: Any) -> InitExamples:
         return cls(rpc_params.boolean(params_object(params), "force", False))
+
+
+# --- usage.get (agent/usage_service.py) ----------------------------------------------------------
+
+MAX_USAGE_DAYS = 366
+
+
+@dataclass(slots=True)
+class UsageQuery:
+    """usage.get: a user's LLM usage per UTC day over the last `days` days (the caller's own
+    unless `user_id` names another, which only an admin may)."""
+
+    user_id: str | None = None
+    days: int = 7
+
+    @classmethod
+    def from_params(cls, params: Any) -> UsageQuery:
+        params = params_object(params)
+        return cls(rpc_params.string(params, "user_id", max_length=255),
+                   rpc_params.integer(params, "days", 7, low=1, high=MAX_USAGE_DAYS))

@@ -11,6 +11,7 @@ Importing this module must not import litellm (the client imports it on first us
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Mapping
@@ -34,8 +35,11 @@ _COMMON = {
 
 
 def make_client(context: ExecutionContext) -> LLMClient:
-    """A client for this run; the stored-key lookup comes from the app's services when present."""
-    return LLMClient(context.settings, key_lookup=context.services.get("llm_key_lookup"))
+    """A client for this run; the stored-key lookup and the usage sink (per-user daily sums,
+    /metrics) come from the app's services when present."""
+    sink = context.services.get("llm_usage_sink")
+    on_usage = None if sink is None else functools.partial(sink, context.user_id)
+    return LLMClient(context.settings, key_lookup=context.services.get("llm_key_lookup"), on_usage=on_usage)
 
 
 def call_args(options: Mapping[str, Any], context: ExecutionContext) -> tuple[str | None, str | None]:
@@ -78,6 +82,7 @@ class _LLMBase(Executor):
     def _sync_usage(self) -> dict[str, int] | None:
         if self._client is not None:
             self.token_usage = self._client.usage_so_far()
+            self.llm_usage = self._client.spend  # the engine stores it on the task (`usage`)
         return self.token_usage
 
     def partial_result(self) -> Any:

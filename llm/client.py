@@ -19,11 +19,15 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from taskgrove.llm import usage as llm_usage
+from taskgrove.llm.usage import CallUsage
+
 # litellm fetches a model price map from GitHub at import unless told to use its bundled copy.
 # Set it before the (lazy) import so the service never reaches the internet on its own.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 KeyLookup = Callable[[str | None, str], Awaitable[str | None]]
+UsageSink = Callable[[CallUsage], Awaitable[None]]
 
 
 class LLMSettings(Protocol):
@@ -131,6 +135,7 @@ class Completion:
     usage: dict[str, int]
     model: str
     provider: str
+    cost_usd: float | None = None  # None: the model has no price in litellm's table
 
 
 def empty_usage() -> dict[str, int]:
@@ -254,14 +259,19 @@ class LLMClient:
     """Resolves provider/model/key/base URL from settings and calls litellm.
 
     `key_lookup(user_id, provider)` returns the user's stored key (the auth store provides it).
-    `usage` holds the running total of every call made through this instance, so an executor
+    `usage` holds the running token total of every call made through this instance, so an executor
     making several calls reads its total here; `usage_so_far()` adds an estimate for a call in flight.
+    `spend` is the same total with its cost and number of calls (llm/usage.py), and `on_usage`,
+    when given, hears of every call as it ends (the per-user daily sums and /metrics).
     """
 
-    def __init__(self, settings: LLMSettings, key_lookup: KeyLookup | None = None) -> None:
+    def __init__(self, settings: LLMSettings, key_lookup: KeyLookup | None = None,
+                 on_usage: UsageSink | None = None) -> None:
         self.settings = settings
         self.key_lookup = key_lookup
+        self.on_usage = on_usage
         self.usage: dict[str, int] = empty_usage()
+        self.spend: dict[str, Any] = llm_usage.empty()
         self._call: _Call | None = None
 
     # -- resolution -------------------------------------------------------------------------
@@ -393,7 +403,7 @@ class LLMClient:
                 usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         except asyncio.CancelledError:
             # Cancelled mid-call: the prompt (and any streamed text) was likely billed; keep the estimate.
-            add_usage(self.usage, self.usage_so_far_in_flight())
+            await self._account(litellm, self.usage_so_far_in_flight(), provider_id, model_name, kwargs["model"])
             raise
         except LLMError:
             raise
@@ -401,12 +411,24 @@ class LLMClient:
             raise failed.original from None
         except Exception as exc:
             if self._call.text:  # failed mid-stream: what was generated was likely billed
-                add_usage(self.usage, self.usage_so_far_in_flight())
+                await self._account(litellm, self.usage_so_far_in_flight(), provider_id, model_name,
+                                    kwargs["model"])
             raise map_error(exc, provider_id, key) from None
         finally:
             self._call = None
+        call = await self._account(litellm, usage, provider_id, model_name, kwargs["model"])
+        return Completion(text=text, usage=usage, model=model_name, provider=provider_id, cost_usd=call.cost_usd)
+
+    async def _account(self, litellm: Any, usage: Mapping[str, int], provider: str, model: str,
+                       routed: str) -> CallUsage:
+        """Add one call's usage to the totals, priced from litellm's table, and tell `on_usage`."""
         add_usage(self.usage, usage)
-        return Completion(text=text, usage=usage, model=model_name, provider=provider_id)
+        prompt, completion = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+        call = CallUsage(provider, model, prompt, completion, llm_usage.price(litellm, routed, prompt, completion))
+        self.spend = llm_usage.add(self.spend, call.as_usage())
+        if self.on_usage is not None:
+            await self.on_usage(call)
+        return call
 
     async def _stream(
         self, litellm: Any, kwargs: dict[str, Any], on_chunk: ChunkCallback | None

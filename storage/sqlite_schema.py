@@ -11,7 +11,7 @@ tests/test_migrations_head.py compares this with a migrated database and prints 
 when a migration is added (`python -m tests.test_migrations_head` writes it).
 """
 
-REVISION = '0008'
+REVISION = '0012'
 
 STATEMENTS: tuple[str, ...] = (
     ('CREATE TABLE alembic_version (\n'
@@ -51,7 +51,8 @@ STATEMENTS: tuple[str, ...] = (
      "attempt INTEGER DEFAULT '0' NOT NULL, next_attempt_at VARCHAR(40), checkpoint JSON, "
      "lease_epoch INTEGER DEFAULT '0' NOT NULL, execution_id VARCHAR(64), "
      "interruptions INTEGER DEFAULT '0' NOT NULL, concurrency JSON, rate_limit JSON, "
-     'concurrency_key VARCHAR(255), waiting TEXT, wait_answers TEXT, wake_at VARCHAR(40), \n'
+     'concurrency_key VARCHAR(255), waiting TEXT, wait_answers TEXT, wake_at VARCHAR(40), '
+     'usage JSON, budget JSON, \n'
      '\tPRIMARY KEY (id), \n'
      '\tFOREIGN KEY(parent_id) REFERENCES tasks (id) DEFERRABLE INITIALLY DEFERRED\n'
      ')'),
@@ -167,4 +168,22 @@ STATEMENTS: tuple[str, ...] = (
      '\tPRIMARY KEY (id)\n'
      ')'),
     ('CREATE INDEX ix_events_user_name_created ON events (user_id, name, created_at)'),
+    ('CREATE TABLE llm_usage_daily (\n'
+     '\tuser_id VARCHAR(255) NOT NULL, \n'
+     '\tday VARCHAR(10) NOT NULL, \n'
+     '\tprompt_tokens BIGINT NOT NULL, \n'
+     '\tcompletion_tokens BIGINT NOT NULL, \n'
+     '\ttotal_tokens BIGINT NOT NULL, \n'
+     '\tcost_usd FLOAT NOT NULL, \n'
+     '\tcalls INTEGER NOT NULL, \n'
+     '\tunpriced_calls INTEGER NOT NULL, \n'
+     '\tPRIMARY KEY (user_id, day)\n'
+     ')'),
+    ('CREATE TABLE user_budgets (\n'
+     '\tuser_id VARCHAR(255) NOT NULL, \n'
+     '\tmax_tokens BIGINT, \n'
+     '\tmax_cost_usd FLOAT, \n'
+     '\tupdated_at VARCHAR(40) NOT NULL, \n'
+     '\tPRIMARY KEY (user_id)\n'
+     ')'),
 )

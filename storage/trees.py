@@ -147,6 +147,8 @@ INPUT_FIELDS = {
     "retry", "timeout_seconds", "concurrency", "rate_limit",
     "attempt", "next_attempt_at", "interruptions",  # read-only: ignored at creation
     "waiting", "wait_answers", "wake_at",
+    "usage",  # read-only: what the engine counted (docs/costs.md); ignored at creation
+    "budget",
 }
 
 
@@ -448,6 +450,7 @@ RESETTABLE = {
     "completed_at": None,
     "token_success": 0,
     "token_failed": 0,
+    "usage": None,
 }
 
 
