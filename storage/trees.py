@@ -450,13 +450,12 @@ RESETTABLE = {
     "completed_at": None,
     "token_success": 0,
     "token_failed": 0,
-    "usage": None,
 }
 
 
 # Bookkeeping of one execution of a task: never copied, cloned or given at creation.
 EXECUTION_STATE = ("lease_owner", "lease_expires_at", "lease_epoch", "attempt", "next_attempt_at", "checkpoint",
-                   "execution_id", "interruptions")
+                   "execution_id", "interruptions", "usage")
 
 
 def copy_selection(rows: Sequence[Mapping[str, Any]], task_id: str, with_children: bool) -> set[str]:
