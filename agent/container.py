@@ -30,6 +30,7 @@ from taskgrove.agent.wait_service import WaitService
 from taskgrove.executors.database import dispose_engines
 from taskgrove.executors.registry import ExecutorRegistry
 from taskgrove.agent.metrics import Metrics
+from taskgrove.agent.budget_service import BudgetService
 from taskgrove.agent.usage_service import UsageService
 from taskgrove.storage.db import create_batch_engine, create_engine, create_loop_engine, migrate
 from taskgrove.storage.keys import KeyStore
@@ -83,7 +84,8 @@ class Services:
         keys = KeyConfigService(KeyStore(repo.engine, settings.secret_key))
         engine.services["llm_key_lookup"] = keys.lookup  # stored per-user keys for the LLM client
         usage = UsageService(repo, metrics)
-        engine.services["llm_usage_sink"] = usage.record  # every LLM call: /metrics, per-user daily sums
+        budgets = BudgetService(repo, settings, usage)
+        engine.services["llm_meter"] = budgets.meter  # every LLM call: budgets, stored usage, /metrics
         schedule_loop = ScheduleLoop(engine)
         schedules = ScheduleService(repo, schedule_loop, settings)
         waits = WaitService(repo, engine, settings)
@@ -102,6 +104,7 @@ class Services:
             "examples.init": typed(InitExamples.from_params, system.examples_init),
             "examples.status": without_params(system.examples_status),
             **keys.methods(),
+            **budgets.methods(),
         }
         return services
 

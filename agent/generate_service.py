@@ -24,7 +24,6 @@ Decisions (docs/llm.md):
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -56,10 +55,10 @@ class GenerateService:
 
     def client(self, owner: str | None = None) -> LLMClient:
         """A fresh client per call: its usage total is that call's usage; each of its calls is
-        counted for `owner` (the per-user daily sums and /metrics, agent/usage_service.py)."""
-        sink = self.services.get("llm_usage_sink")
-        on_usage = None if sink is None else functools.partial(sink, owner)
-        return LLMClient(self.settings, key_lookup=self.services.get("llm_key_lookup"), on_usage=on_usage)
+        counted for `owner` and held to the owner's daily budget (agent/budget_service.py)."""
+        meter_for = self.services.get("llm_meter")
+        meter = None if meter_for is None else meter_for(owner, None)
+        return LLMClient(self.settings, key_lookup=self.services.get("llm_key_lookup"), meter=meter)
 
     def executors(self) -> list[type[Executor]]:
         return [cls for cls in self.registry.all() if cls.id not in NOT_GENERATABLE]

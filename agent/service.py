@@ -41,6 +41,7 @@ from taskgrove.storage.trees import TreeError, now_iso, public
 UPDATABLE = {
     "status", "inputs", "name", "priority", "params", "schemas", "dependencies", "result", "error",
     "progress", "started_at", "completed_at", "description", "retry", "timeout_seconds",
+    "budget",  # raised by a person when a budget ran out (docs/costs.md)
 }
 
 

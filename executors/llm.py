@@ -11,7 +11,6 @@ Importing this module must not import litellm (the client imports it on first us
 
 from __future__ import annotations
 
-import functools
 import json
 import time
 from collections.abc import Mapping
@@ -35,11 +34,11 @@ _COMMON = {
 
 
 def make_client(context: ExecutionContext) -> LLMClient:
-    """A client for this run; the stored-key lookup and the usage sink (per-user daily sums,
-    /metrics) come from the app's services when present."""
-    sink = context.services.get("llm_usage_sink")
-    on_usage = None if sink is None else functools.partial(sink, context.user_id)
-    return LLMClient(context.settings, key_lookup=context.services.get("llm_key_lookup"), on_usage=on_usage)
+    """A client for this run; the stored-key lookup and the meter (budgets, the stored usage:
+    agent/budget_service.py) come from the app's services when present."""
+    meter_for = context.services.get("llm_meter")
+    meter = None if meter_for is None else meter_for(context.user_id, context.task)
+    return LLMClient(context.settings, key_lookup=context.services.get("llm_key_lookup"), meter=meter)
 
 
 def call_args(options: Mapping[str, Any], context: ExecutionContext) -> tuple[str | None, str | None]:
@@ -140,7 +139,7 @@ class LLMExecutor(_LLMBase):
                 on_chunk=on_chunk,
             )
         except LLMError as exc:
-            raise ExecutorError(str(exc)) from None
+            raise ExecutorError(str(exc), retryable=exc.retryable) from None
         finally:
             self._sync_usage()
         return {"text": completion.text, "model": completion.model, "provider": completion.provider,
@@ -201,7 +200,7 @@ class GenerateExecutor(_LLMBase):
                 max_tokens=opts.get("max_tokens", 4000), api_key=key, user_id=context.user_id,
             )
         except (GenerationError, LLMError) as exc:
-            raise ExecutorError(str(exc)) from None
+            raise ExecutorError(str(exc), retryable=getattr(exc, "retryable", True)) from None
         finally:
             self._sync_usage()
         out: dict[str, Any] = {"tasks": result.tasks, "count": len(result.tasks)}
@@ -290,7 +289,7 @@ class CrewExecutor(_LLMBase):
                                    "output": completion.text})
                 self._sync_usage()
         except LLMError as exc:
-            raise ExecutorError(f"step {len(self._done) + 1} failed: {exc}") from None
+            raise ExecutorError(f"step {len(self._done) + 1} failed: {exc}", retryable=exc.retryable) from None
         finally:
             self._sync_usage()
         await context.report_progress(1.0, f"{total} steps done")

@@ -27,7 +27,16 @@ from taskgrove.llm.usage import CallUsage
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 KeyLookup = Callable[[str | None, str], Awaitable[str | None]]
-UsageSink = Callable[[CallUsage], Awaitable[None]]
+
+
+class Meter(Protocol):
+    """Asked around each call (llm/budget.py explains it; agent/budget_service.py implements it):
+    `before` returns the model to call or raises; `after` counts the call's usage."""
+
+    async def before(self, provider: str, model: str, max_tokens: int, prompt_tokens: int,
+                     price: Callable[[str, int, int], float | None]) -> str: ...
+
+    async def after(self, call: CallUsage) -> None: ...
 
 
 class LLMSettings(Protocol):
@@ -92,7 +101,10 @@ DEFAULT_PROVIDER = next(iter(PROVIDERS))
 
 
 class LLMError(Exception):
-    """Any failure of an LLM call; the message is safe to show (it never contains a key)."""
+    """Any failure of an LLM call; the message is safe to show (it never contains a key).
+    `retryable`: whether another attempt of the task may do better (a budget's refusal may not)."""
+
+    retryable = True
 
 
 class LLMKeyMissingError(LLMError):
@@ -261,15 +273,15 @@ class LLMClient:
     `key_lookup(user_id, provider)` returns the user's stored key (the auth store provides it).
     `usage` holds the running token total of every call made through this instance, so an executor
     making several calls reads its total here; `usage_so_far()` adds an estimate for a call in flight.
-    `spend` is the same total with its cost and number of calls (llm/usage.py), and `on_usage`,
-    when given, hears of every call as it ends (the per-user daily sums and /metrics).
+    `spend` is the same total with its cost and number of calls (llm/usage.py); `meter`, when
+    given, is asked before every call (budgets) and told of every call as it ends (the stored sums).
     """
 
     def __init__(self, settings: LLMSettings, key_lookup: KeyLookup | None = None,
-                 on_usage: UsageSink | None = None) -> None:
+                 meter: Meter | None = None) -> None:
         self.settings = settings
         self.key_lookup = key_lookup
-        self.on_usage = on_usage
+        self.meter = meter
         self.usage: dict[str, int] = empty_usage()
         self.spend: dict[str, Any] = llm_usage.empty()
         self._call: _Call | None = None
@@ -371,6 +383,15 @@ class LLMClient:
         model_name = self.resolve_model(provider_id, model)
         key = await self.resolve_key(provider_id, api_key, user_id)
         base_url = getattr(self.settings, "llm_base_url", None)
+        if not base_url and not key and spec.needs_key:
+            raise self.missing_key_error(provider_id)
+        litellm = await _load_litellm()
+        prompt_tokens = sum(estimate_tokens(str(m.get("content") or "")) for m in messages)
+        if self.meter is not None:  # budgets: may refuse the call, or switch to a fallback model
+            def price(name: str, prompt: int, completion: int) -> float | None:
+                return llm_usage.price(litellm, _routed(spec, name, base_url), prompt, completion)
+
+            model_name = await self.meter.before(provider_id, model_name, max_tokens, prompt_tokens, price)
         kwargs: dict[str, Any] = {
             "messages": [dict(m) for m in messages],
             "temperature": temperature,
@@ -378,19 +399,14 @@ class LLMClient:
             "timeout": float(getattr(self.settings, "llm_timeout", 120.0)),
             "num_retries": int(getattr(self.settings, "llm_max_retries", 2)),
         }
+        kwargs.update(model=_routed(spec, model_name, base_url))
         if base_url:
             # An OpenAI-compatible server (Ollama, vLLM, a test double): speak the OpenAI protocol.
-            kwargs.update(model=f"openai/{model_name}", api_base=base_url, api_key=key or "no-key")
-        else:
-            if not key and spec.needs_key:
-                raise self.missing_key_error(provider_id)
-            routed = model_name if model_name.startswith(spec.prefix) else spec.prefix + model_name
-            kwargs.update(model=routed)
-            if key:
-                kwargs["api_key"] = key
+            kwargs.update(api_base=base_url, api_key=key or "no-key")
+        elif key:
+            kwargs["api_key"] = key
 
-        litellm = await _load_litellm()
-        self._call = _Call(prompt_tokens=sum(estimate_tokens(str(m.get("content") or "")) for m in messages))
+        self._call = _Call(prompt_tokens=prompt_tokens)
         try:
             if stream:
                 text, usage = await self._stream(litellm, kwargs, on_chunk)
@@ -421,13 +437,13 @@ class LLMClient:
 
     async def _account(self, litellm: Any, usage: Mapping[str, int], provider: str, model: str,
                        routed: str) -> CallUsage:
-        """Add one call's usage to the totals, priced from litellm's table, and tell `on_usage`."""
+        """Add one call's usage to the totals, priced from litellm's table, and tell the meter."""
         add_usage(self.usage, usage)
         prompt, completion = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
         call = CallUsage(provider, model, prompt, completion, llm_usage.price(litellm, routed, prompt, completion))
         self.spend = llm_usage.add(self.spend, call.as_usage())
-        if self.on_usage is not None:
-            await self.on_usage(call)
+        if self.meter is not None:
+            await self.meter.after(call)
         return call
 
     async def _stream(
@@ -453,6 +469,13 @@ class LLMClient:
                     except Exception as exc:
                         raise _CallbackFailed(exc) from exc
         return "".join(self._call.text), usage
+
+
+def _routed(spec: Provider, model: str, base_url: str | None) -> str:
+    """litellm's name of the model: an OpenAI-compatible base URL is spoken to as OpenAI."""
+    if base_url:
+        return f"openai/{model}"
+    return model if model.startswith(spec.prefix) else spec.prefix + model
 
 
 def _usage_of(obj: Any) -> dict[str, int] | None:

@@ -285,6 +285,7 @@ def _row_from_input(raw: Mapping[str, Any], task_id: str, who: str) -> dict[str,
         "has_references": bool(raw.get("has_references", False)),
         "retry": raw.get("retry"),  # completed from the service defaults by the caller
         "timeout_seconds": None if raw.get("timeout_seconds") is None else float(raw["timeout_seconds"]),
+        "budget": raw.get("budget"),  # checked by fields.RULES (docs/costs.md)
         "extra": {k: v for k, v in raw.items() if k not in INPUT_FIELDS},
         "token_success": raw.get("token_success", 0),
         "token_failed": raw.get("token_failed", 0),

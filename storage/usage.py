@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import Connection, delete, select
+from sqlalchemy import Connection, delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from taskgrove.storage.models import llm_usage_daily_table as D
@@ -61,3 +61,19 @@ def tree_usages(c: Connection, tree_id: str) -> list[Any]:
     """The `usage` of every task of a tree that has one (tasks.get sums them on the root)."""
     rows = c.execute(select(T.c.usage).where(T.c.task_tree_id == tree_id)).all()
     return [row[0] for row in rows if isinstance(row[0], dict)]  # JSON null: a task without LLM work
+
+
+def record_call(c: Connection, user_id: str | None, day: str, amounts: Mapping[str, Any],
+                task_id: str | None = None, task_usage: Mapping[str, Any] | None = None) -> None:
+    """One LLM call ended: add it to the user's day and, for a task's call, store the task's usage
+    so far, in one transaction, before the next call may begin (a restart then knows it).
+    Not fenced by the attempt's lease: what was spent was spent, whoever holds the task now."""
+    add_daily(c, user_id, day, amounts)
+    if task_id is not None:
+        c.execute(update(T).where(T.c.id == task_id).values(usage=dict(task_usage or {})))
+
+
+def tree_budget_rows(c: Connection, tree_id: str) -> list[dict[str, Any]]:
+    """id, parent_id, budget and usage of every task of a tree (the budgets over subtrees)."""
+    rows = c.execute(select(T.c.id, T.c.parent_id, T.c.budget, T.c.usage).where(T.c.task_tree_id == tree_id))
+    return [dict(row) for row in rows.mappings()]

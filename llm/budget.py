@@ -1,0 +1,76 @@
+"""Budgets of LLM work (docs/costs.md): the arithmetic of a limit, without storage.
+
+A limit is a task's `budget` (over its subtree's calls) or a user's daily budget. It is checked
+before a call, by what the call may use at most (its `max_tokens`, and their price when the model
+has one), and after it, by what was used. `agent/budget_service.py` reads the stored sums and
+hands them here; the LLM client asks its `Meter` before and after each call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from taskgrove.llm.client import LLMError
+from taskgrove.llm.usage import CallUsage
+
+
+class LLMBudgetExhausted(LLMError):
+    """A budget cannot cover the next call (or was exceeded by the last one). Not retried: the
+    next attempt would meet the same budget."""
+
+    retryable = False
+
+
+@dataclass(frozen=True)
+class Limit:
+    """One budget and what its calls used so far. `where`: 'task <id>' or 'user <id> on <day>'."""
+
+    where: str
+    used: Mapping[str, Any]
+    max_tokens: int | None = None
+    max_cost_usd: float | None = None
+    policy: str = "fail"
+    fallback_models: Sequence[str] = field(default_factory=tuple)
+
+    @classmethod
+    def of_budget(cls, where: str, budget: Mapping[str, Any], used: Mapping[str, Any]) -> Limit:
+        return cls(where, used, budget.get("max_tokens"), budget.get("max_cost_usd"),
+                   budget.get("on_exhausted", "fail"), tuple(budget.get("fallback_models") or ()))
+
+    def describe_use(self) -> str:
+        parts = []
+        if self.max_tokens is not None:
+            parts.append(f"{int(self.used.get('total_tokens') or 0)} of {self.max_tokens} tokens")
+        if self.max_cost_usd is not None:
+            cost = self.used.get("cost_usd")
+            spent = "an unknown amount" if cost is None else f"${float(cost):.6f}"
+            parts.append(f"{spent} of ${self.max_cost_usd:g}")
+        return "used " + " and ".join(parts)
+
+    def exhausted(self, extra_tokens: int = 0, extra_cost: float | None = 0.0) -> bool:
+        """Whether this limit cannot take `extra_tokens` more (and `extra_cost` more dollars; None:
+        the price is unknown, so only tokens are judged)."""
+        used_tokens = int(self.used.get("total_tokens") or 0)
+        if self.max_tokens is not None and used_tokens + extra_tokens > self.max_tokens:
+            return True
+        used_cost = self.used.get("cost_usd")
+        if self.max_cost_usd is not None and used_cost is not None and extra_cost is not None:
+            return float(used_cost) + extra_cost > self.max_cost_usd
+        return False
+
+    def exhausted_error(self, what: str) -> LLMBudgetExhausted:
+        return LLMBudgetExhausted(f"budget of {self.where} exhausted: {self.describe_use()}; {what}")
+
+
+class Meter(Protocol):
+    """What the LLM client asks around each call (agent/budget_service.py implements it).
+
+    `before` returns the model to call (a `downgrade` budget may switch it) or raises
+    LLMBudgetExhausted; `after` stores the call's usage and raises when a budget is now exceeded."""
+
+    async def before(self, provider: str, model: str, max_tokens: int, prompt_tokens: int,
+                     price: Any) -> str: ...
+
+    async def after(self, call: CallUsage) -> None: ...
