@@ -197,3 +197,36 @@ def test_config_budget_set_params_are_read_or_refused_with_32602(params: dict[st
     assert request.max_tokens is None or 1 <= request.max_tokens <= 10**15
     assert request.max_cost_usd is None or 0 < request.max_cost_usd <= 1e9
     assert "extra" not in params
+
+
+async def test_a_restart_cannot_overspend_a_budget(tmp_path, fake_llm):
+    """kill -9 while the third call is in flight: the two answered calls were stored, so the
+    restarted service's retaken attempt may make one more call (30 + 10 <= 50), not three."""
+    import asyncio
+    import time
+
+    from tests.processes import Service
+
+    fake_llm.script("[[spend]]", ["one", "two", {"content": "three", "delay": 8}, "more"])
+    tasks = [{"id": "root", "name": "root", "budget": {"max_tokens": 50}},
+             {**crew("c", "root", steps=6), "inputs": {"agents": [{"role": "writer"}], "max_tokens": 10,
+                                                       "steps": [{"description": f"[[spend]] step {n}"}
+                                                                 for n in range(6)]}}]
+    env = {"SERVICE_DATABASE_URL": f"sqlite:///{tmp_path / 'tg.db'}", "SERVICE_CREATE_WAIT_TIMEOUT": "0",
+           "SERVICE_LLM_BASE_URL": fake_llm.base_url, "SERVICE_LLM_MAX_RETRIES": "0", "SERVICE_LEASE_SECONDS": "3"}
+    service = Service(tmp_path, env).start()
+    try:
+        await service.rpc("tasks.create", tasks)
+        start = time.monotonic()
+        while len(fake_llm.requests) < 3:  # the third call is in flight (answered in 8 s: after the kill)
+            assert time.monotonic() - start < 30, "the third call never came"
+            await asyncio.sleep(0.05)
+        service.kill()
+        service.start()
+        task = await service.wait_status("c", ("failed", "completed"), timeout=30)
+    finally:
+        service.stop()
+    assert task["status"] == "failed" and task["interruptions"] == 1
+    assert "budget of task 'root' exhausted: used 45 of 50 tokens" in task["error"]
+    assert len(fake_llm.requests) == 4  # 3 before the kill (one never answered), 1 after
+    assert task["usage"]["calls"] == 3 and task["usage"]["total_tokens"] == 45
