@@ -29,6 +29,7 @@ from taskgrove.agent.system import SystemService
 from taskgrove.agent.wait_service import WaitService
 from taskgrove.executors.database import dispose_engines
 from taskgrove.executors.registry import ExecutorRegistry
+from taskgrove.llm.breaker import Breakers
 from taskgrove.agent.metrics import Metrics
 from taskgrove.agent.budget_service import BudgetService
 from taskgrove.agent.usage_service import UsageService
@@ -86,6 +87,7 @@ class Services:
         usage = UsageService(repo, metrics)
         budgets = BudgetService(repo, settings, usage)
         engine.services["llm_meter"] = budgets.meter  # every LLM call: budgets, stored usage, /metrics
+        engine.services["llm_breakers"] = Breakers(settings.llm_breaker_failures, settings.llm_breaker_reset_seconds)
         schedule_loop = ScheduleLoop(engine)
         schedules = ScheduleService(repo, schedule_loop, settings)
         waits = WaitService(repo, engine, settings)

@@ -58,7 +58,8 @@ class GenerateService:
         counted for `owner` and held to the owner's daily budget (agent/budget_service.py)."""
         meter_for = self.services.get("llm_meter")
         meter = None if meter_for is None else meter_for(owner, None)
-        return LLMClient(self.settings, key_lookup=self.services.get("llm_key_lookup"), meter=meter)
+        return LLMClient(self.settings, key_lookup=self.services.get("llm_key_lookup"), meter=meter,
+                         breakers=self.services.get("llm_breakers"))
 
     def executors(self) -> list[type[Executor]]:
         return [cls for cls in self.registry.all() if cls.id not in NOT_GENERATABLE]

@@ -215,6 +215,10 @@ class Settings:
     # Seconds one LLM call may take, and how often a failed call is retried (llm/client.py).
     llm_timeout: float = 120.0
     llm_max_retries: int = 2
+    # The circuit breaker per LLM provider and model (llm/breaker.py): open after this many failures
+    # in a row (0: no breaker), half-open after the delay.
+    llm_breaker_failures: int = 5
+    llm_breaker_reset_seconds: float = 30.0
     database_url: str = field(
         default_factory=lambda: "sqlite+aiosqlite:///" + str(Path.cwd() / "taskgrove.db")
     )
@@ -334,6 +338,8 @@ class Settings:
             llm_base_url=_optional(env, "SERVICE_LLM_BASE_URL"),
             llm_timeout=_float(env, "SERVICE_LLM_TIMEOUT", 120.0, 0.1, 3600.0),
             llm_max_retries=_int(env, "SERVICE_LLM_MAX_RETRIES", 2, 0, 10),
+            llm_breaker_failures=_int(env, "SERVICE_LLM_BREAKER_FAILURES", 5, 0, 1000),
+            llm_breaker_reset_seconds=_float(env, "SERVICE_LLM_BREAKER_RESET_SECONDS", 30.0, 0.0, 86_400.0),
             public_url=_optional(env, "SERVICE_PUBLIC_URL"),
             max_concurrency=_int(env, "SERVICE_MAX_CONCURRENCY", 16, 1, 10_000),
             create_wait_timeout=_float(env, "SERVICE_CREATE_WAIT_TIMEOUT", 30.0, 0.0, 86_400.0),

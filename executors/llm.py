@@ -38,7 +38,8 @@ def make_client(context: ExecutionContext) -> LLMClient:
     agent/budget_service.py) come from the app's services when present."""
     meter_for = context.services.get("llm_meter")
     meter = None if meter_for is None else meter_for(context.user_id, context.task)
-    return LLMClient(context.settings, key_lookup=context.services.get("llm_key_lookup"), meter=meter)
+    return LLMClient(context.settings, key_lookup=context.services.get("llm_key_lookup"), meter=meter,
+                     breakers=context.services.get("llm_breakers"))
 
 
 def call_args(options: Mapping[str, Any], context: ExecutionContext) -> tuple[str | None, str | None]:

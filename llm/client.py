@@ -17,10 +17,13 @@ import os
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from taskgrove.llm import usage as llm_usage
 from taskgrove.llm.usage import CallUsage
+
+if TYPE_CHECKING:  # pragma: no cover
+    from taskgrove.llm.breaker import Breakers
 
 # litellm fetches a model price map from GitHub at import unless told to use its bundled copy.
 # Set it before the (lazy) import so the service never reaches the internet on its own.
@@ -278,10 +281,11 @@ class LLMClient:
     """
 
     def __init__(self, settings: LLMSettings, key_lookup: KeyLookup | None = None,
-                 meter: Meter | None = None) -> None:
+                 meter: Meter | None = None, breakers: Breakers | None = None) -> None:
         self.settings = settings
         self.key_lookup = key_lookup
         self.meter = meter
+        self.breakers = breakers  # llm/breaker.py: one per provider and model, shared by the service
         self.usage: dict[str, int] = empty_usage()
         self.spend: dict[str, Any] = llm_usage.empty()
         self._call: _Call | None = None
@@ -400,6 +404,8 @@ class LLMClient:
             "num_retries": int(getattr(self.settings, "llm_max_retries", 2)),
         }
         kwargs.update(model=_routed(spec, model_name, base_url))
+        if self.breakers is not None:
+            self.breakers.check(provider_id, model_name)
         if base_url:
             # An OpenAI-compatible server (Ollama, vLLM, a test double): speak the OpenAI protocol.
             kwargs.update(api_base=base_url, api_key=key or "no-key")
@@ -429,9 +435,14 @@ class LLMClient:
             if self._call.text:  # failed mid-stream: what was generated was likely billed
                 await self._account(litellm, self.usage_so_far_in_flight(), provider_id, model_name,
                                     kwargs["model"])
-            raise map_error(exc, provider_id, key) from None
+            mapped = map_error(exc, provider_id, key)
+            if self.breakers is not None:
+                self.breakers.record(provider_id, model_name, mapped)
+            raise mapped from None
         finally:
             self._call = None
+        if self.breakers is not None:
+            self.breakers.record(provider_id, model_name, None)
         call = await self._account(litellm, usage, provider_id, model_name, kwargs["model"])
         return Completion(text=text, usage=usage, model=model_name, provider=provider_id, cost_usd=call.cost_usd)
 
