@@ -17,13 +17,10 @@ import os
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from taskgrove.llm import usage as llm_usage
 from taskgrove.llm.usage import CallUsage
-
-if TYPE_CHECKING:  # pragma: no cover
-    from taskgrove.llm.breaker import Breakers
 
 # litellm fetches a model price map from GitHub at import unless told to use its bundled copy.
 # Set it before the (lazy) import so the service never reaches the internet on its own.
@@ -40,6 +37,14 @@ class Meter(Protocol):
                      price: Callable[[str, int, int], float | None]) -> str: ...
 
     async def after(self, call: CallUsage) -> None: ...
+
+
+class Breakers(Protocol):
+    """The circuit breakers of a service (llm/breaker.py): asked before a call, told its outcome."""
+
+    def check(self, provider: str, model: str) -> None: ...
+
+    def record(self, provider: str, model: str, error: BaseException | None) -> None: ...
 
 
 class LLMSettings(Protocol):
