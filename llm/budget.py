@@ -3,17 +3,15 @@
 A limit is a task's `budget` (over its subtree's calls) or a user's daily budget. It is checked
 before a call, by what the call may use at most (its `max_tokens`, and their price when the model
 has one), and after it, by what was used. `agent/budget_service.py` reads the stored sums and
-hands them here; the LLM client asks its `Meter` before and after each call.
+hands them here; the LLM client asks its `Meter` (llm/client.py) before and after each call.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
 
 from taskgrove.llm.client import LLMError
-from taskgrove.llm.usage import CallUsage
 
 
 class LLMBudgetExhausted(LLMError):
@@ -62,15 +60,3 @@ class Limit:
 
     def exhausted_error(self, what: str) -> LLMBudgetExhausted:
         return LLMBudgetExhausted(f"budget of {self.where} exhausted: {self.describe_use()}; {what}")
-
-
-class Meter(Protocol):
-    """What the LLM client asks around each call (agent/budget_service.py implements it).
-
-    `before` returns the model to call (a `downgrade` budget may switch it) or raises
-    LLMBudgetExhausted; `after` stores the call's usage and raises when a budget is now exceeded."""
-
-    async def before(self, provider: str, model: str, max_tokens: int, prompt_tokens: int,
-                     price: Any) -> str: ...
-
-    async def after(self, call: CallUsage) -> None: ...

@@ -12,6 +12,7 @@ module must stay cheap; a test checks `litellm` is absent from `sys.modules` aft
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import os
 import re
@@ -430,7 +431,9 @@ class LLMClient:
                 usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         except asyncio.CancelledError:
             # Cancelled mid-call: the prompt (and any streamed text) was likely billed; keep the estimate.
-            await self._account(litellm, self.usage_so_far_in_flight(), provider_id, model_name, kwargs["model"])
+            with contextlib.suppress(LLMError):  # a budget it exceeded must not replace the cancel
+                await self._account(litellm, self.usage_so_far_in_flight(), provider_id, model_name,
+                                    kwargs["model"])
             raise
         except LLMError:
             raise
@@ -438,8 +441,9 @@ class LLMClient:
             raise failed.original from None
         except Exception as exc:
             if self._call.text:  # failed mid-stream: what was generated was likely billed
-                await self._account(litellm, self.usage_so_far_in_flight(), provider_id, model_name,
-                                    kwargs["model"])
+                with contextlib.suppress(LLMError):  # the provider's failure is the one to tell
+                    await self._account(litellm, self.usage_so_far_in_flight(), provider_id, model_name,
+                                        kwargs["model"])
             mapped = map_error(exc, provider_id, key)
             if self.breakers is not None:
                 self.breakers.record(provider_id, model_name, mapped)

@@ -74,3 +74,18 @@ async def test_an_open_breaker_fails_fast_without_calling_the_provider(app_facto
         assert "circuit open" in errors[2]
         await c.result("tasks.create", [llm("other", "hello", model="m2")])  # another model is not held back
         assert (await c.result("tasks.get", {"task_id": "other"}))["status"] == "completed"
+
+
+async def test_a_429_is_retried_after_the_providers_retry_after(app_factory, fake_llm):
+    """SERVICE_LLM_MAX_RETRIES retries (litellm hands them to the OpenAI client, which waits the
+    answer's Retry-After): the second request comes no sooner than 2 s after the first."""
+    fake_llm.script("[[busy]]", [{"status": 429, "content": "slow down", "retry_after": 2}, "fine"])
+    env = {"SERVICE_LLM_BASE_URL": fake_llm.base_url, "SERVICE_LLM_MAX_RETRIES": "1",
+           "SERVICE_LLM_BREAKER_FAILURES": "1"}
+    async with app_factory(env=env) as c:
+        await c.result("tasks.create", [llm("t", "[[busy]] hello")])
+        task = await c.result("tasks.get", {"task_id": "t"})
+    assert task["status"] == "completed" and task["result"]["text"] == "fine"
+    first, second = fake_llm.requests
+    assert second["received_at"] - first["received_at"] >= 2.0
+    assert task["usage"]["calls"] == 1  # one call as the task sees it, its retry inside
