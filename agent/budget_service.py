@@ -20,38 +20,13 @@ from taskgrove.agent.rpc.tasks import typed
 from taskgrove.agent.settings import Settings
 from taskgrove.agent.usage_service import UsageService, today
 from taskgrove.llm import usage as llm_usage
-from taskgrove.llm.budget import Limit, LLMBudgetExhausted
+from taskgrove.llm.budget import Limit, LLMBudgetExhausted, remaining, subtree_limits
 from taskgrove.llm.usage import CallUsage
 from taskgrove.storage import usage as stored_usage
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.trees import now_iso
 
 Price = Callable[[str, int, int], "float | None"]
-
-
-def subtree_limits(rows: list[dict[str, Any]], task_id: str) -> list[Limit]:
-    """The budgets over `task_id` (its own and its ancestors'), each with its subtree's usage."""
-    by_id = {row["id"]: row for row in rows}
-    children: dict[str | None, list[str]] = {}
-    for row in rows:
-        children.setdefault(row["parent_id"], []).append(row["id"])
-    limits = []
-    current = by_id.get(task_id)
-    while current is not None:
-        if isinstance(current.get("budget"), Mapping):
-            limits.append(Limit.of_budget(f"task '{current['id']}'", current["budget"],
-                                          _subtree_usage(by_id, children, current["id"])))
-        current = by_id.get(current["parent_id"]) if current["parent_id"] else None
-    return limits
-
-
-def _subtree_usage(by_id: Mapping[str, Any], children: Mapping[Any, list[str]], top: str) -> dict[str, Any]:
-    stack, usages = [top], []
-    while stack:
-        tid = stack.pop()
-        usages.append(by_id[tid].get("usage"))
-        stack.extend(children.get(tid, ()))
-    return llm_usage.total_of(u for u in usages if isinstance(u, Mapping)) or llm_usage.empty()
 
 
 class BudgetService:
@@ -108,15 +83,6 @@ class BudgetService:
         return answer
 
 
-def remaining(limit: Limit, used: Mapping[str, Any]) -> dict[str, Any]:
-    """What a limit still allows (None for a kind it does not limit, or a cost unknown)."""
-    tokens = None if limit.max_tokens is None else max(0, limit.max_tokens - int(used.get("total_tokens") or 0))
-    cost = None
-    if limit.max_cost_usd is not None and used.get("cost_usd") is not None:
-        cost = round(max(0.0, limit.max_cost_usd - float(used["cost_usd"])), 10)
-    return {"tokens": tokens, "cost_usd": cost}
-
-
 class LlmMeter:
     """One LLM client's meter (llm/client.py `Meter`): checks the budgets over its task and its
     user before each call, stores each call's usage after it."""
@@ -170,4 +136,4 @@ class LlmMeter:
                 raise limit.exhausted_error("the last call went past it")
 
 
-__all__ = ["BudgetService", "LlmMeter", "LLMBudgetExhausted", "remaining", "subtree_limits"]
+__all__ = ["BudgetService", "LlmMeter", "LLMBudgetExhausted"]

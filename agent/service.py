@@ -31,6 +31,7 @@ from taskgrove.agent.rpc.jsonrpc import CallContext, StreamReply
 from taskgrove.agent.settings import Settings
 from taskgrove.agent.usage_service import tree_total
 from taskgrove.executors.registry import ExecutorRegistry
+from taskgrove.llm.budget import budget_remaining
 from taskgrove.storage import fields, jsonvalues, trees
 from taskgrove.storage import usage as stored_usage
 from taskgrove.storage.executions import OverQuota
@@ -203,6 +204,9 @@ class TaskService:
         if row["parent_id"] is None:  # a root: what its whole tree's LLM calls used (docs/costs.md)
             answer["tree_usage"] = tree_total(await self.repo.run(stored_usage.tree_usages, row["task_tree_id"],
                                                                   inline=True))
+        if row.get("budget"):  # what its budget still allows over its subtree
+            rows = await self.repo.run(stored_usage.tree_budget_rows, row["task_tree_id"], inline=True)
+            answer["budget_remaining"] = budget_remaining(rows, task_id)
         if row["status"] == TaskStatus.PENDING:  # why it waits, as this instance's engine knows it
             reason = self.engine.why_waiting(task_id)
             if reason is not None:

@@ -9,8 +9,10 @@ hands them here; the LLM client asks its `Meter` (llm/client.py) before and afte
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 from dataclasses import dataclass, field
 
+from taskgrove.llm import usage as llm_usage
 from taskgrove.llm.client import LLMError
 
 
@@ -60,3 +62,43 @@ class Limit:
 
     def exhausted_error(self, what: str) -> LLMBudgetExhausted:
         return LLMBudgetExhausted(f"budget of {self.where} exhausted: {self.describe_use()}; {what}")
+
+
+def subtree_limits(rows: list[dict[str, Any]], task_id: str) -> list[Limit]:
+    """The budgets over `task_id` (its own and its ancestors'), each with its subtree's usage."""
+    by_id = {row["id"]: row for row in rows}
+    children: dict[str | None, list[str]] = {}
+    for row in rows:
+        children.setdefault(row["parent_id"], []).append(row["id"])
+    limits = []
+    current = by_id.get(task_id)
+    while current is not None:
+        if isinstance(current.get("budget"), Mapping):
+            limits.append(Limit.of_budget(f"task '{current['id']}'", current["budget"],
+                                          _subtree_usage(by_id, children, current["id"])))
+        current = by_id.get(current["parent_id"]) if current["parent_id"] else None
+    return limits
+
+
+def _subtree_usage(by_id: Mapping[str, Any], children: Mapping[Any, list[str]], top: str) -> dict[str, Any]:
+    stack, usages = [top], []
+    while stack:
+        tid = stack.pop()
+        usages.append(by_id[tid].get("usage"))
+        stack.extend(children.get(tid, ()))
+    return llm_usage.total_of(u for u in usages if isinstance(u, Mapping)) or llm_usage.empty()
+
+
+def budget_remaining(rows: list[dict[str, Any]], task_id: str) -> dict[str, Any] | None:
+    """What the task's own budget still allows over its subtree (tasks.get), or None without one."""
+    own = next((lim for lim in subtree_limits(rows, task_id) if lim.where == f"task '{task_id}'"), None)
+    return None if own is None else remaining(own, own.used)
+
+
+def remaining(limit: Limit, used: Mapping[str, Any]) -> dict[str, Any]:
+    """What a limit still allows (None for a kind it does not limit, or a cost unknown)."""
+    tokens = None if limit.max_tokens is None else max(0, limit.max_tokens - int(used.get("total_tokens") or 0))
+    cost = None
+    if limit.max_cost_usd is not None and used.get("cost_usd") is not None:
+        cost = round(max(0.0, limit.max_cost_usd - float(used["cost_usd"])), 10)
+    return {"tokens": tokens, "cost_usd": cost}

@@ -56,6 +56,8 @@ async def test_a_subtree_budget_stops_spending_before_the_call_it_cannot_cover(a
     assert "was not made" in task["error"]
     assert task["usage"]["total_tokens"] == 45 and task["usage"]["calls"] == 3
     assert root["tree_usage"]["total_tokens"] == 45 and root["budget"] == {"max_tokens": 50}
+    assert root["budget_remaining"] == {"tokens": 5, "cost_usd": None}
+    assert "budget_remaining" not in task  # a task without a budget of its own
 
 
 async def test_a_budget_covers_its_subtree_across_tasks_and_a_call_past_it_fails_the_task(app_factory, fake_llm):
