@@ -128,3 +128,17 @@ def test_sums_keep_an_unknown_cost_unknown():
     assert llm_usage.add(known, unknown)["cost_usd"] is None
     assert llm_usage.add(unknown, llm_usage.empty())["cost_usd"] is None
     assert llm_usage.add(llm_usage.empty(), llm_usage.empty()) == llm_usage.empty()
+
+
+async def test_the_a2a_task_results_artifact_carries_the_tree_usage(app_factory, fake_llm):
+    from tests.test_a2a_artifacts import sse
+    from tests.test_a2a_wire import send_body
+
+    tasks = [llm_task("root", None, PRICED), llm_task("a", "root", PRICED)]
+    async with app_factory(env=llm_env(fake_llm)) as c:
+        response = await c.http.post("/", json=send_body(tasks, method="message/stream"))
+    events = [e["result"] for e in sse(response.text)]
+    (artifact,) = [e for e in events if e["kind"] == "artifact-update"]
+    usage = artifact["artifact"]["parts"][0]["data"]["tree_usage"]
+    assert (usage["total_tokens"], usage["calls"]) == (30, 2)
+    assert usage["cost_usd"] == pytest.approx(2 * price_of(PRICED, 10, 5))
