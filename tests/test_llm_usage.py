@@ -142,3 +142,34 @@ async def test_the_a2a_task_results_artifact_carries_the_tree_usage(app_factory,
     usage = artifact["artifact"]["parts"][0]["data"]["tree_usage"]
     assert (usage["total_tokens"], usage["calls"]) == (30, 2)
     assert usage["cost_usd"] == pytest.approx(2 * price_of(PRICED, 10, 5))
+
+
+async def test_taskgrove_usage_show_for_people_and_scripts(tmp_path, fake_llm):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.processes import Service
+
+    env = {"SERVICE_DATABASE_URL": f"sqlite:///{tmp_path / 'tg.db'}", "SERVICE_LLM_BASE_URL": fake_llm.base_url,
+           "SERVICE_LLM_MAX_RETRIES": "0", "SERVICE_USER_DAILY_BUDGET_TOKENS": "1000"}
+    service = Service(tmp_path, env).start()
+    try:
+        task = llm_task("r", None, PRICED, user_id="alice")
+        task["inputs"]["max_tokens"] = 100  # within the day's 1000 tokens
+        await service.rpc("tasks.create", [task])
+        task_status = (await service.wait_status("r", ("completed", "failed"), timeout=30))
+        command = [str(Path(sys.executable).parent / "taskgrove"), "usage", "show", "--user", "alice",
+                   "--url", service.url]
+        scripted = subprocess.run([*command, "--json"], capture_output=True, text=True, timeout=60)
+        shown = subprocess.run(command, capture_output=True, text=True, timeout=60, env={"COLUMNS": "200"})
+    finally:
+        service.stop()
+    assert task_status["status"] == "completed", task_status["error"]
+    assert scripted.returncode == 0, scripted.stderr
+    answer = json.loads(scripted.stdout)
+    assert (answer["today"]["total_tokens"], answer["today"]["calls"]) == (15, 1)
+    assert answer["budget"]["remaining"]["tokens"] == 985
+    assert shown.returncode == 0, shown.stderr
+    assert "LLM usage of alice" in shown.stdout and "985 tokens" in shown.stdout
+    assert "15" in shown.stdout
