@@ -10,7 +10,7 @@ together pass a budget by at most their own sizes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from taskgrove.agent.errors import permission_denied
@@ -27,6 +27,7 @@ from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.trees import now_iso
 
 Price = Callable[[str, int, int], "float | None"]
+Pause = Callable[[str], Awaitable[Any]]  # ExecutionContext.wait_for_input: raises Waiting, or the answer
 
 
 class BudgetService:
@@ -37,9 +38,10 @@ class BudgetService:
         self.settings = settings
         self.usage = usage
 
-    def meter(self, user_id: str | None, task: Mapping[str, Any] | None) -> LlmMeter:
-        """The meter of one client: a task's attempt (`task`: its row) or the planner's (None)."""
-        return LlmMeter(self, user_id, task)
+    def meter(self, user_id: str | None, task: Mapping[str, Any] | None, pause: Pause | None = None) -> LlmMeter:
+        """The meter of one client: a task's attempt (`task`: its row; `pause`: its
+        ExecutionContext.wait_for_input) or the planner's (None: a `pause` budget fails it)."""
+        return LlmMeter(self, user_id, task, pause)
 
     async def user_limit(self, user_id: str | None) -> Limit | None:
         """The user's daily budget (their own, else the settings') with today's usage, or None."""
@@ -87,8 +89,10 @@ class LlmMeter:
     """One LLM client's meter (llm/client.py `Meter`): checks the budgets over its task and its
     user before each call, stores each call's usage after it."""
 
-    def __init__(self, budgets: BudgetService, user_id: str | None, task: Mapping[str, Any] | None) -> None:
+    def __init__(self, budgets: BudgetService, user_id: str | None, task: Mapping[str, Any] | None,
+                 pause: Pause | None = None) -> None:
         self.budgets = budgets
+        self.pause = pause
         self.user_id = user_id
         self.task_id = task.get("id") if task is not None else None
         self.tree_id = task.get("task_tree_id") if task is not None else None
@@ -107,23 +111,40 @@ class LlmMeter:
 
     async def before(self, provider: str, model: str, max_tokens: int, prompt_tokens: int, price: Price) -> str:
         """The model to call: `model` when every budget can cover the call by its max_tokens,
-        else the first of a `downgrade` budget's fallback_models that they can cover."""
-        limits = await self.limits()
-        if not limits:
-            return model
+        else the first of a `downgrade` budget's fallback_models that they can cover. A `pause`
+        budget parks the task on a wait for input (docs/waits.md) until a person answers, then
+        checks again (the budget may have been raised meanwhile)."""
+        while True:
+            limits = await self.limits()
+            if not limits:
+                return model
+            chosen, error, policy = self._choose(limits, model, max_tokens, prompt_tokens, price)
+            if chosen is not None:
+                return chosen
+            assert error is not None
+            if policy != "pause" or self.pause is None:
+                raise error
+            await self.pause(f"{error}. Raise the budget (tasks.update of the task's budget), then answer this "
+                             "wait to go on.")
+
+    @staticmethod
+    def _choose(limits: list[Limit], model: str, max_tokens: int, prompt_tokens: int,
+                price: Price) -> tuple[str | None, LLMBudgetExhausted | None, str]:
+        """(the model the budgets can cover, None, '') or (None, the refusal, the blocking policy)."""
         fallbacks = next((lim.fallback_models for lim in limits if lim.policy == "downgrade"), ())
         blocking: Limit | None = None
         for name in (model, *fallbacks):
             cost = price(name, prompt_tokens, max_tokens)
             blocking = next((lim for lim in limits if lim.exhausted(max_tokens, cost)), None)
             if blocking is None:
-                return name
+                return name, None, ""
             if blocking.policy != "downgrade":
                 break
         assert blocking is not None
         tried = "" if blocking.policy != "downgrade" else f" (nor by its fallback models {list(fallbacks)})"
-        raise blocking.exhausted_error(f"the next call (max_tokens {max_tokens}, model {model}) cannot be "
-                                       f"covered{tried} and was not made")
+        error = blocking.exhausted_error(f"the next call (max_tokens {max_tokens}, model {model}) cannot be "
+                                         f"covered{tried} and was not made")
+        return None, error, blocking.policy
 
     async def after(self, call: CallUsage) -> None:
         """Store the call's usage (the task's, the user's day), then refuse to go on past a

@@ -107,7 +107,7 @@ def check_retry(value: Any) -> str | None:
     return None
 
 
-BUDGET_POLICIES = ("fail", "downgrade")  # "pause" (a wait for a person) is not built yet
+BUDGET_POLICIES = ("fail", "downgrade", "pause")
 BUDGET_KEYS = ("max_tokens", "max_cost_usd", "on_exhausted", "fallback_models")
 MAX_BUDGET_TOKENS = 10**15
 MAX_BUDGET_USD = 1e9

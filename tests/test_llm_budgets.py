@@ -178,7 +178,7 @@ def test_the_budget_rule_accepts_exactly_the_documented_shape(value: Any) -> Non
                                                    and 1 <= value["max_tokens"] <= 10**15))
           and (value.get("max_cost_usd") is None or (type(value["max_cost_usd"]) in (int, float)
                                                      and 0 < value["max_cost_usd"] <= 1e9))
-          and value.get("on_exhausted", "fail") in ("fail", "downgrade")
+          and value.get("on_exhausted", "fail") in ("fail", "downgrade", "pause")
           and isinstance(value.get("fallback_models", []), list)
           and all(isinstance(m, str) and 0 < len(m) <= 200 for m in value.get("fallback_models", []))
           and (value.get("on_exhausted") != "downgrade" or bool(value.get("fallback_models"))))
@@ -232,3 +232,39 @@ async def test_a_restart_cannot_overspend_a_budget(tmp_path, fake_llm):
     assert "budget of task 'root' exhausted: used 45 of 50 tokens" in task["error"]
     assert len(fake_llm.requests) == 4  # 3 before the kill (one never answered), 1 after
     assert task["usage"]["calls"] == 3 and task["usage"]["total_tokens"] == 45
+
+
+async def test_pause_parks_the_task_until_a_person_raises_the_budget_and_answers(app_factory, fake_llm):
+    budget = {"max_tokens": 20, "on_exhausted": "pause"}
+    tasks = [{"id": "root", "name": "root", "budget": budget},
+             llm("a", "root"), llm("b", "root", dependencies=[{"id": "a"}])]
+    async with app_factory(env=llm_env(fake_llm)) as c:
+        await c.result("tasks.create", tasks)  # answers once b waits: 15 + 10 > 20
+        b = await c.wait_status("b", ("in_progress",))
+        assert b["waiting"]["kind"] == "input"
+        assert "budget of task 'root' exhausted: used 15 of 20 tokens" in b["waiting"]["prompt"]
+        assert len(fake_llm.requests) == 1
+
+        await c.result("tasks.respond", {"task_id": "b", "value": "go on"})  # not raised: it waits again
+        again = await next_wait(c, "b", b["waiting"]["since"])
+        assert "used 15 of 20 tokens" in again["waiting"]["prompt"] and len(fake_llm.requests) == 1
+
+        await c.result("tasks.update", {"task_id": "root", "budget": {**budget, "max_tokens": 100}})
+        await c.result("tasks.respond", {"task_id": "b", "value": "raised"})
+        b = await c.wait_status("b", ("completed", "failed"))
+    assert b["status"] == "completed", b["error"]
+    assert len(fake_llm.requests) == 2 and b["usage"]["total_tokens"] == 15
+
+
+async def next_wait(c: Any, task_id: str, since: str) -> dict[str, Any]:
+    """The task once parked on a wait that began after `since` (the first answered, the budget
+    still short)."""
+    import asyncio
+
+    deadline = asyncio.get_running_loop().time() + 10
+    while True:
+        task = await c.result("tasks.get", {"task_id": task_id})
+        if task["waiting"] is not None and task["waiting"]["since"] != since:
+            return task
+        assert asyncio.get_running_loop().time() < deadline, f"{task_id} never waited again: {task}"
+        await asyncio.sleep(0.02)
