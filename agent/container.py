@@ -15,7 +15,7 @@ from taskgrove.agent.engine.bus import EventBus
 from taskgrove.agent.engine.engine import Engine
 from taskgrove.agent.generate_service import GenerateService
 from taskgrove.agent.keys import KeyConfigService
-from taskgrove.agent.requests_services import GenerateTree, InitExamples
+from taskgrove.agent.requests_services import GenerateTree, InitExamples, UsageQuery
 from taskgrove.agent.rpc.jsonrpc import Handler
 from taskgrove.agent.idempotency import IdempotentMethods
 from taskgrove.agent.rpc.schedules import schedule_methods
@@ -33,7 +33,10 @@ from taskgrove.agent.wait_service import WaitService
 from taskgrove.agent.log_service import LogService
 from taskgrove.executors.database import dispose_engines
 from taskgrove.executors.registry import ExecutorRegistry
+from taskgrove.llm.breaker import Breakers
 from taskgrove.agent.metrics import Metrics
+from taskgrove.agent.budget_service import BudgetService
+from taskgrove.agent.usage_service import UsageService
 from taskgrove.storage.db import create_batch_engine, create_engine, create_loop_engine, migrate
 from taskgrove.storage.keys import KeyStore
 from taskgrove.storage.repository import TaskRepository
@@ -68,6 +71,8 @@ class Services:
     idempotency: IdempotentMethods | None = None
     # Retention: tasks.purge, and the sweeper started when SERVICE_RETENTION is set.
     retention: Retention | None = None
+    # Costs of LLM work (docs/costs.md): counted per call, summed per tree and per user and day.
+    usage: UsageService | None = None
     # Set once the schema is at the migrations' head (for /readyz).
     migrated: bool = False
 
@@ -87,12 +92,16 @@ class Services:
         engine.services["registry"] = registry  # generate_executor offers the app's executors
         keys = KeyConfigService(KeyStore(repo.engine, settings.secret_key))
         engine.services["llm_key_lookup"] = keys.lookup  # stored per-user keys for the LLM client
+        usage = UsageService(repo, metrics)
+        budgets = BudgetService(repo, settings, usage)
+        engine.services["llm_meter"] = budgets.meter  # every LLM call: budgets, stored usage, /metrics
+        engine.services["llm_breakers"] = Breakers(settings.llm_breaker_failures, settings.llm_breaker_reset_seconds)
         schedule_loop = ScheduleLoop(engine)
         schedules = ScheduleService(repo, schedule_loop, settings)
         waits = WaitService(repo, engine, settings)
         logs = LogService(repo, bus)
         services = cls(settings, repo, bus, registry, engine, tasks, system, schedule_loop, schedules, admission,
-                       waits, logs, keys=keys, metrics=metrics)
+                       waits, logs, keys=keys, metrics=metrics, usage=usage)
         services.task_methods = {**task_methods(tasks), **schedule_methods(schedules), **wait_methods(waits),
                                  **log_methods(logs)}
         idempotent = services.idempotency = IdempotentMethods(repo, settings)
@@ -102,12 +111,14 @@ class Services:
         services.task_methods["tasks.purge"] = typed(PurgeTasks.from_params, services.retention.purge)
         generate = GenerateService(tasks, registry, settings, engine.services)
         services.task_methods["tasks.generate"] = typed(GenerateTree.from_params, generate.generate)
+        services.task_methods["usage.get"] = typed(UsageQuery.from_params, usage.get)
         services.system_methods = {
             "system.health": without_params(system.health),
             "system.executors": without_params(system.executors),
             "examples.init": typed(InitExamples.from_params, system.examples_init),
             "examples.status": without_params(system.examples_status),
             **keys.methods(),
+            **budgets.methods(),
         }
         return services
 

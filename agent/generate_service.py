@@ -53,10 +53,14 @@ class GenerateService:
         self.settings = settings
         self.services = services
 
-    def client(self, traceparent: str | None = None) -> LLMClient:
-        """A fresh client per call: its usage total is that call's usage. `traceparent`: the
-        caller's trace context, sent with the LLM call (docs/observability.md)."""
-        return LLMClient(self.settings, key_lookup=self.services.get("llm_key_lookup"), traceparent=traceparent)
+    def client(self, owner: str | None = None, traceparent: str | None = None) -> LLMClient:
+        """A fresh client per call: its usage total is that call's usage; each of its calls is
+        counted for `owner` and held to the owner's daily budget (agent/budget_service.py).
+        `traceparent`: the caller's trace context, sent with the LLM call (docs/observability.md)."""
+        meter_for = self.services.get("llm_meter")
+        meter = None if meter_for is None else meter_for(owner, None)
+        return LLMClient(self.settings, key_lookup=self.services.get("llm_key_lookup"), meter=meter,
+                         breakers=self.services.get("llm_breakers"), traceparent=traceparent)
 
     def executors(self) -> list[type[Executor]]:
         return [cls for cls in self.registry.all() if cls.id not in NOT_GENERATABLE]
@@ -75,9 +79,10 @@ class GenerateService:
         owner = user_id if user_id is not None else caller.user_id
 
         provider, header_key = _header_key(provider, ctx)
+        client = self.client(owner, ctx.traceparent)
         try:
             result = await generate_tree(
-                request.requirement, client=self.client(ctx.traceparent), executors=self.executors(), provider=provider,
+                request.requirement, client=client, executors=self.executors(), provider=provider,
                 model=request.model, temperature=request.temperature, max_tokens=request.max_tokens,
                 api_key=header_key, user_id=owner,
             )
@@ -105,6 +110,7 @@ class GenerateService:
             answer["message"] = (f"Generated {len(tasks)} tasks{repaired}; not saved: pass them to "
                                  f"tasks.create, or call tasks.generate with save=true")
         answer["token_usage"] = result.usage
+        answer["usage"] = client.spend
         return answer
 
 

@@ -24,6 +24,7 @@ SURFACES = {"tasks": "tasks", "system": "system", "graphql": "graphql", "ws": "w
 HTTP_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
 REFUSAL_REASONS = ("pending", "rate")
 RETENTION_KINDS = ("trees", "tasks")
+MAX_LLM_MODELS = 50  # models named in the taskgrove_llm_* series; later ones are counted as `other`
 TOP_USERS = 20  # users named in taskgrove_user_tasks; the rest are summed as `other`
 
 
@@ -81,6 +82,16 @@ class Metrics:
                                  "tasks.purge), by kind: trees, tasks", ["kind"], registry=r)
         for kind in RETENTION_KINDS:  # both series exist from the start, at 0
             self.retention.labels(kind)
+        self.llm_tokens = Counter("taskgrove_llm_tokens", "LLM tokens used, by provider, model (the first "
+                                  f"{MAX_LLM_MODELS} models seen by name, the rest as `other`) and kind "
+                                  "(prompt, completion)", ["provider", "model", "kind"], registry=r)
+        self.llm_cost = Counter("taskgrove_llm_cost_usd", "LLM cost in US dollars from litellm's price table "
+                                "(calls of models without a price add nothing), by provider and model",
+                                ["provider", "model"], registry=r)
+        self.llm_calls = Counter("taskgrove_llm_calls", "LLM calls, by provider, model and whether litellm "
+                                 "has a price for the model (priced: yes, no)", ["provider", "model", "priced"],
+                                 registry=r)
+        self._llm_models: set[str] = set()
         self._known_executors: frozenset[str] = frozenset()
         # The children of the labelled series, looked up once (labels() takes a lock every call).
         self._children: dict[tuple[Any, ...], Any] = {}
@@ -128,11 +139,27 @@ class Metrics:
         """One JSON-RPC call answered (agent/rpc/jsonrpc.py call_one): `method` is already
         bounded (a known name or `other`), `outcome` is `ok` or `error`."""
         self.child(self.rpc_latency, method, outcome).observe(seconds)
+
     def retention_deleted(self, trees: int, tasks: int) -> None:
         """One retention batch deleted `trees` trees holding `tasks` tasks (agent/retention.py)."""
         if trees:
             self.child(self.retention, "trees").inc(trees)
             self.child(self.retention, "tasks").inc(tasks)
+
+    def llm_call(self, provider: str, model: str, prompt_tokens: int, completion_tokens: int,
+                 cost_usd: float | None) -> None:
+        """One LLM call (llm/usage.py CallUsage); the model label is bounded (MAX_LLM_MODELS)."""
+        model = model[:64]
+        if model not in self._llm_models:
+            if len(self._llm_models) < MAX_LLM_MODELS:
+                self._llm_models.add(model)
+            else:
+                model = "other"
+        self.child(self.llm_tokens, provider, model, "prompt").inc(prompt_tokens)
+        self.child(self.llm_tokens, provider, model, "completion").inc(completion_tokens)
+        self.child(self.llm_calls, provider, model, "no" if cost_usd is None else "yes").inc()
+        if cost_usd is not None:
+            self.child(self.llm_cost, provider, model).inc(cost_usd)
 
     def engine_pass(self, seconds: float) -> None:
         self.passes.observe(seconds)

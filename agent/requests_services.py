@@ -19,6 +19,7 @@ from taskgrove.agent.requests import DEFAULT_LIMIT, MAX_LIMIT, MAX_OFFSET, param
 from taskgrove.agent.rpc import params as rpc_params
 from taskgrove.llm.client import PROVIDERS, normalize_provider
 from taskgrove.llm.generate import GenerationInputError, check_inputs
+from taskgrove.storage.fields import MAX_BUDGET_TOKENS, MAX_BUDGET_USD
 
 
 # --- schedules (agent/schedules.py) --------------------------------------------------------------
@@ -226,3 +227,64 @@ class InitExamples:
     @classmethod
     def from_params(cls, params: Any) -> InitExamples:
         return cls(rpc_params.boolean(params_object(params), "force", False))
+
+
+# --- usage.get (agent/usage_service.py) ----------------------------------------------------------
+
+MAX_USAGE_DAYS = 366
+
+
+@dataclass(slots=True)
+class UsageQuery:
+    """usage.get: a user's LLM usage per UTC day over the last `days` days (the caller's own
+    unless `user_id` names another, which only an admin may)."""
+
+    user_id: str | None = None
+    days: int = 7
+
+    @classmethod
+    def from_params(cls, params: Any) -> UsageQuery:
+        params = params_object(params)
+        return cls(rpc_params.string(params, "user_id", max_length=255),
+                   rpc_params.integer(params, "days", 7, low=1, high=MAX_USAGE_DAYS))
+
+
+# --- config.budget.* (agent/budget_service.py) -----------------------------------------------------
+
+
+@dataclass(slots=True)
+class SetBudget:
+    """config.budget.set: a user's own daily LLM budget (an admin's call). Both limits null (or
+    absent) removes it, so the user is held to SERVICE_USER_DAILY_BUDGET_USD / _TOKENS again."""
+
+    user_id: str
+    max_tokens: int | None = None
+    max_cost_usd: float | None = None
+
+    @classmethod
+    def from_params(cls, params: Any) -> SetBudget:
+        params = params_object(params)
+        user_id = rpc_params.string(params, "user_id", required=True, max_length=255)
+        tokens, cost = params.get("max_tokens"), params.get("max_cost_usd")
+        if tokens is not None:
+            tokens = rpc_params.bounded(tokens, "max_tokens", low=1, high=MAX_BUDGET_TOKENS)
+        if cost is not None and (isinstance(cost, bool) or not isinstance(cost, (int, float))
+                                 or not 0 < cost <= MAX_BUDGET_USD):
+            raise invalid_params(f"max_cost_usd must be a number above 0 and at most {MAX_BUDGET_USD:g}, "
+                                 f"got {cost!r}"[:300])
+        unknown = sorted(set(params) - {"user_id", "max_tokens", "max_cost_usd"})
+        if unknown:
+            raise invalid_params(f"unknown params {unknown}; config.budget.set takes user_id, max_tokens, "
+                                 f"max_cost_usd"[:300])
+        return cls(user_id, tokens, None if cost is None else float(cost))  # type: ignore[arg-type]
+
+
+@dataclass(slots=True)
+class BudgetRef:
+    """config.budget.get: whose daily budget (the caller's own when absent)."""
+
+    user_id: str | None = None
+
+    @classmethod
+    def from_params(cls, params: Any) -> BudgetRef:
+        return cls(rpc_params.string(params_object(params), "user_id", max_length=255))

@@ -31,8 +31,11 @@ from taskgrove.agent.requests import (CancelTasks, CloneTask, CopyTask, CountRun
                                       UpdateTask)
 from taskgrove.agent.rpc.jsonrpc import CallContext, StreamReply
 from taskgrove.agent.settings import Settings
+from taskgrove.agent.usage_service import tree_total
 from taskgrove.executors.registry import ExecutorRegistry
+from taskgrove.llm.budget import budget_remaining
 from taskgrove.storage import attempts, fields, jsonvalues, trees
+from taskgrove.storage import usage as stored_usage
 from taskgrove.storage.executions import OverQuota
 from taskgrove.storage.models import UNFINISHED_STATUSES, TaskStatus
 from taskgrove.storage.repository import TaskRepository
@@ -41,6 +44,7 @@ from taskgrove.storage.trees import TreeError, now_iso, public
 UPDATABLE = {
     "status", "inputs", "name", "priority", "params", "schemas", "dependencies", "result", "error",
     "progress", "started_at", "completed_at", "description", "retry", "timeout_seconds",
+    "budget",  # raised by a person when a budget ran out (docs/costs.md)
 }
 
 
@@ -199,6 +203,12 @@ class TaskService:
         if not ctx.caller.can_access(row["user_id"]):
             raise permission_denied(f"You may not access task '{task_id}'")
         answer = public(row)
+        if row["parent_id"] is None:  # a root: what its whole tree's LLM calls used (docs/costs.md)
+            answer["tree_usage"] = tree_total(await self.repo.run(stored_usage.tree_usages, row["task_tree_id"],
+                                                                  inline=True))
+        if row.get("budget"):  # what its budget still allows over its subtree
+            rows = await self.repo.run(stored_usage.tree_budget_rows, row["task_tree_id"], inline=True)
+            answer["budget_remaining"] = budget_remaining(rows, task_id)
         if row["status"] == TaskStatus.PENDING:  # why it waits, as this instance's engine knows it
             reason = self.engine.why_waiting(task_id)
             if reason is not None:
@@ -243,7 +253,9 @@ class TaskService:
     async def tree(self, request: GetTree, ctx: CallContext) -> dict[str, Any]:
         row = await self._task_for(request.task_id, ctx.caller)
         rows = await self.repo.tree(row["task_tree_id"])
-        return trees.nest(rows, row["task_tree_id"])
+        nested = trees.nest(rows, row["task_tree_id"])
+        nested["tree_usage"] = tree_total(r.get("usage") for r in rows)
+        return nested
 
     async def attempts(self, request: TaskAttempts, ctx: CallContext) -> list[dict[str, Any]]:
         """The attempt history (storage/attempts.py) of one task, or of every task of its tree,

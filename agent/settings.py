@@ -258,6 +258,10 @@ class Settings:
     # Seconds one LLM call may take, and how often a failed call is retried (llm/client.py).
     llm_timeout: float = 120.0
     llm_max_retries: int = 2
+    # The circuit breaker per LLM provider and model (llm/breaker.py): open after this many failures
+    # in a row (0: no breaker), half-open after the delay.
+    llm_breaker_failures: int = 5
+    llm_breaker_reset_seconds: float = 30.0
     database_url: str = field(
         default_factory=lambda: "sqlite+aiosqlite:///" + str(Path.cwd() / "taskgrove.db")
     )
@@ -335,6 +339,10 @@ class Settings:
     rate_limit_burst: int = 400
     # Users with the `admin` role are not held to the two quotas above.
     quota_exempt_admins: bool = True
+    # Each user's daily LLM budget (docs/costs.md), in US dollars and in tokens, per UTC day;
+    # None: no limit. An admin's config.budget.set replaces them for one user.
+    user_daily_budget_usd: float | None = None
+    user_daily_budget_tokens: int | None = None
     # --- input limits (docs/limits.md; issue 11 item 7, issue 18) ---
     # Largest request body on any HTTP surface (HTTP 413 beyond), and the per-message limit of
     # GraphQL WebSocket messages (closed with 1009 beyond).
@@ -386,6 +394,8 @@ class Settings:
             llm_base_url=_optional(env, "SERVICE_LLM_BASE_URL"),
             llm_timeout=_float(env, "SERVICE_LLM_TIMEOUT", 120.0, 0.1, 3600.0),
             llm_max_retries=_int(env, "SERVICE_LLM_MAX_RETRIES", 2, 0, 10),
+            llm_breaker_failures=_int(env, "SERVICE_LLM_BREAKER_FAILURES", 5, 0, 1000),
+            llm_breaker_reset_seconds=_float(env, "SERVICE_LLM_BREAKER_RESET_SECONDS", 30.0, 0.0, 86_400.0),
             public_url=_optional(env, "SERVICE_PUBLIC_URL"),
             max_concurrency=_int(env, "SERVICE_MAX_CONCURRENCY", 16, 1, 10_000),
             create_wait_timeout=_float(env, "SERVICE_CREATE_WAIT_TIMEOUT", 30.0, 0.0, 86_400.0),
@@ -423,6 +433,8 @@ class Settings:
             rate_limit_per_user=_float(env, "SERVICE_RATE_LIMIT_PER_USER", 200.0, 0.0, 1_000_000.0),
             rate_limit_burst=_int(env, "SERVICE_RATE_LIMIT_BURST", 400, 1, 10_000_000),
             quota_exempt_admins=_bool(env, "SERVICE_QUOTA_EXEMPT_ADMINS", True),
+            user_daily_budget_usd=_optional_float(env, "SERVICE_USER_DAILY_BUDGET_USD", 0.0, 1e9),
+            user_daily_budget_tokens=_int(env, "SERVICE_USER_DAILY_BUDGET_TOKENS", 0, 0, 10**15) or None,
             # input limits
             max_request_bytes=_int(env, "SERVICE_MAX_REQUEST_BYTES", 16 * 1024 * 1024, 1024, 2**31 - 1),
             max_json_depth=_int(env, "SERVICE_MAX_JSON_DEPTH", jsonvalues.DEFAULT_MAX_DEPTH, 4,

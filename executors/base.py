@@ -194,6 +194,8 @@ class Executor:
         # Executors that call LLMs keep running totals here; the engine stores them as
         # token_success / token_failed and returns them from cancel.
         self.token_usage: dict[str, int] | None = None
+        # The same calls with their cost (llm/usage.py): the engine adds it to the task's `usage`.
+        self.llm_usage: dict[str, Any] | None = None
 
     async def execute(self, inputs: dict[str, Any], context: ExecutionContext) -> Any:
         raise NotImplementedError

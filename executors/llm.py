@@ -34,9 +34,12 @@ _COMMON = {
 
 
 def make_client(context: ExecutionContext) -> LLMClient:
-    """A client for this run; the stored-key lookup comes from the app's services when present."""
-    return LLMClient(context.settings, key_lookup=context.services.get("llm_key_lookup"),
-                     traceparent=context.traceparent)
+    """A client for this run; the stored-key lookup and the meter (budgets, the stored usage:
+    agent/budget_service.py) come from the app's services when present."""
+    meter_for = context.services.get("llm_meter")
+    meter = None if meter_for is None else meter_for(context.user_id, context.task, context.wait_for_input)
+    return LLMClient(context.settings, key_lookup=context.services.get("llm_key_lookup"), meter=meter,
+                     breakers=context.services.get("llm_breakers"), traceparent=context.traceparent)
 
 
 def call_args(options: Mapping[str, Any], context: ExecutionContext) -> tuple[str | None, str | None]:
@@ -79,6 +82,7 @@ class _LLMBase(Executor):
     def _sync_usage(self) -> dict[str, int] | None:
         if self._client is not None:
             self.token_usage = self._client.usage_so_far()
+            self.llm_usage = self._client.spend  # the engine stores it on the task (`usage`)
         return self.token_usage
 
     def partial_result(self) -> Any:
@@ -136,7 +140,7 @@ class LLMExecutor(_LLMBase):
                 on_chunk=on_chunk,
             )
         except LLMError as exc:
-            raise ExecutorError(str(exc)) from None
+            raise ExecutorError(str(exc), retryable=exc.retryable) from None
         finally:
             self._sync_usage()
         return {"text": completion.text, "model": completion.model, "provider": completion.provider,
@@ -197,7 +201,7 @@ class GenerateExecutor(_LLMBase):
                 max_tokens=opts.get("max_tokens", 4000), api_key=key, user_id=context.user_id,
             )
         except (GenerationError, LLMError) as exc:
-            raise ExecutorError(str(exc)) from None
+            raise ExecutorError(str(exc), retryable=getattr(exc, "retryable", True)) from None
         finally:
             self._sync_usage()
         out: dict[str, Any] = {"tasks": result.tasks, "count": len(result.tasks)}
@@ -286,7 +290,7 @@ class CrewExecutor(_LLMBase):
                                    "output": completion.text})
                 self._sync_usage()
         except LLMError as exc:
-            raise ExecutorError(f"step {len(self._done) + 1} failed: {exc}") from None
+            raise ExecutorError(f"step {len(self._done) + 1} failed: {exc}", retryable=exc.retryable) from None
         finally:
             self._sync_usage()
         await context.report_progress(1.0, f"{total} steps done")

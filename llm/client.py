@@ -12,6 +12,7 @@ module must stay cheap; a test checks `litellm` is absent from `sys.modules` aft
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import os
 import re
@@ -19,11 +20,32 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from taskgrove.llm import usage as llm_usage
+from taskgrove.llm.usage import CallUsage
+
 # litellm fetches a model price map from GitHub at import unless told to use its bundled copy.
 # Set it before the (lazy) import so the service never reaches the internet on its own.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 KeyLookup = Callable[[str | None, str], Awaitable[str | None]]
+
+
+class Meter(Protocol):
+    """Asked around each call (llm/budget.py explains it; agent/budget_service.py implements it):
+    `before` returns the model to call or raises; `after` counts the call's usage."""
+
+    async def before(self, provider: str, model: str, max_tokens: int, prompt_tokens: int,
+                     price: Callable[[str, int, int], float | None]) -> str: ...
+
+    async def after(self, call: CallUsage) -> None: ...
+
+
+class Breakers(Protocol):
+    """The circuit breakers of a service (llm/breaker.py): asked before a call, told its outcome."""
+
+    def check(self, provider: str, model: str) -> None: ...
+
+    def record(self, provider: str, model: str, error: BaseException | None) -> None: ...
 
 
 class LLMSettings(Protocol):
@@ -88,7 +110,10 @@ DEFAULT_PROVIDER = next(iter(PROVIDERS))
 
 
 class LLMError(Exception):
-    """Any failure of an LLM call; the message is safe to show (it never contains a key)."""
+    """Any failure of an LLM call; the message is safe to show (it never contains a key).
+    `retryable`: whether another attempt of the task may do better (a budget's refusal may not)."""
+
+    retryable = True
 
 
 class LLMKeyMissingError(LLMError):
@@ -131,6 +156,7 @@ class Completion:
     usage: dict[str, int]
     model: str
     provider: str
+    cost_usd: float | None = None  # None: the model has no price in litellm's table
 
 
 def empty_usage() -> dict[str, int]:
@@ -254,18 +280,24 @@ class LLMClient:
     """Resolves provider/model/key/base URL from settings and calls litellm.
 
     `key_lookup(user_id, provider)` returns the user's stored key (the auth store provides it).
-    `usage` holds the running total of every call made through this instance, so an executor
+    `usage` holds the running token total of every call made through this instance, so an executor
     making several calls reads its total here; `usage_so_far()` adds an estimate for a call in flight.
+    `spend` is the same total with its cost and number of calls (llm/usage.py); `meter`, when
+    given, is asked before every call (budgets) and told of every call as it ends (the stored sums).
     """
 
     def __init__(self, settings: LLMSettings, key_lookup: KeyLookup | None = None,
+                 meter: Meter | None = None, breakers: Breakers | None = None,
                  traceparent: str | None = None) -> None:
         self.settings = settings
         self.key_lookup = key_lookup
+        self.meter = meter
+        self.breakers = breakers  # llm/breaker.py: one per provider and model, shared by the service
         # Sent as the `traceparent` header of every call (the attempt's span while traces are on),
         # so a traced LLM gateway puts its spans in the execution's trace.
         self.traceparent = traceparent
         self.usage: dict[str, int] = empty_usage()
+        self.spend: dict[str, Any] = llm_usage.empty()
         self._call: _Call | None = None
 
     # -- resolution -------------------------------------------------------------------------
@@ -365,6 +397,15 @@ class LLMClient:
         model_name = self.resolve_model(provider_id, model)
         key = await self.resolve_key(provider_id, api_key, user_id)
         base_url = getattr(self.settings, "llm_base_url", None)
+        if not base_url and not key and spec.needs_key:
+            raise self.missing_key_error(provider_id)
+        litellm = await _load_litellm()
+        prompt_tokens = sum(estimate_tokens(str(m.get("content") or "")) for m in messages)
+        if self.meter is not None:  # budgets: may refuse the call, or switch to a fallback model
+            def price(name: str, prompt: int, completion: int) -> float | None:
+                return llm_usage.price(litellm, _routed(spec, name, base_url), prompt, completion)
+
+            model_name = await self.meter.before(provider_id, model_name, max_tokens, prompt_tokens, price)
         kwargs: dict[str, Any] = {
             "messages": [dict(m) for m in messages],
             "temperature": temperature,
@@ -372,21 +413,18 @@ class LLMClient:
             "timeout": float(getattr(self.settings, "llm_timeout", 120.0)),
             "num_retries": int(getattr(self.settings, "llm_max_retries", 2)),
         }
+        kwargs.update(model=_routed(spec, model_name, base_url))
+        if self.breakers is not None:
+            self.breakers.check(provider_id, model_name)
         if base_url:
             # An OpenAI-compatible server (Ollama, vLLM, a test double): speak the OpenAI protocol.
-            kwargs.update(model=f"openai/{model_name}", api_base=base_url, api_key=key or "no-key")
-        else:
-            if not key and spec.needs_key:
-                raise self.missing_key_error(provider_id)
-            routed = model_name if model_name.startswith(spec.prefix) else spec.prefix + model_name
-            kwargs.update(model=routed)
-            if key:
-                kwargs["api_key"] = key
+            kwargs.update(api_base=base_url, api_key=key or "no-key")
+        elif key:
+            kwargs["api_key"] = key
 
         if self.traceparent:
             kwargs["extra_headers"] = {"traceparent": self.traceparent}
-        litellm = await _load_litellm()
-        self._call = _Call(prompt_tokens=sum(estimate_tokens(str(m.get("content") or "")) for m in messages))
+        self._call = _Call(prompt_tokens=prompt_tokens)
         try:
             if stream:
                 text, usage = await self._stream(litellm, kwargs, on_chunk)
@@ -399,7 +437,9 @@ class LLMClient:
                 usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         except asyncio.CancelledError:
             # Cancelled mid-call: the prompt (and any streamed text) was likely billed; keep the estimate.
-            add_usage(self.usage, self.usage_so_far_in_flight())
+            with contextlib.suppress(LLMError):  # a budget it exceeded must not replace the cancel
+                await self._account(litellm, self.usage_so_far_in_flight(), provider_id, model_name,
+                                    kwargs["model"])
             raise
         except LLMError:
             raise
@@ -407,12 +447,30 @@ class LLMClient:
             raise failed.original from None
         except Exception as exc:
             if self._call.text:  # failed mid-stream: what was generated was likely billed
-                add_usage(self.usage, self.usage_so_far_in_flight())
-            raise map_error(exc, provider_id, key) from None
+                with contextlib.suppress(LLMError):  # the provider's failure is the one to tell
+                    await self._account(litellm, self.usage_so_far_in_flight(), provider_id, model_name,
+                                        kwargs["model"])
+            mapped = map_error(exc, provider_id, key)
+            if self.breakers is not None:
+                self.breakers.record(provider_id, model_name, mapped)
+            raise mapped from None
         finally:
             self._call = None
+        if self.breakers is not None:
+            self.breakers.record(provider_id, model_name, None)
+        call = await self._account(litellm, usage, provider_id, model_name, kwargs["model"])
+        return Completion(text=text, usage=usage, model=model_name, provider=provider_id, cost_usd=call.cost_usd)
+
+    async def _account(self, litellm: Any, usage: Mapping[str, int], provider: str, model: str,
+                       routed: str) -> CallUsage:
+        """Add one call's usage to the totals, priced from litellm's table, and tell the meter."""
         add_usage(self.usage, usage)
-        return Completion(text=text, usage=usage, model=model_name, provider=provider_id)
+        prompt, completion = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+        call = CallUsage(provider, model, prompt, completion, llm_usage.price(litellm, routed, prompt, completion))
+        self.spend = llm_usage.add(self.spend, call.as_usage())
+        if self.meter is not None:
+            await self.meter.after(call)
+        return call
 
     async def _stream(
         self, litellm: Any, kwargs: dict[str, Any], on_chunk: ChunkCallback | None
@@ -437,6 +495,13 @@ class LLMClient:
                     except Exception as exc:
                         raise _CallbackFailed(exc) from exc
         return "".join(self._call.text), usage
+
+
+def _routed(spec: Provider, model: str, base_url: str | None) -> str:
+    """litellm's name of the model: an OpenAI-compatible base URL is spoken to as OpenAI."""
+    if base_url:
+        return f"openai/{model}"
+    return model if model.startswith(spec.prefix) else spec.prefix + model
 
 
 def _usage_of(obj: Any) -> dict[str, int] | None:

@@ -107,6 +107,44 @@ def check_retry(value: Any) -> str | None:
     return None
 
 
+BUDGET_POLICIES = ("fail", "downgrade", "pause")
+BUDGET_KEYS = ("max_tokens", "max_cost_usd", "on_exhausted", "fallback_models")
+MAX_BUDGET_TOKENS = 10**15
+MAX_BUDGET_USD = 1e9
+MAX_FALLBACK_MODELS = 10
+
+
+def check_budget(value: Any) -> str | None:
+    """A task's `budget` (docs/costs.md): a limit in tokens and/or US dollars for its subtree's
+    LLM calls, what happens when it runs out, and the models to fall back to."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        return 'budget must be an object such as {"max_tokens": 10000, "max_cost_usd": 0.5}, or null'
+    unknown = sorted(set(value) - set(BUDGET_KEYS))
+    if unknown:
+        return f"budget has unknown keys {unknown}; allowed: {', '.join(BUDGET_KEYS)}"[:300]
+    tokens, cost = value.get("max_tokens"), value.get("max_cost_usd")
+    if tokens is None and cost is None:
+        return "budget needs max_tokens or max_cost_usd (or both)"
+    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int)
+                               or not 1 <= tokens <= MAX_BUDGET_TOKENS):
+        return f"budget.max_tokens must be an integer from 1 to {MAX_BUDGET_TOKENS}, got {tokens!r}"[:300]
+    if cost is not None and (isinstance(cost, bool) or not isinstance(cost, (int, float))
+                             or not 0 < cost <= MAX_BUDGET_USD):
+        return f"budget.max_cost_usd must be a number above 0 and at most {MAX_BUDGET_USD:g}, got {cost!r}"[:300]
+    policy = value.get("on_exhausted", "fail")
+    if policy not in BUDGET_POLICIES:
+        return f"budget.on_exhausted must be one of {', '.join(BUDGET_POLICIES)}, got {policy!r}"[:300]
+    models = value.get("fallback_models", [])
+    if (not isinstance(models, list) or len(models) > MAX_FALLBACK_MODELS
+            or not all(isinstance(m, str) and 0 < len(m) <= 200 for m in models)):
+        return f"budget.fallback_models must be a list of at most {MAX_FALLBACK_MODELS} model names"
+    if policy == "downgrade" and not models:
+        return "budget.on_exhausted 'downgrade' needs budget.fallback_models (the models to switch to, in order)"
+    return None
+
+
 def _any(value: Any) -> str | None:
     return None
 
@@ -134,6 +172,7 @@ RULES: dict[str, Check] = {
     "token_failed": _counter("token_failed"),
     "timeout_seconds": check_timeout,
     "retry": check_retry,
+    "budget": check_budget,
 }
 
 

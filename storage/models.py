@@ -93,6 +93,11 @@ class Task(Base):
     waiting: Mapped[str | None] = mapped_column(Text, nullable=True)
     wait_answers: Mapped[str | None] = mapped_column(Text, nullable=True)
     wake_at: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    # Costs and budgets (docs/costs.md, migration 0012): `usage`, what the task's LLM calls used
+    # over all its attempts ({prompt_tokens, completion_tokens, total_tokens, cost_usd, calls});
+    # `budget`, the limit its subtree's calls are held to. NULL for a task without LLM work.
+    usage: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    budget: Mapped[dict | None] = mapped_column(JSON, nullable=True)
 
     __table_args__ = (
         # Children only: a root is found through ix_tasks_roots_* (migration 0013).
@@ -147,6 +152,35 @@ class Execution(Base):
 
     __table_args__ = (Index("ix_executions_status_lease", "status", "lease_expires_at"),
                       Index("ix_executions_task_tree_id", "task_tree_id"))
+
+
+class LlmUsageDaily(Base):
+    """LLM usage per user and UTC day (docs/costs.md): summed as each call ends, read by
+    `usage.get` and the per-user daily budget. `user_id` is '' for calls without a user.
+    `cost_usd` sums the priced calls; `unpriced_calls` counts those litellm has no price for."""
+
+    __tablename__ = "llm_usage_daily"
+
+    user_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    day: Mapped[str] = mapped_column(String(10), primary_key=True)
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    completion_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    total_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    cost_usd: Mapped[float] = mapped_column(Float, default=0.0)
+    calls: Mapped[int] = mapped_column(Integer, default=0)
+    unpriced_calls: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class UserBudget(Base):
+    """A user's own daily LLM budget, set by an admin (config.budget.set); it replaces
+    SERVICE_USER_DAILY_BUDGET_USD / _TOKENS for that user. NULL: no limit of that kind."""
+
+    __tablename__ = "user_budgets"
+
+    user_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    max_tokens: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    max_cost_usd: Mapped[float | None] = mapped_column(Float, nullable=True)
+    updated_at: Mapped[str] = mapped_column(String(40))
 
 
 class Event(Base):
@@ -283,6 +317,8 @@ rate_limits_table = RateLimit.__table__
 events_table = Event.__table__
 task_logs_table = TaskLog.__table__
 task_attempts_table = TaskAttempt.__table__
+llm_usage_daily_table = LlmUsageDaily.__table__
+user_budgets_table = UserBudget.__table__
 
 # The columns of `tasks` holding JSON, from the table itself: stored as json.dumps text, read
 # back through jsonvalues.read_stored (which may yield Unreadable).
@@ -295,6 +331,7 @@ TASK_FIELDS = (
     "started_at", "completed_at", "product_id", "token_success", "token_failed",
     "original_task_id", "has_copy", "has_references", "origin_type", "task_tree_id",
     "retry", "timeout_seconds", "attempt", "next_attempt_at", "interruptions", "concurrency", "rate_limit",
+    "usage", "budget",
 )
 
 
@@ -308,7 +345,7 @@ _DEFAULTS: dict[str, Any] = {
     "lease_owner": None, "lease_expires_at": None, "lease_epoch": 0, "retry": None, "attempt": 0,
     "next_attempt_at": None, "timeout_seconds": None, "checkpoint": None, "execution_id": None,
     "interruptions": 0, "concurrency": None, "rate_limit": None, "concurrency_key": None,
-    "waiting": None, "wait_answers": None, "wake_at": None,
+    "waiting": None, "wait_answers": None, "wake_at": None, "usage": None, "budget": None,
 }
 
 

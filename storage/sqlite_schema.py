@@ -51,7 +51,8 @@ STATEMENTS: tuple[str, ...] = (
      "attempt INTEGER DEFAULT '0' NOT NULL, next_attempt_at VARCHAR(40), checkpoint JSON, "
      "lease_epoch INTEGER DEFAULT '0' NOT NULL, execution_id VARCHAR(64), "
      "interruptions INTEGER DEFAULT '0' NOT NULL, concurrency JSON, rate_limit JSON, "
-     'concurrency_key VARCHAR(255), waiting TEXT, wait_answers TEXT, wake_at VARCHAR(40), \n'
+     'concurrency_key VARCHAR(255), waiting TEXT, wait_answers TEXT, wake_at VARCHAR(40), '
+     'usage JSON, budget JSON, \n'
      '\tPRIMARY KEY (id), \n'
      '\tFOREIGN KEY(parent_id) REFERENCES tasks (id) DEFERRABLE INITIALLY DEFERRED\n'
      ')'),
@@ -187,6 +188,24 @@ STATEMENTS: tuple[str, ...] = (
      '\tPRIMARY KEY (id)\n'
      ')'),
     ('CREATE INDEX ix_task_attempts_task_id ON task_attempts (task_id)'),
+    ('CREATE TABLE llm_usage_daily (\n'
+     '\tuser_id VARCHAR(255) NOT NULL, \n'
+     '\tday VARCHAR(10) NOT NULL, \n'
+     '\tprompt_tokens BIGINT NOT NULL, \n'
+     '\tcompletion_tokens BIGINT NOT NULL, \n'
+     '\ttotal_tokens BIGINT NOT NULL, \n'
+     '\tcost_usd FLOAT NOT NULL, \n'
+     '\tcalls INTEGER NOT NULL, \n'
+     '\tunpriced_calls INTEGER NOT NULL, \n'
+     '\tPRIMARY KEY (user_id, day)\n'
+     ')'),
+    ('CREATE TABLE user_budgets (\n'
+     '\tuser_id VARCHAR(255) NOT NULL, \n'
+     '\tmax_tokens BIGINT, \n'
+     '\tmax_cost_usd FLOAT, \n'
+     '\tupdated_at VARCHAR(40) NOT NULL, \n'
+     '\tPRIMARY KEY (user_id)\n'
+     ')'),
     ('CREATE INDEX ix_tasks_created_at ON tasks (created_at, id)'),
     ('CREATE INDEX ix_tasks_parent_id ON tasks (parent_id) WHERE parent_id IS NOT NULL'),
     ('CREATE INDEX ix_tasks_user_created ON tasks (user_id, created_at, id)'),

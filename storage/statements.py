@@ -216,7 +216,7 @@ _PG_END = """
 
 PG_WRITABLE = ("status", "progress", "result", "error", "completed_at", "updated_at", "next_attempt_at",
                "lease_owner", "lease_expires_at", "token_success", "token_failed", "checkpoint",
-               "waiting", "wake_at", "wait_answers")
+               "waiting", "wake_at", "wait_answers", "usage")
 
 
 @functools.lru_cache(maxsize=64)

@@ -147,6 +147,8 @@ INPUT_FIELDS = {
     "retry", "timeout_seconds", "concurrency", "rate_limit",
     "attempt", "next_attempt_at", "interruptions",  # read-only: ignored at creation
     "waiting", "wait_answers", "wake_at",
+    "usage",  # read-only: what the engine counted (docs/costs.md); ignored at creation
+    "budget",
 }
 
 
@@ -283,6 +285,7 @@ def _row_from_input(raw: Mapping[str, Any], task_id: str, who: str) -> dict[str,
         "has_references": bool(raw.get("has_references", False)),
         "retry": raw.get("retry"),  # completed from the service defaults by the caller
         "timeout_seconds": None if raw.get("timeout_seconds") is None else float(raw["timeout_seconds"]),
+        "budget": raw.get("budget"),  # checked by fields.RULES (docs/costs.md)
         "extra": {k: v for k, v in raw.items() if k not in INPUT_FIELDS},
         "token_success": raw.get("token_success", 0),
         "token_failed": raw.get("token_failed", 0),
@@ -453,7 +456,7 @@ RESETTABLE = {
 
 # Bookkeeping of one execution of a task: never copied, cloned or given at creation.
 EXECUTION_STATE = ("lease_owner", "lease_expires_at", "lease_epoch", "attempt", "next_attempt_at", "checkpoint",
-                   "execution_id", "interruptions")
+                   "execution_id", "interruptions", "usage")
 
 
 def copy_selection(rows: Sequence[Mapping[str, Any]], task_id: str, with_children: bool) -> set[str]:

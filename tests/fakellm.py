@@ -14,8 +14,10 @@ The reply is chosen by a marker found in the newest user message that contains o
 
 Tests can also script replies: `fake.script("[[mine]]", [reply, ...])`; each request with that
 marker takes the next reply (the last one repeats). A reply is a string (the content) or a dict
-with `content`, `status`, `usage`, `delay` (seconds before answering), `chunk_delay`.
-Every request body (plus its `authorization` and `traceparent` headers) is appended to `fake.requests`.
+with `content`, `status`, `usage`, `delay` (seconds before answering), `chunk_delay`,
+`retry_after` (the Retry-After header of an error answer).
+Every request body (plus its `authorization` and `traceparent` headers and `received_at`,
+time.monotonic()) is appended to `fake.requests`.
 
 Fixtures: `fake_llm_server` (one server per test session) and `fake_llm` (the same server, reset
 for each test). tests/conftest.py registers this module as a plugin, so every test can use them.
@@ -130,14 +132,16 @@ class FakeLLM:
         body = await request.json()
         with self.lock:
             self.requests.append(dict(body, authorization=request.headers.get("authorization"),
-                                      traceparent=request.headers.get("traceparent")))
+                                      traceparent=request.headers.get("traceparent"),
+                                      received_at=time.monotonic()))
         reply = self.reply_for(body)
         status = int(reply.get("status", 200))
         if status != 200:
             kinds = {401: "invalid_api_key", 429: "rate_limit_exceeded"}
             error = {"message": reply.get("content", "error"), "type": kinds.get(status, "server_error"),
                      "code": kinds.get(status)}
-            return JSONResponse({"error": error}, status_code=status)
+            headers = {"Retry-After": str(reply["retry_after"])} if "retry_after" in reply else None
+            return JSONResponse({"error": error}, status_code=status, headers=headers)
         content = str(reply.get("content", ""))
         usage = dict(reply.get("usage") or DEFAULT_USAGE)
         model = body.get("model", "fake-model")

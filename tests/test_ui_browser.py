@@ -438,3 +438,18 @@ def test_the_tree_list_pages_by_cursor_and_back(services: dict[str, Service], pa
     expect(rows).to_have_count(20, timeout=WAIT_MS)
     expect(rows.first).to_have_attribute("data-task-id", "pager-24")
     expect(page.get_by_role("link", name="← newer")).to_have_count(0)
+
+
+def test_the_detail_shows_a_budget_and_what_the_tree_used(services: dict[str, Service], page: Page) -> None:
+    """Costs and budgets (docs/costs.md): a root's budget, what it leaves and the tree's usage."""
+    service = services["plain"]
+    rpc(service, "tasks.create", {"tasks": [
+        {"id": "cost-root", "name": "cost root", "budget": {"max_tokens": 1000}},
+        {"id": "cost-a", "name": "cost a", "parent_id": "cost-root", "schemas": {"method": "noop_executor"}},
+    ]})
+    wait_status(service, "cost-root", ("completed",), 20)
+    page.goto(f"{service.url}/ui#/tree/cost-root")
+    node(page, "cost-root").click()
+    expect(page.locator('[data-field="budget_remaining"]')).to_contain_text('"tokens": 1000', timeout=WAIT_MS)
+    expect(page.locator('[data-field="tree_usage"]')).to_contain_text('"calls": 0')
+    expect(page.locator('[data-field="budget"]')).to_contain_text('"max_tokens": 1000')

@@ -37,6 +37,7 @@ from a2a.types.a2a_pb2 import Artifact, Message, Task, TaskState
 from a2a.types.a2a_pb2 import TaskStatus as A2ATaskStatus  # (TaskStatus is our storage enum)
 from a2a.utils.errors import InvalidParamsError
 
+from taskgrove.agent.usage_service import tree_total
 from taskgrove.agent.a2a.input_required import Answer, InputWait, waits_for_input
 from taskgrove.agent.a2a.message_tree import TreePlan, TreeRequestContext, rpc_detail
 from taskgrove.agent.a2a.plain_language import gate_id, plan_data
@@ -275,6 +276,7 @@ def _outcome(root_id: str, rows: list[dict[str, Any]], status: str) -> dict[str,
         "result": root["result"] if root is not None else None,
         "error": root["error"] if root is not None else None,
         "task_count": len(rows),
+        "tree_usage": tree_total(r.get("usage") for r in rows),  # LLM tokens and cost (docs/costs.md)
         "tasks": [{"id": r["id"], "name": r["name"], "parent_id": r["parent_id"], "status": r["status"],
                    "progress": r["progress"], "result": r["result"], "error": r["error"]} for r in rows],
     }

@@ -32,6 +32,7 @@ from taskgrove.agent.metrics import Metrics
 from taskgrove.agent.settings import Settings
 from taskgrove.executors.base import ExecutionContext, Executor, ExecutorError, Waiting
 from taskgrove.executors.registry import ExecutorRegistry
+from taskgrove.llm import usage as llm_usage
 from taskgrove.storage import executions
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.trees import PublicView, now_iso
@@ -246,6 +247,9 @@ class Attempts:
         values.update(updated_at=stamp, lease_owner=None, lease_expires_at=None,
                       token_success=(row.get("token_success") or 0) + (tokens if ok else 0),
                       token_failed=(row.get("token_failed") or 0) + (0 if ok else tokens))
+        spent = getattr(running.executor, "llm_usage", None)
+        if spent:  # costs and budgets (llm/usage.py): summed over the task's attempts
+            values["usage"] = row["usage"] = llm_usage.add(row.get("usage"), spent)
         outcome: dict[str, Any] = {"id": running.task_id, "values": values}
         if not ok and retryable and running.attempt < policy.max_attempts:
             delay = policy.delay(running.attempt)

@@ -18,8 +18,9 @@ from taskgrove.agent.remote.commands import Group
 from taskgrove.agent.remote.events import GROUP as EVENTS
 from taskgrove.agent.remote.schedules import GROUP as SCHEDULES
 from taskgrove.agent.remote.tasks import GROUP as TASKS
+from taskgrove.agent.remote.usage import GROUP as USAGE
 
-GROUPS: tuple[Group, ...] = (TASKS, SCHEDULES, EVENTS)
+GROUPS: tuple[Group, ...] = (TASKS, SCHEDULES, EVENTS, USAGE)
 
 
 def add_groups(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -14,8 +14,10 @@ import {attemptsTable, timeline} from "./timeline.js";
 // Detail fields in reading order; objects are shown as JSON.
 // `waiting_for` (docs/sharing.md, "Why a task waits") sits next to the status it explains.
 // `waiting` (docs/waits.md) is what a parked task waits for.
+// `usage`, `budget`, `budget_remaining` and a root's `tree_usage`: LLM tokens and cost (docs/costs.md).
 const FIELDS = ["id", "name", "status", "waiting", "waiting_for", "progress", "priority", "user_id", "parent_id",
-  "task_tree_id", "original_task_id", "dependencies", "inputs", "params", "schemas", "result", "error", "retry",
+  "task_tree_id", "original_task_id", "dependencies", "inputs", "params", "schemas", "result", "error",
+  "usage", "tree_usage", "budget", "budget_remaining", "retry",
   "attempt", "interruptions", "next_attempt_at", "timeout_seconds", "concurrency", "rate_limit", "created_at",
   "started_at", "completed_at", "updated_at"];
 
@@ -40,7 +42,7 @@ export async function showTree(main, rootId, notify, go, current) {
   const refreshSummary = () => {
     const byStatus = {};
     for (const task of plan.tasks.values()) byStatus[task.status] = (byStatus[task.status] || 0) + 1;
-    summary.replaceChildren(`${plan.tasks.size} tasks `, counts(byStatus));
+    summary.replaceChildren(`${plan.tasks.size} tasks `, counts(byStatus), usageText(tree.tree_usage));
   };
 
   async function act(label, work) {
@@ -138,4 +140,12 @@ export async function showTree(main, rootId, notify, go, current) {
     if (!live.classList.contains("down")) live.textContent = "live";
   });
   return () => connection.close();
+}
+
+// The tree's LLM usage as loaded with the page (docs/costs.md); nothing for a tree without LLM calls.
+function usageText(usage) {
+  if (!usage || !usage.calls) return "";
+  const cost = usage.cost_usd === null ? "cost unknown" : `$${usage.cost_usd.toFixed(6)}`;
+  return h("span", {class: "usage", "data-testid": "tree-usage"},
+    ` · LLM: ${usage.calls} calls, ${usage.total_tokens} tokens, ${cost}`);
 }

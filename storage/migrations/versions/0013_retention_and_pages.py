@@ -1,7 +1,7 @@
 """retention and pages that stay fast: list indexes by user and of roots, executions by tree
 
 Revision ID: 0013
-Revises: 0011
+Revises: 0012
 
 `tasks.list` by user, newest first, read the user's rows through (user_id) and sorted them: the
 index becomes (user_id, created_at, id), which answers the page in order, by offset or by cursor,
@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0013"
-down_revision = "0011"
+down_revision = "0012"
 branch_labels = None
 depends_on = None
 

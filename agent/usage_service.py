@@ -1,0 +1,84 @@
+"""Costs of LLM work (docs/costs.md): every call's usage to /metrics and the per-user daily sums,
+the tree's sum on its root (`tree_usage`), and `usage.get`.
+
+Why a service: the LLM client (llm/client.py) knows a call's tokens and price but not the
+database; the engine's executors, tasks.generate and the plain-language planner all hand their
+calls to `record` (through `on_usage`), so every surface's LLM work is counted once, the same way.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from taskgrove.agent.errors import permission_denied
+from taskgrove.agent.metrics import Metrics
+from taskgrove.agent.requests_services import UsageQuery
+from taskgrove.agent.rpc.jsonrpc import CallContext
+from taskgrove.llm import usage as llm_usage
+from taskgrove.llm.usage import CallUsage
+from taskgrove.storage import usage as stored_usage
+from taskgrove.storage.repository import TaskRepository
+
+
+def today() -> str:
+    """The UTC day a call counts for (per-user daily sums and budgets)."""
+    return dt.datetime.now(dt.timezone.utc).date().isoformat()
+
+
+def daily_usage(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored daily row as a usage sum (cost unknown when a call of that day had no price)."""
+    answer = {key: int(row.get(key) or 0) for key in ("prompt_tokens", "completion_tokens", "total_tokens",
+                                                      "calls")}
+    answer["cost_usd"] = None if row.get("unpriced_calls") else round(float(row.get("cost_usd") or 0.0), 10)
+    return answer
+
+
+def tree_total(usages: Iterable[Any]) -> dict[str, Any]:
+    """The usage of a whole tree: the sum of its tasks' (zero calls when none used an LLM)."""
+    return llm_usage.total_of(usages) or llm_usage.empty()
+
+
+class UsageService:
+    """Counts LLM calls (metrics, daily sums) and answers what was used."""
+
+    def __init__(self, repo: TaskRepository, metrics: Metrics) -> None:
+        self.repo = repo
+        self.metrics = metrics
+
+    async def record(self, user_id: str | None, call: CallUsage, task_id: str | None = None,
+                     task_usage: dict[str, Any] | None = None) -> None:
+        """One call ended: count it in /metrics, add it to the user's day and store the task's
+        usage so far, before the caller may make its next call (a restart then cannot forget
+        what was spent)."""
+        self.metrics.llm_call(call.provider, call.model, call.prompt_tokens, call.completion_tokens, call.cost_usd)
+        amounts = {**call.as_usage(), "cost_usd": call.cost_usd or 0.0,
+                   "unpriced_calls": 1 if call.cost_usd is None else 0}
+        await self.repo.run(stored_usage.record_call, user_id, today(), amounts, task_id, task_usage)
+
+    async def tree_usage(self, tree_id: str) -> dict[str, Any]:
+        """The sum of a stored tree's usage (tasks.get on a root)."""
+        return tree_total(await self.repo.run(stored_usage.tree_usages, tree_id, inline=True))
+
+    async def today_of(self, user_id: str | None) -> dict[str, Any]:
+        """What the user's calls used today (UTC)."""
+        day = today()
+        rows = await self.repo.run(stored_usage.daily, user_id, day, day, inline=True)
+        return daily_usage(rows[0]) if rows else llm_usage.empty()
+
+    async def days(self, user_id: str | None, days: int) -> list[dict[str, Any]]:
+        """The user's usage per day over the last `days` days (UTC), days without calls left out."""
+        until = dt.datetime.now(dt.timezone.utc).date()
+        since = (until - dt.timedelta(days=days - 1)).isoformat()
+        rows = await self.repo.run(stored_usage.daily, user_id, since, until.isoformat(), inline=True)
+        return [{"day": row["day"], **daily_usage(row)} for row in rows]
+
+    async def get(self, request: UsageQuery, ctx: CallContext) -> dict[str, Any]:
+        """usage.get: the user's usage today and per day (the caller's own; another's for an admin)."""
+        caller = ctx.caller
+        user_id = request.user_id if request.user_id is not None else caller.user_id
+        if not caller.can_access(user_id):
+            raise permission_denied(f"You may not read the usage of user '{user_id}'")
+        return {"user_id": user_id, "today": await self.today_of(user_id),
+                "days": await self.days(user_id, request.days)}

@@ -1,0 +1,79 @@
+"""LLM usage per user and UTC day, and users' daily budgets (docs/costs.md).
+
+Functions of a sync connection, run through `TaskRepository.run` (one transaction each). The
+daily row is an upsert (INSERT ... ON CONFLICT DO UPDATE, which SQLite and PostgreSQL both have)
+so two instances counting calls of the same user on the same day add up instead of racing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import Connection, delete, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from taskgrove.storage.models import llm_usage_daily_table as D
+from taskgrove.storage.models import tasks_table as T
+from taskgrove.storage.models import user_budgets_table as B
+
+_SUMMED = ("prompt_tokens", "completion_tokens", "total_tokens", "cost_usd", "calls", "unpriced_calls")
+
+
+def user_key(user_id: str | None) -> str:
+    """The key of a user's rows: '' for calls without a user (a key cannot be NULL)."""
+    return user_id or ""
+
+
+def add_daily(c: Connection, user_id: str | None, day: str, amounts: Mapping[str, Any]) -> None:
+    """Add one call's amounts (the keys of `_SUMMED`) to the user's row of `day`."""
+    insert = postgresql.insert if c.dialect.name == "postgresql" else sqlite.insert
+    values = {key: amounts.get(key) or 0 for key in _SUMMED}
+    statement = insert(D).values(user_id=user_key(user_id), day=day, **values)
+    statement = statement.on_conflict_do_update(
+        index_elements=[D.c.user_id, D.c.day],
+        set_={key: D.c[key] + statement.excluded[key] for key in _SUMMED})
+    c.execute(statement)
+
+
+def daily(c: Connection, user_id: str | None, since: str, until: str) -> list[dict[str, Any]]:
+    """The user's daily rows from `since` to `until` (days, inclusive), oldest first."""
+    rows = c.execute(select(D).where(D.c.user_id == user_key(user_id), D.c.day >= since, D.c.day <= until)
+                     .order_by(D.c.day)).mappings().all()
+    return [dict(row) for row in rows]
+
+
+def get_budget(c: Connection, user_id: str) -> dict[str, Any] | None:
+    """The daily budget an admin set for the user, or None."""
+    row = c.execute(select(B.c.max_tokens, B.c.max_cost_usd).where(B.c.user_id == user_id)).mappings().first()
+    return dict(row) if row else None
+
+
+def set_budget(c: Connection, user_id: str, max_tokens: int | None, max_cost_usd: float | None, stamp: str) -> None:
+    """Set (or, with both limits None, remove) the user's own daily budget."""
+    c.execute(delete(B).where(B.c.user_id == user_id))
+    if max_tokens is not None or max_cost_usd is not None:
+        c.execute(B.insert().values(user_id=user_id, max_tokens=max_tokens, max_cost_usd=max_cost_usd,
+                                    updated_at=stamp))
+
+
+def tree_usages(c: Connection, tree_id: str) -> list[Any]:
+    """The `usage` of every task of a tree that has one (tasks.get sums them on the root)."""
+    rows = c.execute(select(T.c.usage).where(T.c.task_tree_id == tree_id)).all()
+    return [row[0] for row in rows if isinstance(row[0], dict)]  # JSON null: a task without LLM work
+
+
+def record_call(c: Connection, user_id: str | None, day: str, amounts: Mapping[str, Any],
+                task_id: str | None = None, task_usage: Mapping[str, Any] | None = None) -> None:
+    """One LLM call ended: add it to the user's day and, for a task's call, store the task's usage
+    so far, in one transaction, before the next call may begin (a restart then knows it).
+    Not fenced by the attempt's lease: what was spent was spent, whoever holds the task now."""
+    add_daily(c, user_id, day, amounts)
+    if task_id is not None:
+        c.execute(update(T).where(T.c.id == task_id).values(usage=dict(task_usage or {})))
+
+
+def tree_budget_rows(c: Connection, tree_id: str) -> list[dict[str, Any]]:
+    """id, parent_id, budget and usage of every task of a tree (the budgets over subtrees)."""
+    rows = c.execute(select(T.c.id, T.c.parent_id, T.c.budget, T.c.usage).where(T.c.task_tree_id == tree_id))
+    return [dict(row) for row in rows.mappings()]

@@ -1,0 +1,91 @@
+"""The circuit breaker per LLM provider and model (llm/breaker.py, docs/costs.md): unit tests on a
+clock the test moves, and the real app against the fake LLM's HTTP 500 answers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from taskgrove.llm.breaker import CLOSED, HALF_OPEN, OPEN, Breakers, LLMCircuitOpen
+from taskgrove.llm.client import LLMAuthError, LLMProviderError
+
+import pytest
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_breaker_opens_after_n_failures_in_a_row_then_half_opens_and_closes() -> None:
+    clock = Clock()
+    breakers = Breakers(2, 10.0, clock)
+    fault = LLMProviderError("HTTP 500")
+    breakers.record("openai", "m", fault)
+    breakers.record("openai", "m", None)  # a success in between: the count starts again
+    breakers.record("openai", "m", fault)
+    breakers.check("openai", "m")
+    breakers.record("openai", "m", fault)
+    assert breakers.state("openai", "m") == OPEN
+    with pytest.raises(LLMCircuitOpen, match="circuit open"):
+        breakers.check("openai", "m")
+    breakers.check("openai", "other-model")  # each model has its own
+    clock.now += 10.0
+    breakers.check("openai", "m")  # the delay is over: half-open, the call may go
+    assert breakers.state("openai", "m") == HALF_OPEN
+    breakers.record("openai", "m", None)
+    assert breakers.state("openai", "m") == CLOSED
+
+
+def test_a_failure_when_half_open_opens_it_again_and_client_errors_do_not_count() -> None:
+    clock = Clock()
+    breakers = Breakers(1, 5.0, clock)
+    breakers.record("openai", "m", LLMAuthError("bad key"))  # says nothing about the provider's health
+    assert breakers.state("openai", "m") == CLOSED
+    breakers.record("openai", "m", LLMProviderError("HTTP 503"))
+    clock.now += 5.0
+    breakers.check("openai", "m")
+    breakers.record("openai", "m", LLMProviderError("HTTP 503"))
+    assert breakers.state("openai", "m") == OPEN
+    with pytest.raises(LLMCircuitOpen):
+        breakers.check("openai", "m")
+    off = Breakers(0, 5.0, clock)  # threshold 0: no breaker
+    for _ in range(5):
+        off.record("openai", "m", LLMProviderError("HTTP 500"))
+    off.check("openai", "m")
+
+
+def llm(id_: str, prompt: str, model: str = "m") -> dict[str, Any]:
+    return {"id": id_, "name": id_, "schemas": {"method": "llm_executor"},
+            "inputs": {"prompt": prompt, "model": model, "stream": False}}
+
+
+async def test_an_open_breaker_fails_fast_without_calling_the_provider(app_factory, fake_llm):
+    env = {"SERVICE_LLM_BASE_URL": fake_llm.base_url, "SERVICE_LLM_MAX_RETRIES": "0",
+           "SERVICE_LLM_BREAKER_FAILURES": "2", "SERVICE_LLM_BREAKER_RESET_SECONDS": "3600"}
+    async with app_factory(env=env) as c:
+        for n in range(3):
+            await c.result("tasks.create", [llm(f"t{n}", "[[error:500]]")])
+        errors = [(await c.result("tasks.get", {"task_id": f"t{n}"}))["error"] for n in range(3)]
+        assert len(fake_llm.requests) == 2
+        assert "HTTP 500" in errors[0] or "failed" in errors[0]
+        assert "circuit open" in errors[2]
+        await c.result("tasks.create", [llm("other", "hello", model="m2")])  # another model is not held back
+        assert (await c.result("tasks.get", {"task_id": "other"}))["status"] == "completed"
+
+
+async def test_a_429_is_retried_after_the_providers_retry_after(app_factory, fake_llm):
+    """SERVICE_LLM_MAX_RETRIES retries (litellm hands them to the OpenAI client, which waits the
+    answer's Retry-After): the second request comes no sooner than 2 s after the first."""
+    fake_llm.script("[[busy]]", [{"status": 429, "content": "slow down", "retry_after": 2}, "fine"])
+    env = {"SERVICE_LLM_BASE_URL": fake_llm.base_url, "SERVICE_LLM_MAX_RETRIES": "1",
+           "SERVICE_LLM_BREAKER_FAILURES": "1"}
+    async with app_factory(env=env) as c:
+        await c.result("tasks.create", [llm("t", "[[busy]] hello")])
+        task = await c.result("tasks.get", {"task_id": "t"})
+    assert task["status"] == "completed" and task["result"]["text"] == "fine"
+    first, second = fake_llm.requests
+    assert second["received_at"] - first["received_at"] >= 2.0
+    assert task["usage"]["calls"] == 1  # one call as the task sees it, its retry inside
