@@ -204,8 +204,7 @@ class TaskService:
             raise permission_denied(f"You may not access task '{task_id}'")
         answer = public(row)
         if row["parent_id"] is None:  # a root: what its whole tree's LLM calls used (docs/costs.md)
-            answer["tree_usage"] = tree_total(await self.repo.run(stored_usage.tree_usages, row["task_tree_id"],
-                                                                  inline=True))
+            answer["tree_usage"] = tree_total(await self.repo.tree_usages(row["task_tree_id"]))
         if row.get("budget"):  # what its budget still allows over its subtree
             rows = await self.repo.run(stored_usage.tree_budget_rows, row["task_tree_id"], inline=True)
             answer["budget_remaining"] = budget_remaining(rows, task_id)

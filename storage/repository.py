@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from taskgrove.storage import attempts, executions, logs
 from taskgrove.storage.attempts import Attempt
 from taskgrove.storage import statements as S
+from taskgrove.storage import usage as stored_usage
 from taskgrove.storage.connections import Connections
 from taskgrove.storage.models import tasks_table as T
 from taskgrove.storage.models import with_defaults
@@ -177,6 +178,21 @@ class TaskRepository:
         query = _filtered(select(func.count()).select_from(T), user_id=user_id, status=status,
                           product_id=product_id)
         return await self.connections.read_run(lambda c: int(c.execute(query).scalar_one()))
+
+    async def tree_usages(self, tree_id: str) -> list[Any]:
+        """The `usage` of every task of a tree that has one (storage/usage.py's tree_usages), read
+        as one JSON value on the plain paths: a `tasks.get` of a root pays one small read, not an
+        SQLAlchemy query and a row per task."""
+        statement = S.TREE_USAGES
+        found: Any = None
+        if self.connections.reader is not None:
+            found = self.connections.reader.scalar(statement.sqlite, (tree_id,))
+        elif self.connections.pg is not None:
+            rows = await self.connections.pg.rows(statement.postgresql, (tree_id,))
+            found = rows[0]["usages"] if rows else None
+        if found is None:
+            return await self.connections.read_run(stored_usage.tree_usages, tree_id)
+        return [usage for usage in json.loads(found) if isinstance(usage, dict)]
 
     async def unfinished_count(self, user_id: str | None, at_most: int) -> int:
         """Tasks of `user_id` (None: the tasks without one) that are pending or in progress,

@@ -117,6 +117,14 @@ GROUP_RELEASE = "RELEASE fenced_group"
 GROUP_UNDO = "ROLLBACK TO fenced_group"
 
 
+TREE_USAGES = Statement(
+    "The `usage` of every task of a tree that has one, as one JSON array made by the database (one value "
+    "to read, not a row per task; tasks.get shows their sum on a root). Args: task_tree_id.",
+    "SELECT json_group_array(json(usage)) AS usages FROM tasks "
+    "WHERE task_tree_id = ?1 AND usage IS NOT NULL AND usage <> 'null'",
+    "SELECT coalesce(json_agg(usage), '[]'::json)::text AS usages FROM tasks "
+    "WHERE task_tree_id = $1 AND usage IS NOT NULL AND usage::text <> 'null'")
+
 SERIALISE_TREE = Statement(
     "Make the transaction the only one changing a task's tree until it commits. Args: task id.",
     # the one write lock, taken before the transaction reads anything

@@ -12,6 +12,7 @@ dependency shapes the hand-written cases do not.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -321,13 +322,28 @@ def test_serialising_a_tree_changes_nothing_alike(twin: Twin) -> None:
     twin.alike(stored)
 
 
+def test_a_trees_usages_read_alike(twin: Twin) -> None:
+    """TREE_USAGES: one JSON array of the usages a tree's tasks have (JSON null and NULL left out)."""
+    usage = {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7, "cost_usd": None, "calls": 1}
+    twin.both(tree([task("root", usage=usage), task("a"), task("b", usage={**usage, "calls": 2})]))
+
+    def read(tree_id: str) -> Callable[[Any], list[Any]]:
+        def run(c: Any) -> list[Any]:
+            text = c.exec_driver_sql(statements.TREE_USAGES.form(c.dialect.name), (tree_id,)).scalar_one()
+            return sorted(json.loads(text), key=repr)
+        return run
+
+    assert twin.alike(read("root")) == [usage, {**usage, "calls": 2}]
+    assert twin.alike(read("nobody")) == []
+
+
 def test_every_named_statement_of_two_forms_is_checked_here() -> None:
     """A statement added to storage/statements.py with both forms must be run by a test above."""
     both = {name for name, value in vars(statements).items()
             if isinstance(value, statements.Statement) and value.sqlite and value.postgresql}
     checked = {name for name, value in vars(statements).items() if any(value is s for s, _ in READS)}
-    # test_limited_claims_decide_alike and test_serialising_a_tree_changes_nothing_alike
-    assert both - checked == {"ADD_RATE", "READ_RATE", "MOVE_RATE", "SERIALISE_TREE"}
+    # test_limited_claims_decide_alike, test_serialising_a_tree_changes_nothing_alike, test_a_trees_usages_read_alike
+    assert both - checked == {"ADD_RATE", "READ_RATE", "MOVE_RATE", "SERIALISE_TREE", "TREE_USAGES"}
 
 
 statuses = st.sampled_from(["pending", "in_progress", "completed", "failed", "cancelled"])
