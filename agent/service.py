@@ -26,9 +26,10 @@ from taskgrove.agent.engine.stream import sse_events
 from taskgrove.agent.engine.webhooks import WebhookConfig, deliver_webhooks
 from taskgrove.agent.errors import (INVALID_PARAMS, RpcError, invalid_params, permission_denied,
                                    task_not_found)
+from taskgrove.agent import clone_rules
 from taskgrove.agent.requests import (CancelTasks, CloneTask, CopyTask, CountRunning, DeleteTask, ExecuteTask, GetTask,
                                       GetTree, ListChildren, ListRunning, ListTasks, NewTree, RunningStatus,
-                                      UpdateTask)
+                                      TaskAttempts, UpdateTask)
 from taskgrove.agent.rpc.jsonrpc import CallContext, StreamReply
 from taskgrove.agent.settings import Settings
 from taskgrove.agent.usage_service import tree_total
@@ -433,12 +434,12 @@ class TaskService:
                     selected |= trees.transitive([child["id"]], deps)
             selected, root = trees.connect(rows, selected)
             self._check_tree_size(selected)
-            origin_for = self._clone_origins(mode, rows, selected, link_ids)
+            origin_for = clone_rules.origins(mode, rows, selected, link_ids)
             copies = trees.plan_copies(rows, selected, root, origin_for=origin_for, reset=None)
             for copy in copies:
                 copy.update(request.reset if copy["origin_type"] == "clone" else request.overrides)
             if not request.save:
-                return {"tasks": [_preview(c) for c in copies], "saved": False}
+                return {"tasks": [clone_rules.preview(c) for c in copies], "saved": False}
             await self._admit(copies, ctx.caller)
             await self.repo.insert(copies, conn)
             await self.repo.update_many(sorted(selected), {"has_references": True}, conn=conn)
@@ -448,28 +449,6 @@ class TaskService:
         """SERVICE_MAX_TREE_TASKS bounds what one copy or clone writes, as it bounds a create."""
         if len(selected) > self.settings.max_tree_tasks:
             raise invalid_params(str(trees.too_many_tasks(self.settings.max_tree_tasks, len(selected))))
-
-    @staticmethod
-    def _clone_origins(mode: str, rows: list[dict[str, Any]], selected: set[str], link_ids: list[str]) -> dict[str, str]:
-        by_id = {r["id"]: r for r in rows}
-        if mode == "link":
-            unfinished = [f"{r['id']}: {r['status']}" for r in rows if r["status"] != TaskStatus.COMPLETED]
-            if unfinished:
-                raise invalid_params(
-                    "origin_type 'link' needs a fully completed tree; not completed: [" + ", ".join(unfinished) + "]"
-                )
-            return dict.fromkeys(selected, "link")
-        if mode == "archive":
-            return dict.fromkeys(selected, "archive")
-        if mode == "mixed":
-            unknown = [tid for tid in link_ids if tid not in selected]
-            if unknown:
-                raise invalid_params(f"link_task_ids not in the cloned tasks: [{', '.join(unknown)}]")
-            unfinished = [f"{tid}: {by_id[tid]['status']}" for tid in link_ids if by_id[tid]["status"] != TaskStatus.COMPLETED]
-            if unfinished:
-                raise invalid_params("linked tasks must be completed; not completed: [" + ", ".join(unfinished) + "]")
-            return {tid: "link" if tid in link_ids else "clone" for tid in selected}
-        return dict.fromkeys(selected, "clone")
 
     # --- execution ------------------------------------------------------------------------
 
@@ -602,14 +581,6 @@ _CONTENT = ("name", "description", "user_id", "parent_id", "priority", "dependen
 
 def _content(row: Mapping[str, Any]) -> tuple[Any, ...]:
     return tuple(row.get(key) for key in _CONTENT)
-
-
-def _preview(row: Mapping[str, Any]) -> dict[str, Any]:
-    """A clone preview task: what tasks.create accepts to make the clone later."""
-    task = public(row)
-    for key in ("created_at", "updated_at", "task_tree_id"):
-        task.pop(key, None)
-    return task
 
 
 def _unfinished(rows: list[dict[str, Any]]) -> int:

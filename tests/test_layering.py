@@ -31,7 +31,7 @@ AGENT_ROOMS: list[tuple[str, tuple[str, ...]]] = [
                   "taskgrove.agent.idempotency", "taskgrove.agent.admission",
                   "taskgrove.agent.wait_service", "taskgrove.agent.rpc.waits",
                   "taskgrove.agent.log_service", "taskgrove.agent.rpc.logs", "taskgrove.agent.retention",
-                  "taskgrove.agent.usage_service", "taskgrove.agent.budget_service")),
+                  "taskgrove.agent.usage_service", "taskgrove.agent.budget_service", "taskgrove.agent.clone_rules")),
     ("engine", ("taskgrove.agent.engine",)),
     ("foundations", ("taskgrove.agent.requests", "taskgrove.agent.requests_services",
                      "taskgrove.agent.rpc.jsonrpc", "taskgrove.agent.rpc.params",
