@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from taskgrove.storage.sqlite_reader import SqliteReader
@@ -38,6 +38,13 @@ from taskgrove.storage.statements import Statement
 
 log = logging.getLogger(__name__)
 Row = dict[str, Any]
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Errors a retry may cure: a busy or locked database, or a lost connection."""
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    return isinstance(exc, (OperationalError, InterfaceError, DisconnectionError, OSError, TimeoutError))
 # Commits on the loop's thread between two WAL checkpoints on the database thread: about what
 # SQLite's own automatic checkpoint (1000 pages) would see, at a few pages a commit.
 CHECKPOINT_EVERY = 300

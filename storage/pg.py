@@ -44,7 +44,11 @@ POOL_SIZE = 4
 # that connection.
 PASS_SETTINGS = {"plan_cache_mode": "force_generic_plan", "enable_seqscan": "off", "enable_bitmapscan": "off",
                  "enable_mergejoin": "off"}
-_CONNECTION_ERRORS = (OSError, TimeoutError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError)
+# Server errors that say the connection, not the statement, is gone: a cut (class 08), or the
+# server shutting it down or cancelling it (class 57: pg_terminate_backend, a restart, a failover).
+_LOST = (asyncpg.PostgresConnectionError, asyncpg.exceptions.OperatorInterventionError)
+# A pass normally takes milliseconds; one that gets no answer for this long is on a dead connection.
+PASS_TIMEOUT_SECONDS = 30.0
 
 
 async def _setup(conn: asyncpg.Connection) -> None:
@@ -83,17 +87,40 @@ class PgPool:
         return self._pass
 
     async def fetchmany(self, sql: str, rows: Sequence[Sequence[Any]]) -> list[Any]:
-        """`sql` once for each of `rows` (its arguments), in one round trip and one transaction."""
+        """`sql` once for each of `rows` (its arguments), in one round trip and one transaction.
+
+        An error the server gives about the statement comes out as a DBAPIError on a connection
+        that stays. Anything else (the connection cut, the server shutting it down, asyncpg's
+        protocol left mid-operation by a cut or a cancel, no answer within PASS_TIMEOUT_SECONDS)
+        leaves the connection in a state nobody can know: it is dropped, the next pass opens a
+        new one, and the error comes out as a lost connection, which the engine retries.
+        """
         async with self._passing:
+            conn = await self._passes_or_lost(sql)
             try:
-                return await (await self._passes()).fetchmany(sql, rows)
-            except _CONNECTION_ERRORS as exc:
-                conn, self._pass = self._pass, None
-                if conn is not None:
-                    conn.terminate()
-                raise OperationalError(sql, None, exc, connection_invalidated=True) from exc
+                return await conn.fetchmany(sql, rows, timeout=PASS_TIMEOUT_SECONDS)
             except asyncpg.PostgresError as exc:
-                raise DBAPIError(sql, None, exc) from exc
+                if not isinstance(exc, _LOST) and not conn.is_closed():
+                    raise DBAPIError(sql, None, exc) from exc
+                raise self._lost(conn, sql, exc) from exc
+            except BaseException as exc:
+                lost = self._lost(conn, sql, exc)
+                if isinstance(exc, Exception):
+                    raise lost from exc
+                raise  # a cancel: the connection is dropped all the same
+
+    async def _passes_or_lost(self, sql: str) -> asyncpg.Connection:
+        try:
+            return await self._passes()
+        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            raise OperationalError(sql, None, exc, connection_invalidated=True) from exc
+
+    def _lost(self, conn: asyncpg.Connection, sql: str, exc: BaseException) -> OperationalError:
+        """Drop the pass connection (whatever state it is in); the error to raise instead."""
+        if self._pass is conn:
+            self._pass = None
+        conn.terminate()
+        return OperationalError(sql, None, exc, connection_invalidated=True)
 
     async def rows(self, sql: str, args: Sequence[Any]) -> list[dict[str, Any]] | None:
         """The rows of a read (a statement's PostgreSQL form); None when it failed (the caller

@@ -202,3 +202,45 @@ async def test_the_pass_plan_made_on_an_empty_table_finds_tasks_by_key(client: C
     scans = _scans_of_tasks(plan)
     assert len(scans) >= 4, plan  # the writes, the claims, each dependency, the members of the execution
     assert all(found for _, found in scans), "\n".join(plan)
+
+
+async def test_a_pass_connection_left_mid_operation_is_replaced(client: Client) -> None:
+    """A pass cancelled half way (the engine stopping, a timeout) or cut by the server leaves
+    asyncpg's connection in a state nobody can know; the next pass must get a working one, and a
+    cut must come out as a lost connection the engine retries (is_transient), not as an error
+    that fails the pass's tasks. Before, the next pass after a cut went on the dead connection."""
+    import asyncio
+
+    import asyncpg
+    from sqlalchemy.exc import DBAPIError
+
+    from taskgrove.storage.connections import is_transient
+
+    pg = client.services.repo.connections.pg
+    assert [tuple(r) for r in await pg.fetchmany("SELECT $1::int", [(1,)])] == [(1,)]
+    first = pg._pass
+    slow = asyncio.ensure_future(pg.fetchmany("SELECT pg_sleep($1)", [(5,)]))
+    await asyncio.sleep(0.2)
+    slow.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await slow
+    assert [tuple(r) for r in await pg.fetchmany("SELECT $1::int", [(2,)])] == [(2,)]
+    assert pg._pass is not first  # dropped: its state after a cancel is unknown
+
+    # the server ends the pass connection (pg_terminate_backend: a failover, an admin)
+    pid = pg._pass.get_server_pid()
+    admin = await asyncpg.connect(POSTGRES_URL)
+    try:
+        assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
+    finally:
+        await admin.close()
+    with pytest.raises(DBAPIError) as lost:
+        await pg.fetchmany("SELECT $1::int", [(3,)])
+    assert is_transient(lost.value)
+    assert [tuple(r) for r in await pg.fetchmany("SELECT $1::int", [(4,)])] == [(4,)]
+
+    # a statement the server refuses is the statement's fault: the connection stays
+    kept = pg._pass
+    with pytest.raises(DBAPIError) as refused:
+        await pg.fetchmany("SELECT 1 / $1::int", [(0,)])
+    assert not is_transient(refused.value) and pg._pass is kept

@@ -53,6 +53,8 @@ __all__ = ["AlreadyAnswered", "AlreadyRunning", "Engine", "NotExecutable", "NotW
 log = logging.getLogger(__name__)
 
 SHUTDOWN_ERROR = INTERRUPTED + "the service stopped; the task resumes when an instance runs its execution again"
+# At shutdown, how long the background jobs (a run's end, a refresh) may take before they are cancelled.
+BACKGROUND_GRACE_SECONDS = 5.0
 
 _KIND_OF_STATUS = {TaskStatus.COMPLETED: TASK_COMPLETED, TaskStatus.FAILED: TASK_FAILED,
                    TaskStatus.CANCELLED: TASK_CANCELLED}
@@ -159,7 +161,8 @@ class Engine:
                                 stamp, SHUTDOWN_ERROR, self.settings.max_interruptions)
         except Exception:  # the database may be what is going away
             log.warning("could not hand back running executions at shutdown", exc_info=True)
-        await asyncio.gather(*self._tasks, *self.background.jobs, return_exceptions=True)
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.background.finish(BACKGROUND_GRACE_SECONDS)
 
     # --- starting and following executions ------------------------------------------------
 

@@ -20,8 +20,6 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, OperationalError
-
 from taskgrove.agent.engine import history, waits
 from taskgrove.agent.engine.attempts import Attempts, Running
 from taskgrove.agent.engine.background import Background
@@ -36,12 +34,16 @@ from taskgrove.agent.metrics import Metrics
 from taskgrove.agent.settings import Settings
 from taskgrove.executors.registry import ExecutorRegistry
 from taskgrove.storage import executions
+from taskgrove.storage.connections import is_transient
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.trees import now_iso
 
 log = logging.getLogger(__name__)
 
-WRITE_ATTEMPTS = 5  # a transient database error is retried this often before the tasks concerned fail
+# A transient database error is retried until it passes; at shutdown, this many times before
+# each write is tried on its own. The wait between tries doubles up to the max.
+WRITE_ATTEMPTS = 5
+WRITE_RETRY_MAX_SECONDS = 2.0
 # How often a task waiting for a concurrency key looks again when no task of the key ends here
 # (one may end on another instance, which tells nobody here).
 KEY_RECHECK_SECONDS = 0.5
@@ -49,13 +51,6 @@ KEY_RECHECK_SECONDS = 0.5
 Write = tuple[str, int, dict[str, Any]]  # (task id, lease epoch, values)
 Limited = tuple[str, TreeRun, Limits]
 _NOBODY: Mapping[Any, int] = {}  # the running counts when one user is queued: the order across users is moot  # a task claimed on its own: (task id, run, its limits)
-
-
-def is_transient(exc: BaseException) -> bool:
-    """Errors worth retrying a write for: a busy/locked database or a lost connection."""
-    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
-        return True
-    return isinstance(exc, (OperationalError, InterfaceError, DisconnectionError, OSError, TimeoutError))
 
 
 class _Pass:
@@ -428,22 +423,27 @@ class PassLoop:
     async def _write(self, writes: list[Write], claims: list[str], stamp: str, ends: list[tuple[str, str]],
                      rows: dict[str, history.Attempt],
                      ) -> tuple[set[str], dict[str, dict[str, Any]], dict[str, str | None]]:
-        """One transaction for a whole pass. Transient errors are retried a few times; after that
-        each write is tried on its own, so one unstorable outcome fails only its own task."""
+        """One transaction for a whole pass. A transient error (the database locked, restarting,
+        its connection cut) is retried for as long as it lasts: the outcomes of a pass are the
+        users' work, and a fault of the platform must not fail it. Only at shutdown, or on an
+        error a retry cannot cure, is each write tried on its own, so one unstorable outcome
+        fails only its own task."""
         if not (writes or claims or ends):
             return set(), {}, {}
-        for attempt in range(1, WRITE_ATTEMPTS + 1):
+        attempt = 0
+        while True:
+            attempt += 1
             try:
                 return await self.repo.write_pass(writes, claims, self.instance_id, self.lease_until(), stamp, ends,
                                                   rows)
             except Exception as exc:
-                if not is_transient(exc) or attempt == WRITE_ATTEMPTS:
+                if not is_transient(exc) or (self.stopping and attempt >= WRITE_ATTEMPTS):
                     log.warning("engine write failed (%s); writing its parts one by one", type(exc).__name__,
                                 exc_info=True)
                     break
-                log.warning("engine write failed (attempt %d of %d, %s), retrying", attempt, WRITE_ATTEMPTS,
-                            type(exc).__name__)
-                await asyncio.sleep(0.05 * 2 ** attempt)
+                if attempt <= WRITE_ATTEMPTS or attempt % 30 == 0:
+                    log.warning("engine write failed (attempt %d, %s), retrying", attempt, type(exc).__name__)
+                await asyncio.sleep(min(0.05 * 2 ** attempt, WRITE_RETRY_MAX_SECONDS))
         accepted: set[str] = set()
         for tid, epoch, values in writes:
             accepted |= await self._write_alone(tid, epoch, values, stamp, rows.pop(tid, None))

@@ -24,6 +24,7 @@ from taskgrove.agent.engine.publish import Publisher
 from taskgrove.agent.engine.retry import seconds_until
 from taskgrove.agent.engine.run import TreeRun, select_for_execution
 from taskgrove.storage import executions
+from taskgrove.storage.connections import is_transient
 from taskgrove.storage.repository import SMALL_PASS, TaskRepository
 from taskgrove.storage.status import TaskStatus
 from taskgrove.storage.trees import now_iso
@@ -33,6 +34,9 @@ log = logging.getLogger(__name__)
 # `TaskRepository.run(..., inline=...)`: a transaction of a few rows, which may run on the event
 # loop's thread. The keyword is storage's; these say which value means what here.
 MAY_USE_LOOP_THREAD = True
+# A refresh the database could not answer tries again after this long, doubling up to the max.
+REFRESH_RETRY_SECONDS = 0.2
+REFRESH_RETRY_MAX_SECONDS = 5.0
 
 
 def may_use_loop_thread(rows: int) -> bool:
@@ -240,7 +244,23 @@ class RunKeeper:
             await self.rebuild(execution)
 
     async def refresh(self, tree_id: str) -> None:
-        """Re-read a run of ours from the database (a join by another instance, a change by hand)."""
+        """Re-read a run of ours from the database (a join by another instance, a change by hand,
+        a pass whose writes or claims the database did not take). Retried while the database is
+        unreachable: a refresh that is given up leaves tasks of the run that nobody queues again."""
+        delay = REFRESH_RETRY_SECONDS
+        while True:
+            try:
+                return await self._refresh_once(tree_id)
+            except Exception as exc:
+                if not is_transient(exc):
+                    log.exception("re-reading the run of tree %s failed", tree_id)
+                    return
+                log.warning("re-reading the run of tree %s failed (%s); again in %.1f s", tree_id,
+                            type(exc).__name__, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, REFRESH_RETRY_MAX_SECONDS)
+
+    async def _refresh_once(self, tree_id: str) -> None:
         async with self.lock:
             run = self.runs.get(tree_id)
             if run is None:
