@@ -19,7 +19,6 @@ from taskgrove.agent.rpc.jsonrpc import CallContext, Handler
 from taskgrove.agent.rpc.tasks import typed
 from taskgrove.agent.settings import Settings
 from taskgrove.agent.usage_service import UsageService, today
-from taskgrove.llm import usage as llm_usage
 from taskgrove.llm.budget import Limit, LLMBudgetExhausted, remaining, subtree_limits
 from taskgrove.llm.usage import CallUsage
 from taskgrove.storage import usage as stored_usage
@@ -96,9 +95,6 @@ class LlmMeter:
         self.user_id = user_id
         self.task_id = task.get("id") if task is not None else None
         self.tree_id = task.get("task_tree_id") if task is not None else None
-        prior = task.get("usage") if task is not None else None
-        self.prior = prior if isinstance(prior, Mapping) else None  # the task's earlier attempts
-        self.spent = llm_usage.empty()
 
     async def limits(self) -> list[Limit]:
         found = []
@@ -147,11 +143,9 @@ class LlmMeter:
         return None, error, blocking.policy
 
     async def after(self, call: CallUsage) -> None:
-        """Store the call's usage (the task's, the user's day), then refuse to go on past a
-        `fail` budget the call exceeded."""
-        self.spent = llm_usage.add(self.spent, call.as_usage())
-        task_usage = llm_usage.add(self.prior, self.spent) if self.task_id is not None else None
-        await self.budgets.usage.record(self.user_id, call, self.task_id, task_usage)
+        """Add the call's usage to what is stored (the task's, the user's day), then refuse to go
+        on past a `fail` budget the call exceeded."""
+        await self.budgets.usage.record(self.user_id, call, self.task_id)
         for limit in await self.limits():
             if limit.policy == "fail" and limit.exhausted():
                 raise limit.exhausted_error("the last call went past it")

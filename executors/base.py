@@ -194,7 +194,9 @@ class Executor:
         # Executors that call LLMs keep running totals here; the engine stores them as
         # token_success / token_failed and returns them from cancel.
         self.token_usage: dict[str, int] | None = None
-        # The same calls with their cost (llm/usage.py): the engine adds it to the task's `usage`.
+        # The same calls with their cost (llm/usage.py) that nobody stored yet: the engine adds it
+        # to the task's `usage` when the attempt ends. The service's LLM clients store each call
+        # as it ends (their meter), so the built-in executors leave it None.
         self.llm_usage: dict[str, Any] | None = None
 
     async def execute(self, inputs: dict[str, Any], context: ExecutionContext) -> Any:

@@ -82,7 +82,7 @@ class _LLMBase(Executor):
     def _sync_usage(self) -> dict[str, int] | None:
         if self._client is not None:
             self.token_usage = self._client.usage_so_far()
-            self.llm_usage = self._client.spend  # the engine stores it on the task (`usage`)
+            self.llm_usage = self._client.unstored_spend  # the engine adds it to the task's `usage`
         return self.token_usage
 
     def partial_result(self) -> Any:

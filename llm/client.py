@@ -370,6 +370,13 @@ class LLMClient:
         return add_usage(dict(self.usage), self.usage_so_far_in_flight())
 
     @property
+    def unstored_spend(self) -> dict[str, Any] | None:
+        """What this client's calls used that no meter stored: all of `spend` without a meter;
+        None with one, whose `after` added each call to the stored sums as it ended. The engine
+        adds it to the task's usage when the attempt ends (executors/base.py, `llm_usage`)."""
+        return None if self.meter is not None else self.spend
+
+    @property
     def partial_text(self) -> str:
         """Text received so far by a streaming call in flight ("" when none)."""
         return "".join(self._call.text) if self._call is not None else ""

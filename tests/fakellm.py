@@ -15,7 +15,8 @@ The reply is chosen by a marker found in the newest user message that contains o
 Tests can also script replies: `fake.script("[[mine]]", [reply, ...])`; each request with that
 marker takes the next reply (the last one repeats). A reply is a string (the content) or a dict
 with `content`, `status`, `usage`, `delay` (seconds before answering), `chunk_delay`,
-`retry_after` (the Retry-After header of an error answer).
+`retry_after` (the Retry-After header of an error answer), `hold` (a gate's name: the answer waits
+until the test calls `fake.release(name)`, so a test acts while a call is in flight, without timing).
 Every request body (plus its `authorization` and `traceparent` headers and `received_at`,
 time.monotonic()) is appended to `fake.requests`.
 
@@ -70,6 +71,7 @@ class FakeLLM:
     def __init__(self, default_marker: str | None = None) -> None:
         self.requests: list[dict[str, Any]] = []
         self.scripts: dict[str, list[Any]] = {}
+        self.gates: dict[str, threading.Event] = {}
         self.lock = threading.Lock()
         self.base_url = ""
         # The reply for messages without a marker (standalone use: `--default "[[tree:valid]]"`
@@ -80,6 +82,17 @@ class FakeLLM:
         with self.lock:
             self.requests.clear()
             self.scripts.clear()
+            for gate in self.gates.values():  # a call a test left held goes on (and is not counted)
+                gate.set()
+            self.gates.clear()
+
+    def _gate(self, name: str) -> threading.Event:
+        with self.lock:
+            return self.gates.setdefault(name, threading.Event())
+
+    def release(self, name: str) -> None:
+        """Let the calls held at gate `name` (a reply with `hold`) be answered, now and later."""
+        self._gate(name).set()
 
     def script(self, marker: str, replies: list[Any]) -> None:
         with self.lock:
@@ -135,6 +148,8 @@ class FakeLLM:
                                       traceparent=request.headers.get("traceparent"),
                                       received_at=time.monotonic()))
         reply = self.reply_for(body)
+        if reply.get("hold"):
+            await asyncio.to_thread(self._gate(str(reply["hold"])).wait, 60)
         status = int(reply.get("status", 200))
         if status != 200:
             kinds = {401: "invalid_api_key", 429: "rate_limit_exceeded"}
