@@ -27,6 +27,14 @@ from taskgrove.storage.trees import now_iso
 
 Price = Callable[[str, int, int], "float | None"]
 Pause = Callable[[str], Awaitable[Any]]  # ExecutionContext.wait_for_input: raises Waiting, or the answer
+Usable = Callable[[str], bool]  # whether a model's circuit breaker lets a call through (llm/breaker.py)
+
+
+def fallback_models(limits: list[Limit]) -> tuple[str, ...]:
+    """The models to try after the task's own, in order: those of the nearest `downgrade`
+    budget, else of the nearest budget that names any (for an open circuit breaker)."""
+    downgrade = next((lim.fallback_models for lim in limits if lim.policy == "downgrade"), ())
+    return tuple(downgrade or next((lim.fallback_models for lim in limits if lim.fallback_models), ()))
 
 
 class BudgetService:
@@ -105,16 +113,19 @@ class LlmMeter:
         user = await self.budgets.user_limit(self.user_id)
         return found + ([user] if user is not None else [])
 
-    async def before(self, provider: str, model: str, max_tokens: int, prompt_tokens: int, price: Price) -> str:
+    async def before(self, provider: str, model: str, max_tokens: int, prompt_tokens: int, price: Price,
+                     usable: Usable) -> str:
         """The model to call: `model` when every budget can cover the call by its max_tokens,
-        else the first of a `downgrade` budget's fallback_models that they can cover. A `pause`
-        budget parks the task on a wait for input (docs/waits.md) until a person answers, then
-        checks again (the budget may have been raised meanwhile)."""
+        else the first of a `downgrade` budget's fallback_models that they can cover; a model
+        whose circuit breaker is open (`usable` says no) is passed over for the next of the
+        budgets' fallback_models (when every one is open, `model`: its breaker fails the call
+        fast). A `pause` budget parks the task on a wait for input (docs/waits.md) until a
+        person answers, then checks again (the budget may have been raised meanwhile)."""
         while True:
             limits = await self.limits()
             if not limits:
                 return model
-            chosen, error, policy = self._choose(limits, model, max_tokens, prompt_tokens, price)
+            chosen, error, policy = self._choose(limits, model, max_tokens, prompt_tokens, price, usable)
             if chosen is not None:
                 return chosen
             assert error is not None
@@ -124,19 +135,22 @@ class LlmMeter:
                              "wait to go on.")
 
     @staticmethod
-    def _choose(limits: list[Limit], model: str, max_tokens: int, prompt_tokens: int,
-                price: Price) -> tuple[str | None, LLMBudgetExhausted | None, str]:
+    def _choose(limits: list[Limit], model: str, max_tokens: int, prompt_tokens: int, price: Price,
+                usable: Usable) -> tuple[str | None, LLMBudgetExhausted | None, str]:
         """(the model the budgets can cover, None, '') or (None, the refusal, the blocking policy)."""
-        fallbacks = next((lim.fallback_models for lim in limits if lim.policy == "downgrade"), ())
+        fallbacks = fallback_models(limits)
         blocking: Limit | None = None
         for name in (model, *fallbacks):
+            if not usable(name):
+                continue
             cost = price(name, prompt_tokens, max_tokens)
             blocking = next((lim for lim in limits if lim.exhausted(max_tokens, cost)), None)
             if blocking is None:
                 return name, None, ""
             if blocking.policy != "downgrade":
                 break
-        assert blocking is not None
+        if blocking is None:  # every breaker open: the client's check fails the call fast
+            return model, None, ""
         tried = "" if blocking.policy != "downgrade" else f" (nor by its fallback models {list(fallbacks)})"
         error = blocking.exhausted_error(f"the next call (max_tokens {max_tokens}, model {model}) cannot be "
                                          f"covered{tried} and was not made")

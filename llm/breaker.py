@@ -71,6 +71,13 @@ class Breakers:
     def state(self, provider: str, model: str) -> str:
         return self._of(provider, model).state
 
+    def usable(self, provider: str, model: str) -> bool:
+        """Whether a call to this model would go through now (closed, or open past its delay),
+        without changing the breaker: the meter asks it to pick a fallback model."""
+        found = self._by_model.get((provider, model))
+        return not self.threshold or found is None or found.state != OPEN \
+            or self.clock() - found.opened_at >= self.reset_seconds
+
     def check(self, provider: str, model: str) -> None:
         """Raise LLMCircuitOpen when the breaker refuses the call."""
         if self.threshold and not self._of(provider, model).allow(self.clock()):

@@ -32,16 +32,19 @@ KeyLookup = Callable[[str | None, str], Awaitable[str | None]]
 
 class Meter(Protocol):
     """Asked around each call (llm/budget.py explains it; agent/budget_service.py implements it):
-    `before` returns the model to call or raises; `after` counts the call's usage."""
+    `before` returns the model to call (`usable(model)`: whether its circuit breaker lets a call
+    through) or raises; `after` counts the call's usage."""
 
     async def before(self, provider: str, model: str, max_tokens: int, prompt_tokens: int,
-                     price: Callable[[str, int, int], float | None]) -> str: ...
+                     price: Callable[[str, int, int], float | None], usable: Callable[[str], bool]) -> str: ...
 
     async def after(self, call: CallUsage) -> None: ...
 
 
 class Breakers(Protocol):
     """The circuit breakers of a service (llm/breaker.py): asked before a call, told its outcome."""
+
+    def usable(self, provider: str, model: str) -> bool: ...
 
     def check(self, provider: str, model: str) -> None: ...
 
@@ -412,7 +415,10 @@ class LLMClient:
             def price(name: str, prompt: int, completion: int) -> float | None:
                 return llm_usage.price(litellm, _routed(spec, name, base_url), prompt, completion)
 
-            model_name = await self.meter.before(provider_id, model_name, max_tokens, prompt_tokens, price)
+            def usable(name: str) -> bool:
+                return self.breakers is None or self.breakers.usable(provider_id, name)
+
+            model_name = await self.meter.before(provider_id, model_name, max_tokens, prompt_tokens, price, usable)
         kwargs: dict[str, Any] = {
             "messages": [dict(m) for m in messages],
             "temperature": temperature,

@@ -13,7 +13,8 @@ The reply is chosen by a marker found in the newest user message that contains o
 - `[[slow]]`: 40 words, streamed one per 0.1 s (non-streaming: the whole answer after 4 s)
 
 Tests can also script replies: `fake.script("[[mine]]", [reply, ...])`; each request with that
-marker takes the next reply (the last one repeats). A reply is a string (the content) or a dict
+marker takes the next reply (the last one repeats). A script named `model:<name>` answers every
+request for that model first, whatever its messages (one model failing, another not). A reply is a string (the content) or a dict
 with `content`, `status`, `usage`, `delay` (seconds before answering), `chunk_delay`,
 `retry_after` (the Retry-After header of an error answer), `hold` (a gate's name: the answer waits
 until the test calls `fake.release(name)`, so a test acts while a call is in flight, without timing).
@@ -108,7 +109,7 @@ class FakeLLM:
             text = content if isinstance(content, str) else json.dumps(content)
             with self.lock:
                 for marker in self.scripts:
-                    if marker in text:
+                    if marker in text and not marker.startswith("model:"):
                         return marker
             found = MARKER.findall(text)
             if found:
@@ -116,7 +117,8 @@ class FakeLLM:
         return None
 
     def reply_for(self, body: dict[str, Any]) -> dict[str, Any]:
-        marker = self._marker(body) or self.default_marker
+        by_model = f"model:{body.get('model')}"
+        marker = by_model if by_model in self.scripts else self._marker(body) or self.default_marker
         with self.lock:
             queue = self.scripts.get(marker or "")
             if queue:

@@ -89,3 +89,29 @@ async def test_a_429_is_retried_after_the_providers_retry_after(app_factory, fak
     first, second = fake_llm.requests
     assert second["received_at"] - first["received_at"] >= 2.0
     assert task["usage"]["calls"] == 1  # one call as the task sees it, its retry inside
+
+
+async def test_an_open_breaker_falls_back_to_the_next_model_of_the_budget_whose_breaker_is_closed(
+        app_factory, fake_llm):
+    """m and m2 answer HTTP 500 until their breakers open; a task for m under a budget naming
+    fallback_models [m2, m3] goes to m3 (neither m nor m2 is called); a task for m without such
+    a budget still fails fast."""
+    fake_llm.script("model:m", [{"status": 500, "content": "m is down"}])
+    fake_llm.script("model:m2", [{"status": 500, "content": "m2 is down"}])
+    env = {"SERVICE_LLM_BASE_URL": fake_llm.base_url, "SERVICE_LLM_MAX_RETRIES": "0",
+           "SERVICE_LLM_BREAKER_FAILURES": "2", "SERVICE_LLM_BREAKER_RESET_SECONDS": "3600"}
+    budget = {"max_tokens": 10_000, "fallback_models": ["m2", "m3"]}
+    async with app_factory(env=env) as c:
+        for n in range(2):
+            await c.result("tasks.create", [llm(f"m-{n}", "hello")])
+            await c.result("tasks.create", [llm(f"m2-{n}", "hello", model="m2")])
+        assert len(fake_llm.requests) == 4
+        await c.result("tasks.create", [{**llm("fell-back", "hello"), "budget": budget}])
+        fell_back = await c.result("tasks.get", {"task_id": "fell-back"})
+        await c.result("tasks.create", [llm("no-fallback", "hello")])
+        fast = await c.result("tasks.get", {"task_id": "no-fallback"})
+    assert fell_back["status"] == "completed", fell_back["error"]
+    assert fell_back["result"]["model"] == "m3" and fell_back["usage"]["calls"] == 1
+    assert [r["model"] for r in fake_llm.requests[4:]] == ["m3"]
+    assert fast["status"] == "failed" and "'m' failed 2 times in a row" in fast["error"]
+    assert "circuit open" in fast["error"] and len(fake_llm.requests) == 5
