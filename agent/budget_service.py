@@ -20,6 +20,7 @@ from taskgrove.agent.rpc.tasks import typed
 from taskgrove.agent.settings import Settings
 from taskgrove.agent.usage_service import UsageService, today
 from taskgrove.llm.budget import Limit, LLMBudgetExhausted, remaining, subtree_limits
+from taskgrove.llm.client import LLMError
 from taskgrove.llm.usage import CallUsage
 from taskgrove.storage import usage as stored_usage
 from taskgrove.storage.repository import TaskRepository
@@ -45,10 +46,12 @@ class BudgetService:
         self.settings = settings
         self.usage = usage
 
-    def meter(self, user_id: str | None, task: Mapping[str, Any] | None, pause: Pause | None = None) -> LlmMeter:
+    def meter(self, user_id: str | None, task: Mapping[str, Any] | None, pause: Pause | None = None,
+              epoch: int | None = None) -> LlmMeter:
         """The meter of one client: a task's attempt (`task`: its row; `pause`: its
-        ExecutionContext.wait_for_input) or the planner's (None: a `pause` budget fails it)."""
-        return LlmMeter(self, user_id, task, pause)
+        ExecutionContext.wait_for_input; `epoch`: its claim's lease epoch) or the planner's
+        (None: a `pause` budget fails it)."""
+        return LlmMeter(self, user_id, task, pause, epoch)
 
     async def user_limit(self, user_id: str | None) -> Limit | None:
         """The user's daily budget (their own, else the settings') with today's usage, or None."""
@@ -92,22 +95,37 @@ class BudgetService:
         return answer
 
 
+class LLMAttemptStale(LLMError):
+    """The attempt lost its task (its lease epoch changed): it must not spend any more."""
+
+    retryable = False
+
+
 class LlmMeter:
     """One LLM client's meter (llm/client.py `Meter`): checks the budgets over its task and its
     user before each call, stores each call's usage after it."""
 
     def __init__(self, budgets: BudgetService, user_id: str | None, task: Mapping[str, Any] | None,
-                 pause: Pause | None = None) -> None:
+                 pause: Pause | None = None, epoch: int | None = None) -> None:
         self.budgets = budgets
         self.pause = pause
         self.user_id = user_id
         self.task_id = task.get("id") if task is not None else None
         self.tree_id = task.get("task_tree_id") if task is not None else None
+        self.epoch = epoch  # the attempt's fencing token: a call of an attempt that lost it is not made
 
-    async def limits(self) -> list[Limit]:
+    async def limits(self, fenced: bool = False) -> list[Limit]:
+        """The budgets over the task and the user's day, with what is stored as used. `fenced`
+        (before a call): raise LLMAttemptStale when the task's stored lease epoch is no longer
+        the attempt's (another instance took the task over: it makes the calls now)."""
         found = []
         if self.tree_id is not None:
             rows = await self.budgets.repo.run(stored_usage.tree_budget_rows, self.tree_id, inline=True)
+            if fenced and self.epoch is not None:
+                own = next((row for row in rows if row["id"] == self.task_id), None)
+                if own is None or own["lease_epoch"] != self.epoch:
+                    raise LLMAttemptStale(f"this attempt no longer holds task '{self.task_id}' (it was taken "
+                                          "over, cancelled or deleted); the next LLM call was not made")
             if any(row.get("budget") for row in rows):
                 found = subtree_limits(rows, self.task_id)
         user = await self.budgets.user_limit(self.user_id)
@@ -122,7 +140,7 @@ class LlmMeter:
         fast). A `pause` budget parks the task on a wait for input (docs/waits.md) until a
         person answers, then checks again (the budget may have been raised meanwhile)."""
         while True:
-            limits = await self.limits()
+            limits = await self.limits(fenced=True)
             if not limits:
                 return model
             chosen, error, policy = self._choose(limits, model, max_tokens, prompt_tokens, price, usable)
@@ -165,4 +183,4 @@ class LlmMeter:
                 raise limit.exhausted_error("the last call went past it")
 
 
-__all__ = ["BudgetService", "LlmMeter", "LLMBudgetExhausted"]
+__all__ = ["BudgetService", "LlmMeter", "LLMAttemptStale", "LLMBudgetExhausted"]

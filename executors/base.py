@@ -97,6 +97,10 @@ class ExecutionContext:
     max_attempts: int = 1
     # How many times the platform cut this task off before (0 on an undisturbed run).
     interruptions: int = 0
+    # The fencing token of this attempt's claim (docs/scale-out.md): the service's LLM meter
+    # compares it with the stored one before each call, so an attempt that lost its task stops
+    # spending. None outside the engine.
+    lease_epoch: int | None = None
     # What the previous attempt stored with `checkpoint()`; None on a first attempt.
     last_checkpoint: Any = None
     # The answers of this attempt's earlier waits, in call order (the `wait_answers` column).

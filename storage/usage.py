@@ -83,6 +83,8 @@ def record_call(c: Connection, user_id: str | None, day: str, amounts: Mapping[s
 
 
 def tree_budget_rows(c: Connection, tree_id: str) -> list[dict[str, Any]]:
-    """id, parent_id, budget and usage of every task of a tree (the budgets over subtrees)."""
-    rows = c.execute(select(T.c.id, T.c.parent_id, T.c.budget, T.c.usage).where(T.c.task_tree_id == tree_id))
+    """id, parent_id, budget and usage of every task of a tree (the budgets over subtrees), and
+    lease_epoch (an attempt's meter checks that it still holds its task before each call)."""
+    rows = c.execute(select(T.c.id, T.c.parent_id, T.c.budget, T.c.usage, T.c.lease_epoch)
+                     .where(T.c.task_tree_id == tree_id))
     return [dict(row) for row in rows.mappings()]

@@ -345,3 +345,38 @@ async def test_a_change_to_the_tree_while_a_task_calls_counts_each_call_once(app
     assert len(fake_llm.requests) == 4
     assert task["usage"]["calls"] == 4 and task["usage"]["total_tokens"] == 60
     assert root["tree_usage"]["total_tokens"] == 60 and root["budget_remaining"]["tokens"] == 440
+
+
+def take_over(c: Any, task_id: str) -> None:
+    """What another instance's claim does to a task whose lease it found expired: a new epoch
+    and owner (the claim's fencing token), a lease that runs for an hour."""
+    from sqlalchemy import update
+
+    from taskgrove.agent.engine.retry import iso_in
+    from taskgrove.storage.models import tasks_table as T
+
+    c.execute(update(T).where(T.c.id == task_id).values(lease_epoch=T.c.lease_epoch + 1, lease_owner="elsewhere",
+                                                        lease_expires_at=iso_in(3600)))
+
+
+async def test_an_attempt_that_lost_its_task_makes_no_more_calls_and_counts_each_call_once(app_factory, fake_llm):
+    # While the crew's second call is in flight, another instance takes the task over. The stale
+    # attempt's second call still counts (it was made and paid for), once; its third is not made.
+    import asyncio
+
+    fake_llm.script("[[held]]", [{"content": "second", "hold": "second"}, "later"])
+    env = llm_env(fake_llm, SERVICE_CREATE_WAIT_TIMEOUT="0", SERVICE_LEASE_SECONDS="600")  # no renewal meanwhile
+    async with app_factory(env=env) as c:
+        await c.result("tasks.create", [held_crew("c", None, steps=4)])
+        await arrived(fake_llm, 2)
+        engine = c.services.engine
+        await engine.repo.run(take_over, "c")
+        fake_llm.release("second")
+        deadline = asyncio.get_running_loop().time() + 10
+        while "c" in engine.running:  # the stale attempt ends (its outcome is not written)
+            assert asyncio.get_running_loop().time() < deadline, "the stale attempt never ended"
+            await asyncio.sleep(0.02)
+        task = await engine.repo.get("c")
+    assert len(fake_llm.requests) == 2
+    assert task["usage"]["calls"] == 2 and task["usage"]["total_tokens"] == 30
+    assert (task["status"], task["lease_owner"]) == ("in_progress", "elsewhere")

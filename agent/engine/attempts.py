@@ -320,6 +320,7 @@ class Attempts:
             attempt=running.attempt,
             max_attempts=policy.max_attempts,
             interruptions=row.get("interruptions") or 0,
+            lease_epoch=running.epoch,
             last_checkpoint=running.checkpoint,
             wait_answers=waits.read(row.get("wait_answers")) or [],
             traceparent=None if running.span is None else tracing.header_of(running.span),
