@@ -14,10 +14,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from taskgrove.llm.client import (LLMConnectionError, LLMError, LLMProviderError, LLMRateLimitError)
+from taskgrove.llm.client import TRANSIENT, LLMError
 
-# Failures that say the provider is unwell; a refused key or a bad request says nothing about it.
-COUNTED = (LLMProviderError, LLMRateLimitError, LLMConnectionError)
+COUNTED = TRANSIENT  # failures that say the provider is unwell (llm/client.py)
 
 CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
 

@@ -18,8 +18,9 @@ request for that model first, whatever its messages (one model failing, another 
 with `content`, `status`, `usage`, `delay` (seconds before answering), `chunk_delay`,
 `retry_after` (the Retry-After header of an error answer), `hold` (a gate's name: the answer waits
 until the test calls `fake.release(name)`, so a test acts while a call is in flight, without timing).
-Every request body (plus its `authorization` and `traceparent` headers and `received_at`,
-time.monotonic()) is appended to `fake.requests`.
+Every request body (plus its `authorization` and `traceparent` headers, its `path` and
+`received_at`, time.monotonic()) is appended to `fake.requests`. `/v1/messages` answers the same
+replies in Anthropic's Messages format (for litellm's own HTTP path: ANTHROPIC_API_BASE=<root>).
 
 Fixtures: `fake_llm_server` (one server per test session) and `fake_llm` (the same server, reset
 for each test). tests/conftest.py registers this module as a plugin, so every test can use them.
@@ -143,22 +144,52 @@ class FakeLLM:
 
     # -- HTTP ---------------------------------------------------------------------------------
 
-    async def chat(self, request: Request) -> Response:
+    async def _received(self, request: Request) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The request's body (recorded) and its reply, once the reply's gate (if any) opens."""
         body = await request.json()
         with self.lock:
             self.requests.append(dict(body, authorization=request.headers.get("authorization"),
-                                      traceparent=request.headers.get("traceparent"),
+                                      traceparent=request.headers.get("traceparent"), path=request.url.path,
                                       received_at=time.monotonic()))
         reply = self.reply_for(body)
         if reply.get("hold"):
             await asyncio.to_thread(self._gate(str(reply["hold"])).wait, 60)
+        return body, reply
+
+    @staticmethod
+    def _error(reply: dict[str, Any], status: int, anthropic: bool = False) -> Response:
+        kinds = {401: "invalid_api_key", 429: "rate_limit_exceeded"}
+        error = {"message": reply.get("content", "error"), "type": kinds.get(status, "server_error"),
+                 "code": kinds.get(status)}
+        if anthropic:
+            anthropic_kinds = {401: "authentication_error", 429: "rate_limit_error"}
+            error = {"type": anthropic_kinds.get(status, "api_error"), "message": reply.get("content", "error")}
+        headers = {"Retry-After": str(reply["retry_after"])} if "retry_after" in reply else None
+        return JSONResponse({"type": "error", "error": error} if anthropic else {"error": error},
+                            status_code=status, headers=headers)
+
+    async def messages(self, request: Request) -> Response:
+        """Anthropic's Messages API (litellm's own HTTP client speaks it for `anthropic/` models;
+        point ANTHROPIC_API_BASE here): the same replies as chat, without streaming."""
+        body, reply = await self._received(request)
         status = int(reply.get("status", 200))
         if status != 200:
-            kinds = {401: "invalid_api_key", 429: "rate_limit_exceeded"}
-            error = {"message": reply.get("content", "error"), "type": kinds.get(status, "server_error"),
-                     "code": kinds.get(status)}
-            headers = {"Retry-After": str(reply["retry_after"])} if "retry_after" in reply else None
-            return JSONResponse({"error": error}, status_code=status, headers=headers)
+            return self._error(reply, status, anthropic=True)
+        if body.get("stream"):
+            return self._error({"content": "this fake does not stream on /v1/messages"}, 400, anthropic=True)
+        usage = dict(reply.get("usage") or DEFAULT_USAGE)
+        return JSONResponse({
+            "id": "msg_fake", "type": "message", "role": "assistant", "model": body.get("model", "fake-model"),
+            "content": [{"type": "text", "text": str(reply.get("content", ""))}], "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": usage["prompt_tokens"], "output_tokens": usage["completion_tokens"]},
+        })
+
+    async def chat(self, request: Request) -> Response:
+        body, reply = await self._received(request)
+        status = int(reply.get("status", 200))
+        if status != 200:
+            return self._error(reply, status)
         content = str(reply.get("content", ""))
         usage = dict(reply.get("usage") or DEFAULT_USAGE)
         model = body.get("model", "fake-model")
@@ -195,6 +226,7 @@ class FakeLLM:
 
     def app(self) -> Starlette:
         routes = [Route(path, self.chat, methods=["POST"]) for path in ("/v1/chat/completions", "/chat/completions")]
+        routes.append(Route("/v1/messages", self.messages, methods=["POST"]))
         return Starlette(routes=routes)
 
 

@@ -115,3 +115,47 @@ async def test_an_open_breaker_falls_back_to_the_next_model_of_the_budget_whose_
     assert [r["model"] for r in fake_llm.requests[4:]] == ["m3"]
     assert fast["status"] == "failed" and "'m' failed 2 times in a row" in fast["error"]
     assert "circuit open" in fast["error"] and len(fake_llm.requests) == 5
+
+
+def anthropic_task(id_: str, prompt: str) -> dict[str, Any]:
+    return {"id": id_, "name": id_, "schemas": {"method": "llm_executor"},
+            "inputs": {"prompt": prompt, "provider": "anthropic", "model": "claude-haiku-4-5",
+                       "stream": False}}
+
+
+@pytest.fixture
+def anthropic_env(fake_llm: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """Anthropic's API played by the fake LLM (/v1/messages): litellm calls it with its own HTTP
+    client, not the OpenAI one (it reads ANTHROPIC_API_BASE from the process environment)."""
+    monkeypatch.setenv("ANTHROPIC_API_BASE", fake_llm.base_url.removesuffix("/v1"))
+    return {"ANTHROPIC_API_KEY": "test-anthropic-key", "SERVICE_LLM_MAX_RETRIES": "1"}
+
+
+async def test_a_429_of_a_provider_litellm_calls_itself_is_retried_after_its_retry_after(
+        app_factory, fake_llm, anthropic_env):
+    fake_llm.script("[[busy]]", [{"status": 429, "content": "slow down", "retry_after": 2}, "fine"])
+    async with app_factory(env=anthropic_env) as c:
+        await c.result("tasks.create", [anthropic_task("t", "[[busy]] hello")])
+        task = await c.result("tasks.get", {"task_id": "t"})
+    assert task["status"] == "completed", task["error"]
+    assert task["result"]["text"] == "fine" and task["result"]["provider"] == "anthropic"
+    first, second = fake_llm.requests
+    assert first["path"] == second["path"] == "/v1/messages"
+    assert second["received_at"] - first["received_at"] >= 2.0
+    assert task["usage"]["calls"] == 1 and task["usage"]["total_tokens"] == 15 and task["usage"]["cost_usd"] > 0
+
+
+async def test_a_retry_after_past_a_minute_is_not_waited_for_and_a_500_is_retried_after_a_backoff(
+        app_factory, fake_llm, anthropic_env):
+    fake_llm.script("[[later]]", [{"status": 429, "content": "come back tomorrow", "retry_after": 86400}, "fine"])
+    fake_llm.script("[[flaky]]", [{"status": 500, "content": "oops"}, "fine"])
+    async with app_factory(env=anthropic_env) as c:
+        await c.result("tasks.create", [anthropic_task("later", "[[later]] hello")])
+        later = await c.result("tasks.get", {"task_id": "later"})
+        assert len(fake_llm.requests) == 1
+        await c.result("tasks.create", [anthropic_task("flaky", "[[flaky]] hello")])
+        flaky = await c.result("tasks.get", {"task_id": "flaky"})
+    assert later["status"] == "failed" and "rate limit" in later["error"]
+    assert "test-anthropic-key" not in later["error"]
+    assert flaky["status"] == "completed" and flaky["result"]["text"] == "fine", flaky["error"]
+    assert len(fake_llm.requests) == 3
