@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import jwt
 import pytest
 from playwright.sync_api import Page, expect
 
@@ -20,16 +21,29 @@ from tests.processes import Service
 from tests.test_ui_browser import WAIT_MS, browser, page, rpc, wait_status  # noqa: F401 - fixtures
 
 
+SECRET = "usage-ui-secret-with-enough-bytes-for-hs256"
+
+
+def started(tmp_path_factory: pytest.TempPathFactory, fake: FakeLLMServer, name: str,
+            **env: str) -> Iterator[Service]:
+    work = tmp_path_factory.mktemp(name)
+    service = Service(work, {"SERVICE_CREATE_WAIT_TIMEOUT": "0", "SERVICE_LLM_BASE_URL": fake.base_url,
+                             "SERVICE_LLM_MAX_RETRIES": "0", "SERVICE_USER_DAILY_BUDGET_TOKENS": "1000",
+                             "SERVICE_DATABASE_URL": f"sqlite:///{work / 'usage.db'}", **env}, name).start()
+    try:
+        yield service
+    finally:
+        service.stop()
+
+
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory, fake_llm_server: FakeLLMServer) -> Iterator[Service]:
-    work = tmp_path_factory.mktemp("usage-ui")
-    started = Service(work, {"SERVICE_CREATE_WAIT_TIMEOUT": "0", "SERVICE_LLM_BASE_URL": fake_llm_server.base_url,
-                             "SERVICE_LLM_MAX_RETRIES": "0", "SERVICE_USER_DAILY_BUDGET_TOKENS": "1000",
-                             "SERVICE_DATABASE_URL": f"sqlite:///{work / 'usage.db'}"}, "usage-ui").start()
-    try:
-        yield started
-    finally:
-        started.stop()
+    yield from started(tmp_path_factory, fake_llm_server, "usage-ui")
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory: pytest.TempPathFactory, fake_llm_server: FakeLLMServer) -> Iterator[Service]:
+    yield from started(tmp_path_factory, fake_llm_server, "usage-ui-jwt", SERVICE_JWT_SECRET=SECRET)
 
 
 def llm_task(id_: str, parent: str, prompt: str, user: str) -> dict[str, Any]:
@@ -89,3 +103,22 @@ def test_the_usage_page_shows_a_users_days_and_daily_budget(service: Service, pa
     page.goto(f"{service.url}/ui#/usage?user=nobody-yet&days=7")
     expect(page.get_by_test_id("usage-none")).to_have_text("No LLM calls in these days.", timeout=WAIT_MS)
     expect(page.get_by_test_id("usage-days")).to_have_value("7")
+
+
+def test_with_jwt_the_usage_page_shows_ones_own_and_refuses_anothers(guarded: Service, page: Page,
+                                                                     fake_llm: FakeLLMServer) -> None:
+    guarded.token = jwt.encode({"user_id": "erin"}, SECRET, algorithm="HS256")
+    rpc(guarded, "tasks.create", {"tasks": [{"id": "e-root", "name": "erin's tree"},
+                                            llm_task("e-a", "e-root", "hello", "erin")]})
+    wait_status(guarded, "e-a", ("completed",))
+    page.goto(f"{guarded.url}/ui#/usage")
+    page.locator("#token").fill(guarded.token)
+    page.locator("#token-form button[type=submit]").click()
+    expect(page.get_by_test_id("usage-who")).to_have_text("Usage of user erin, per UTC day.", timeout=WAIT_MS)
+    expect(page.get_by_test_id("usage-day").locator('[data-field="calls"]')).to_have_text("1")
+    expect(page.get_by_test_id("daily-budget")).to_contain_text("left today: 985 tokens")
+
+    page.get_by_test_id("usage-user").fill("frank")
+    page.get_by_role("button", name="Show").click()
+    expect(page.locator("#notice")).to_contain_text("usage of user 'frank'", timeout=WAIT_MS)
+    assert len(fake_llm.requests) == 1
