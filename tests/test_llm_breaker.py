@@ -159,3 +159,37 @@ async def test_a_retry_after_past_a_minute_is_not_waited_for_and_a_500_is_retrie
     assert "test-anthropic-key" not in later["error"]
     assert flaky["status"] == "completed" and flaky["result"]["text"] == "fine", flaky["error"]
     assert len(fake_llm.requests) == 3
+
+
+class Refused(Exception):
+    """A provider's refusal as litellm raises it: the answer's headers on the exception."""
+
+    def __init__(self, headers: dict[str, str]) -> None:
+        super().__init__("refused")
+        self.litellm_response_headers = headers
+
+
+@pytest.mark.parametrize("headers, expected", [
+    ({"retry-after": "2"}, 2.0), ({"retry-after": "0.5"}, 0.5), ({"retry-after-ms": "1500", "retry-after": "9"}, 1.5),
+    ({"retry-after": "-3"}, 0.0), ({"retry-after": "soon"}, None), ({}, None),
+    ({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, 0.0),  # a date gone by: no wait
+])
+def test_the_retry_after_of_an_answer_is_read_as_seconds_milliseconds_or_a_date(headers, expected) -> None:
+    from taskgrove.llm.retry import retry_after
+
+    assert retry_after(Refused(headers)) == expected
+
+
+def test_a_future_http_date_and_the_waits_bounds() -> None:
+    import datetime as dt
+    import email.utils
+
+    from taskgrove.llm.retry import BACKOFF_MAX, MAX_RETRY_AFTER, retry_after, wait_seconds
+
+    later = email.utils.format_datetime(dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=30), usegmt=True)
+    assert 0 < retry_after(Refused({"retry-after": later})) <= 30
+    assert wait_seconds(Refused({"retry-after": str(MAX_RETRY_AFTER + 1)}), 0) is None  # not waited for
+    assert wait_seconds(Refused({"retry-after": "7"}), 5) == 7.0
+    assert 0.5 <= wait_seconds(Refused({}), 0) <= 0.625  # no header: the backoff, with jitter
+    assert BACKOFF_MAX <= wait_seconds(Refused({}), 10) <= BACKOFF_MAX * 1.25
+    assert wait_seconds(ValueError("no answer at all"), 1) <= 1.25
