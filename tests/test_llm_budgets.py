@@ -380,3 +380,41 @@ async def test_an_attempt_that_lost_its_task_makes_no_more_calls_and_counts_each
     assert len(fake_llm.requests) == 2
     assert task["usage"]["calls"] == 2 and task["usage"]["total_tokens"] == 30
     assert (task["status"], task["lease_owner"]) == ("in_progress", "elsewhere")
+
+
+async def test_a_crew_parked_by_its_budget_survives_a_kill_and_counts_every_call_once(tmp_path, db_url, fake_llm):
+    """A real `taskgrove serve` (each backend): the crew parks after three calls; kill -9; the restarted service
+    still holds the wait and the stored 45 tokens; raised and answered, the crew starts over and
+    completes: 3 + 4 calls, the same in the task's usage, the tree's and the user's day."""
+    import asyncio
+    import time
+
+    from tests.processes import Service
+
+    env = {"SERVICE_DATABASE_URL": db_url, "SERVICE_CREATE_WAIT_TIMEOUT": "0", "SERVICE_LEASE_SECONDS": "3",
+           "SERVICE_LLM_BASE_URL": fake_llm.base_url, "SERVICE_LLM_MAX_RETRIES": "0"}
+    budget = {"max_tokens": 40, "on_exhausted": "pause"}
+    service = Service(tmp_path, env).start()
+    try:
+        await service.rpc("tasks.create", [{"id": "root", "name": "root", "budget": budget, "user_id": "gus"},
+                                           crew("c", "root", steps=4, user_id="gus")])
+        start = time.monotonic()
+        while (await service.task("c"))["waiting"] is None:
+            assert time.monotonic() - start < 30, "the crew never parked"
+            await asyncio.sleep(0.05)
+        service.kill()
+        service.start()
+        parked = await service.task("c")
+        assert parked["waiting"]["kind"] == "input" and parked["usage"]["total_tokens"] == 45
+        await service.rpc("tasks.update", {"task_id": "root", "budget": {**budget, "max_tokens": 1000}})
+        await service.rpc("tasks.respond", {"task_id": "c", "value": "raised"})
+        task = await service.wait_status("c", ("completed", "failed"), timeout=30)
+        root = await service.task("root")
+        day = (await service.rpc("usage.get", {"user_id": "gus"}))["today"]
+    finally:
+        service.stop()
+    assert task["status"] == "completed", task["error"]
+    calls = len(fake_llm.requests)
+    assert calls == 7
+    for usage in (task["usage"], root["tree_usage"], day):
+        assert (usage["calls"], usage["total_tokens"]) == (calls, 15 * calls)
