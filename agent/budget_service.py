@@ -19,8 +19,8 @@ from taskgrove.agent.rpc.jsonrpc import CallContext, Handler
 from taskgrove.agent.rpc.tasks import typed
 from taskgrove.agent.settings import Settings
 from taskgrove.agent.usage_service import UsageService, today
-from taskgrove.llm import usage as llm_usage
 from taskgrove.llm.budget import Limit, LLMBudgetExhausted, remaining, subtree_limits
+from taskgrove.llm.client import LLMError
 from taskgrove.llm.usage import CallUsage
 from taskgrove.storage import usage as stored_usage
 from taskgrove.storage.repository import TaskRepository
@@ -28,6 +28,14 @@ from taskgrove.storage.trees import now_iso
 
 Price = Callable[[str, int, int], "float | None"]
 Pause = Callable[[str], Awaitable[Any]]  # ExecutionContext.wait_for_input: raises Waiting, or the answer
+Usable = Callable[[str], bool]  # whether a model's circuit breaker lets a call through (llm/breaker.py)
+
+
+def fallback_models(limits: list[Limit]) -> tuple[str, ...]:
+    """The models to try after the task's own, in order: those of the nearest `downgrade`
+    budget, else of the nearest budget that names any (for an open circuit breaker)."""
+    downgrade = next((lim.fallback_models for lim in limits if lim.policy == "downgrade"), ())
+    return tuple(downgrade or next((lim.fallback_models for lim in limits if lim.fallback_models), ()))
 
 
 class BudgetService:
@@ -38,10 +46,12 @@ class BudgetService:
         self.settings = settings
         self.usage = usage
 
-    def meter(self, user_id: str | None, task: Mapping[str, Any] | None, pause: Pause | None = None) -> LlmMeter:
+    def meter(self, user_id: str | None, task: Mapping[str, Any] | None, pause: Pause | None = None,
+              epoch: int | None = None) -> LlmMeter:
         """The meter of one client: a task's attempt (`task`: its row; `pause`: its
-        ExecutionContext.wait_for_input) or the planner's (None: a `pause` budget fails it)."""
-        return LlmMeter(self, user_id, task, pause)
+        ExecutionContext.wait_for_input; `epoch`: its claim's lease epoch) or the planner's
+        (None: a `pause` budget fails it)."""
+        return LlmMeter(self, user_id, task, pause, epoch)
 
     async def user_limit(self, user_id: str | None) -> Limit | None:
         """The user's daily budget (their own, else the settings') with today's usage, or None."""
@@ -85,40 +95,55 @@ class BudgetService:
         return answer
 
 
+class LLMAttemptStale(LLMError):
+    """The attempt lost its task (its lease epoch changed): it must not spend any more."""
+
+    retryable = False
+
+
 class LlmMeter:
     """One LLM client's meter (llm/client.py `Meter`): checks the budgets over its task and its
     user before each call, stores each call's usage after it."""
 
     def __init__(self, budgets: BudgetService, user_id: str | None, task: Mapping[str, Any] | None,
-                 pause: Pause | None = None) -> None:
+                 pause: Pause | None = None, epoch: int | None = None) -> None:
         self.budgets = budgets
         self.pause = pause
         self.user_id = user_id
         self.task_id = task.get("id") if task is not None else None
         self.tree_id = task.get("task_tree_id") if task is not None else None
-        prior = task.get("usage") if task is not None else None
-        self.prior = prior if isinstance(prior, Mapping) else None  # the task's earlier attempts
-        self.spent = llm_usage.empty()
+        self.epoch = epoch  # the attempt's fencing token: a call of an attempt that lost it is not made
 
-    async def limits(self) -> list[Limit]:
+    async def limits(self, fenced: bool = False) -> list[Limit]:
+        """The budgets over the task and the user's day, with what is stored as used. `fenced`
+        (before a call): raise LLMAttemptStale when the task's stored lease epoch is no longer
+        the attempt's (another instance took the task over: it makes the calls now)."""
         found = []
         if self.tree_id is not None:
             rows = await self.budgets.repo.run(stored_usage.tree_budget_rows, self.tree_id, inline=True)
+            if fenced and self.epoch is not None:
+                own = next((row for row in rows if row["id"] == self.task_id), None)
+                if own is None or own["lease_epoch"] != self.epoch:
+                    raise LLMAttemptStale(f"this attempt no longer holds task '{self.task_id}' (it was taken "
+                                          "over, cancelled or deleted); the next LLM call was not made")
             if any(row.get("budget") for row in rows):
                 found = subtree_limits(rows, self.task_id)
         user = await self.budgets.user_limit(self.user_id)
         return found + ([user] if user is not None else [])
 
-    async def before(self, provider: str, model: str, max_tokens: int, prompt_tokens: int, price: Price) -> str:
+    async def before(self, provider: str, model: str, max_tokens: int, prompt_tokens: int, price: Price,
+                     usable: Usable) -> str:
         """The model to call: `model` when every budget can cover the call by its max_tokens,
-        else the first of a `downgrade` budget's fallback_models that they can cover. A `pause`
-        budget parks the task on a wait for input (docs/waits.md) until a person answers, then
-        checks again (the budget may have been raised meanwhile)."""
+        else the first of a `downgrade` budget's fallback_models that they can cover; a model
+        whose circuit breaker is open (`usable` says no) is passed over for the next of the
+        budgets' fallback_models (when every one is open, `model`: its breaker fails the call
+        fast). A `pause` budget parks the task on a wait for input (docs/waits.md) until a
+        person answers, then checks again (the budget may have been raised meanwhile)."""
         while True:
-            limits = await self.limits()
+            limits = await self.limits(fenced=True)
             if not limits:
                 return model
-            chosen, error, policy = self._choose(limits, model, max_tokens, prompt_tokens, price)
+            chosen, error, policy = self._choose(limits, model, max_tokens, prompt_tokens, price, usable)
             if chosen is not None:
                 return chosen
             assert error is not None
@@ -128,33 +153,34 @@ class LlmMeter:
                              "wait to go on.")
 
     @staticmethod
-    def _choose(limits: list[Limit], model: str, max_tokens: int, prompt_tokens: int,
-                price: Price) -> tuple[str | None, LLMBudgetExhausted | None, str]:
+    def _choose(limits: list[Limit], model: str, max_tokens: int, prompt_tokens: int, price: Price,
+                usable: Usable) -> tuple[str | None, LLMBudgetExhausted | None, str]:
         """(the model the budgets can cover, None, '') or (None, the refusal, the blocking policy)."""
-        fallbacks = next((lim.fallback_models for lim in limits if lim.policy == "downgrade"), ())
+        fallbacks = fallback_models(limits)
         blocking: Limit | None = None
         for name in (model, *fallbacks):
+            if not usable(name):
+                continue
             cost = price(name, prompt_tokens, max_tokens)
             blocking = next((lim for lim in limits if lim.exhausted(max_tokens, cost)), None)
             if blocking is None:
                 return name, None, ""
             if blocking.policy != "downgrade":
                 break
-        assert blocking is not None
+        if blocking is None:  # every breaker open: the client's check fails the call fast
+            return model, None, ""
         tried = "" if blocking.policy != "downgrade" else f" (nor by its fallback models {list(fallbacks)})"
         error = blocking.exhausted_error(f"the next call (max_tokens {max_tokens}, model {model}) cannot be "
                                          f"covered{tried} and was not made")
         return None, error, blocking.policy
 
     async def after(self, call: CallUsage) -> None:
-        """Store the call's usage (the task's, the user's day), then refuse to go on past a
-        `fail` budget the call exceeded."""
-        self.spent = llm_usage.add(self.spent, call.as_usage())
-        task_usage = llm_usage.add(self.prior, self.spent) if self.task_id is not None else None
-        await self.budgets.usage.record(self.user_id, call, self.task_id, task_usage)
+        """Add the call's usage to what is stored (the task's, the user's day), then refuse to go
+        on past a `fail` budget the call exceeded."""
+        await self.budgets.usage.record(self.user_id, call, self.task_id)
         for limit in await self.limits():
             if limit.policy == "fail" and limit.exhausted():
                 raise limit.exhausted_error("the last call went past it")
 
 
-__all__ = ["BudgetService", "LlmMeter", "LLMBudgetExhausted"]
+__all__ = ["BudgetService", "LlmMeter", "LLMAttemptStale", "LLMBudgetExhausted"]

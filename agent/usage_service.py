@@ -47,15 +47,15 @@ class UsageService:
         self.repo = repo
         self.metrics = metrics
 
-    async def record(self, user_id: str | None, call: CallUsage, task_id: str | None = None,
-                     task_usage: dict[str, Any] | None = None) -> None:
-        """One call ended: count it in /metrics, add it to the user's day and store the task's
-        usage so far, before the caller may make its next call (a restart then cannot forget
-        what was spent)."""
+    async def record(self, user_id: str | None, call: CallUsage, task_id: str | None = None) -> None:
+        """One call ended: count it in /metrics, add it to the user's day and to the task's
+        stored usage, before the caller may make its next call (a restart then cannot forget
+        what was spent, and the next budget check sees it)."""
         self.metrics.llm_call(call.provider, call.model, call.prompt_tokens, call.completion_tokens, call.cost_usd)
         amounts = {**call.as_usage(), "cost_usd": call.cost_usd or 0.0,
                    "unpriced_calls": 1 if call.cost_usd is None else 0}
-        await self.repo.run(stored_usage.record_call, user_id, today(), amounts, task_id, task_usage)
+        await self.repo.run(stored_usage.record_call, user_id, today(), amounts, task_id, call.as_usage(),
+                            llm_usage.add)
 
     async def tree_usage(self, tree_id: str) -> dict[str, Any]:
         """The sum of a stored tree's usage (tasks.get on a root)."""

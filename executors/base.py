@@ -97,6 +97,10 @@ class ExecutionContext:
     max_attempts: int = 1
     # How many times the platform cut this task off before (0 on an undisturbed run).
     interruptions: int = 0
+    # The fencing token of this attempt's claim (docs/scale-out.md): the service's LLM meter
+    # compares it with the stored one before each call, so an attempt that lost its task stops
+    # spending. None outside the engine.
+    lease_epoch: int | None = None
     # What the previous attempt stored with `checkpoint()`; None on a first attempt.
     last_checkpoint: Any = None
     # The answers of this attempt's earlier waits, in call order (the `wait_answers` column).
@@ -194,7 +198,9 @@ class Executor:
         # Executors that call LLMs keep running totals here; the engine stores them as
         # token_success / token_failed and returns them from cancel.
         self.token_usage: dict[str, int] | None = None
-        # The same calls with their cost (llm/usage.py): the engine adds it to the task's `usage`.
+        # The same calls with their cost (llm/usage.py) that nobody stored yet: the engine adds it
+        # to the task's `usage` when the attempt ends. The service's LLM clients store each call
+        # as it ends (their meter), so the built-in executors leave it None.
         self.llm_usage: dict[str, Any] | None = None
 
     async def execute(self, inputs: dict[str, Any], context: ExecutionContext) -> Any:

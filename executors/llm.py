@@ -37,7 +37,8 @@ def make_client(context: ExecutionContext) -> LLMClient:
     """A client for this run; the stored-key lookup and the meter (budgets, the stored usage:
     agent/budget_service.py) come from the app's services when present."""
     meter_for = context.services.get("llm_meter")
-    meter = None if meter_for is None else meter_for(context.user_id, context.task, context.wait_for_input)
+    meter = None if meter_for is None else meter_for(context.user_id, context.task, context.wait_for_input,
+                                                     context.lease_epoch)
     return LLMClient(context.settings, key_lookup=context.services.get("llm_key_lookup"), meter=meter,
                      breakers=context.services.get("llm_breakers"), traceparent=context.traceparent)
 
@@ -82,7 +83,7 @@ class _LLMBase(Executor):
     def _sync_usage(self) -> dict[str, int] | None:
         if self._client is not None:
             self.token_usage = self._client.usage_so_far()
-            self.llm_usage = self._client.spend  # the engine stores it on the task (`usage`)
+            self.llm_usage = self._client.unstored_spend  # the engine adds it to the task's `usage`
         return self.token_usage
 
     def partial_result(self) -> Any:

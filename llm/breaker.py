@@ -14,10 +14,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from taskgrove.llm.client import (LLMConnectionError, LLMError, LLMProviderError, LLMRateLimitError)
+from taskgrove.llm.client import TRANSIENT, LLMError
 
-# Failures that say the provider is unwell; a refused key or a bad request says nothing about it.
-COUNTED = (LLMProviderError, LLMRateLimitError, LLMConnectionError)
+COUNTED = TRANSIENT  # failures that say the provider is unwell (llm/client.py)
 
 CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
 
@@ -70,6 +69,13 @@ class Breakers:
 
     def state(self, provider: str, model: str) -> str:
         return self._of(provider, model).state
+
+    def usable(self, provider: str, model: str) -> bool:
+        """Whether a call to this model would go through now (closed, or open past its delay),
+        without changing the breaker: the meter asks it to pick a fallback model."""
+        found = self._by_model.get((provider, model))
+        return not self.threshold or found is None or found.state != OPEN \
+            or self.clock() - found.opened_at >= self.reset_seconds
 
     def check(self, provider: str, model: str) -> None:
         """Raise LLMCircuitOpen when the breaker refuses the call."""

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from taskgrove.llm import retry as llm_retry
 from taskgrove.llm import usage as llm_usage
 from taskgrove.llm.usage import CallUsage
 
@@ -32,16 +33,19 @@ KeyLookup = Callable[[str | None, str], Awaitable[str | None]]
 
 class Meter(Protocol):
     """Asked around each call (llm/budget.py explains it; agent/budget_service.py implements it):
-    `before` returns the model to call or raises; `after` counts the call's usage."""
+    `before` returns the model to call (`usable(model)`: whether its circuit breaker lets a call
+    through) or raises; `after` counts the call's usage."""
 
     async def before(self, provider: str, model: str, max_tokens: int, prompt_tokens: int,
-                     price: Callable[[str, int, int], float | None]) -> str: ...
+                     price: Callable[[str, int, int], float | None], usable: Callable[[str], bool]) -> str: ...
 
     async def after(self, call: CallUsage) -> None: ...
 
 
 class Breakers(Protocol):
     """The circuit breakers of a service (llm/breaker.py): asked before a call, told its outcome."""
+
+    def usable(self, provider: str, model: str) -> bool: ...
 
     def check(self, provider: str, model: str) -> None: ...
 
@@ -146,6 +150,12 @@ class LLMBadRequestError(LLMError):
 
 class LLMProviderError(LLMError):
     """The provider failed on its side (HTTP 5xx) or returned something unusable."""
+
+
+# Failures that say the provider is unwell for now (a timeout is a connection error): a call is
+# retried after them (llm/retry.py) and its circuit breaker counts them (llm/breaker.py). A refused
+# key or a bad request says nothing about the provider's health.
+TRANSIENT = (LLMProviderError, LLMRateLimitError, LLMConnectionError)
 
 
 @dataclass
@@ -370,6 +380,13 @@ class LLMClient:
         return add_usage(dict(self.usage), self.usage_so_far_in_flight())
 
     @property
+    def unstored_spend(self) -> dict[str, Any] | None:
+        """What this client's calls used that no meter stored: all of `spend` without a meter;
+        None with one, whose `after` added each call to the stored sums as it ended. The engine
+        adds it to the task's usage when the attempt ends (executors/base.py, `llm_usage`)."""
+        return None if self.meter is not None else self.spend
+
+    @property
     def partial_text(self) -> str:
         """Text received so far by a streaming call in flight ("" when none)."""
         return "".join(self._call.text) if self._call is not None else ""
@@ -405,13 +422,16 @@ class LLMClient:
             def price(name: str, prompt: int, completion: int) -> float | None:
                 return llm_usage.price(litellm, _routed(spec, name, base_url), prompt, completion)
 
-            model_name = await self.meter.before(provider_id, model_name, max_tokens, prompt_tokens, price)
+            def usable(name: str) -> bool:
+                return self.breakers is None or self.breakers.usable(provider_id, name)
+
+            model_name = await self.meter.before(provider_id, model_name, max_tokens, prompt_tokens, price, usable)
         kwargs: dict[str, Any] = {
             "messages": [dict(m) for m in messages],
             "temperature": temperature,
             "max_tokens": max_tokens,
             "timeout": float(getattr(self.settings, "llm_timeout", 120.0)),
-            "num_retries": int(getattr(self.settings, "llm_max_retries", 2)),
+            "num_retries": 0, "max_retries": 0,  # one try each: _send_retrying retries (llm/retry.py)
         }
         kwargs.update(model=_routed(spec, model_name, base_url))
         if self.breakers is not None:
@@ -426,15 +446,7 @@ class LLMClient:
             kwargs["extra_headers"] = {"traceparent": self.traceparent}
         self._call = _Call(prompt_tokens=prompt_tokens)
         try:
-            if stream:
-                text, usage = await self._stream(litellm, kwargs, on_chunk)
-            else:
-                response = await litellm.acompletion(**kwargs)
-                text = response.choices[0].message.content or ""
-                usage = _usage_of(response)
-            if usage is None:
-                usage = {"prompt_tokens": self._call.prompt_tokens, "completion_tokens": estimate_tokens(text)}
-                usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+            text, usage = await self._send_retrying(litellm, kwargs, stream, on_chunk, provider_id)
         except asyncio.CancelledError:
             # Cancelled mid-call: the prompt (and any streamed text) was likely billed; keep the estimate.
             with contextlib.suppress(LLMError):  # a budget it exceeded must not replace the cancel
@@ -461,6 +473,42 @@ class LLMClient:
         call = await self._account(litellm, usage, provider_id, model_name, kwargs["model"])
         return Completion(text=text, usage=usage, model=model_name, provider=provider_id, cost_usd=call.cost_usd)
 
+    async def _send_retrying(self, litellm: Any, kwargs: dict[str, Any], stream: bool,
+                             on_chunk: ChunkCallback | None, provider: str) -> tuple[str, dict[str, int]]:
+        """The call, tried again after a failure that says the provider is unwell for now (TRANSIENT:
+        a 429, a 5xx, a timeout, a refused connection), at most SERVICE_LLM_MAX_RETRIES times, each
+        after the answer's Retry-After (llm/retry.py); never once text has arrived (it was billed)."""
+        retries = int(getattr(self.settings, "llm_max_retries", 2))
+        tried = 0
+        while True:
+            try:
+                return await self._send(litellm, kwargs, stream, on_chunk)
+            except (LLMError, _CallbackFailed):
+                raise
+            except Exception as exc:
+                assert self._call is not None
+                wait = llm_retry.wait_seconds(exc, tried) if tried < retries and not self._call.text \
+                    and isinstance(map_error(exc, provider), TRANSIENT) else None
+                if wait is None:
+                    raise
+                tried += 1
+                await asyncio.sleep(wait)
+
+    async def _send(self, litellm: Any, kwargs: dict[str, Any], stream: bool,
+                    on_chunk: ChunkCallback | None) -> tuple[str, dict[str, int]]:
+        """One try of the call: its text and usage (estimated when the provider reported none)."""
+        assert self._call is not None
+        if stream:
+            text, usage = await self._stream(litellm, kwargs, on_chunk)
+        else:
+            response = await litellm.acompletion(**kwargs)
+            text = response.choices[0].message.content or ""
+            usage = llm_usage.reported(response)
+        if usage is None:
+            usage = {"prompt_tokens": self._call.prompt_tokens, "completion_tokens": estimate_tokens(text)}
+            usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        return text, usage
+
     async def _account(self, litellm: Any, usage: Mapping[str, int], provider: str, model: str,
                        routed: str) -> CallUsage:
         """Add one call's usage to the totals, priced from litellm's table, and tell the meter."""
@@ -479,7 +527,7 @@ class LLMClient:
         response = await litellm.acompletion(**kwargs, stream=True, stream_options={"include_usage": True})
         usage: dict[str, int] | None = None
         async for chunk in response:
-            reported = _usage_of(chunk)
+            reported = llm_usage.reported(chunk)
             if reported and reported.get("total_tokens"):
                 usage = reported
             choices = getattr(chunk, "choices", None) or []
@@ -502,17 +550,6 @@ def _routed(spec: Provider, model: str, base_url: str | None) -> str:
     if base_url:
         return f"openai/{model}"
     return model if model.startswith(spec.prefix) else spec.prefix + model
-
-
-def _usage_of(obj: Any) -> dict[str, int] | None:
-    usage = getattr(obj, "usage", None)
-    if usage is None:
-        return None
-    get = usage.get if isinstance(usage, Mapping) else (lambda k: getattr(usage, k, None))
-    prompt, completion, total = (int(get(k) or 0) for k in ("prompt_tokens", "completion_tokens", "total_tokens"))
-    if not (prompt or completion or total):
-        return None
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": total or prompt + completion}
 
 
 def map_error(exc: BaseException, provider: str, key: str | None = None) -> LLMError:

@@ -75,3 +75,16 @@ def price(litellm: Any, routed_model: str, prompt_tokens: int, completion_tokens
     except Exception:  # litellm raises a plain Exception for an unmapped model
         return None
     return round(float(prompt_cost) + float(completion_cost), 10)
+
+
+def reported(answer: Any) -> dict[str, int] | None:
+    """The token counts a provider's answer (or a streamed chunk) reports, None when it reports
+    none (the client then estimates them)."""
+    usage = getattr(answer, "usage", None)
+    if usage is None:
+        return None
+    get = usage.get if isinstance(usage, Mapping) else (lambda k: getattr(usage, k, None))
+    prompt, completion, total = (int(get(k) or 0) for k in ("prompt_tokens", "completion_tokens", "total_tokens"))
+    if not (prompt or completion or total):
+        return None
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": total or prompt + completion}

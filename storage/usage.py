@@ -7,7 +7,7 @@ so two instances counting calls of the same user on the same day add up instead 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from sqlalchemy import Connection, delete, select, update
@@ -64,16 +64,27 @@ def tree_usages(c: Connection, tree_id: str) -> list[Any]:
 
 
 def record_call(c: Connection, user_id: str | None, day: str, amounts: Mapping[str, Any],
-                task_id: str | None = None, task_usage: Mapping[str, Any] | None = None) -> None:
-    """One LLM call ended: add it to the user's day and, for a task's call, store the task's usage
-    so far, in one transaction, before the next call may begin (a restart then knows it).
-    Not fenced by the attempt's lease: what was spent was spent, whoever holds the task now."""
+                task_id: str | None = None, call_usage: Mapping[str, Any] | None = None,
+                add: Callable[[Any, Any], dict[str, Any]] | None = None) -> None:
+    """One LLM call ended: add it to the user's day and, for a task's call, add `call_usage` to
+    the task's stored `usage` (`add`: llm/usage.py's sum, handed in because storage imports
+    nothing above it), in one transaction, before the next call may begin.
+
+    An increment of what is stored, never a value computed from a copy in memory: an attempt
+    resumed after a wait, or whose run was re-read meanwhile, or one that lost its lease, counts
+    each of its calls exactly once (the money was spent, whoever holds the task now). The row is
+    locked first (PostgreSQL) so that two attempts' calls cannot both read the same sum."""
     add_daily(c, user_id, day, amounts)
-    if task_id is not None:
-        c.execute(update(T).where(T.c.id == task_id).values(usage=dict(task_usage or {})))
+    if task_id is None or add is None:
+        return
+    stored = c.execute(select(T.c.usage).where(T.c.id == task_id).with_for_update()).scalar()
+    total = add(stored if isinstance(stored, Mapping) else None, call_usage)
+    c.execute(update(T).where(T.c.id == task_id).values(usage=total))
 
 
 def tree_budget_rows(c: Connection, tree_id: str) -> list[dict[str, Any]]:
-    """id, parent_id, budget and usage of every task of a tree (the budgets over subtrees)."""
-    rows = c.execute(select(T.c.id, T.c.parent_id, T.c.budget, T.c.usage).where(T.c.task_tree_id == tree_id))
+    """id, parent_id, budget and usage of every task of a tree (the budgets over subtrees), and
+    lease_epoch (an attempt's meter checks that it still holds its task before each call)."""
+    rows = c.execute(select(T.c.id, T.c.parent_id, T.c.budget, T.c.usage, T.c.lease_epoch)
+                     .where(T.c.task_tree_id == tree_id))
     return [dict(row) for row in rows.mappings()]

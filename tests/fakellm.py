@@ -13,11 +13,14 @@ The reply is chosen by a marker found in the newest user message that contains o
 - `[[slow]]`: 40 words, streamed one per 0.1 s (non-streaming: the whole answer after 4 s)
 
 Tests can also script replies: `fake.script("[[mine]]", [reply, ...])`; each request with that
-marker takes the next reply (the last one repeats). A reply is a string (the content) or a dict
+marker takes the next reply (the last one repeats). A script named `model:<name>` answers every
+request for that model first, whatever its messages (one model failing, another not). A reply is a string (the content) or a dict
 with `content`, `status`, `usage`, `delay` (seconds before answering), `chunk_delay`,
-`retry_after` (the Retry-After header of an error answer).
-Every request body (plus its `authorization` and `traceparent` headers and `received_at`,
-time.monotonic()) is appended to `fake.requests`.
+`retry_after` (the Retry-After header of an error answer), `hold` (a gate's name: the answer waits
+until the test calls `fake.release(name)`, so a test acts while a call is in flight, without timing).
+Every request body (plus its `authorization` and `traceparent` headers, its `path` and
+`received_at`, time.monotonic()) is appended to `fake.requests`. `/v1/messages` answers the same
+replies in Anthropic's Messages format (for litellm's own HTTP path: ANTHROPIC_API_BASE=<root>).
 
 Fixtures: `fake_llm_server` (one server per test session) and `fake_llm` (the same server, reset
 for each test). tests/conftest.py registers this module as a plugin, so every test can use them.
@@ -70,6 +73,7 @@ class FakeLLM:
     def __init__(self, default_marker: str | None = None) -> None:
         self.requests: list[dict[str, Any]] = []
         self.scripts: dict[str, list[Any]] = {}
+        self.gates: dict[str, threading.Event] = {}
         self.lock = threading.Lock()
         self.base_url = ""
         # The reply for messages without a marker (standalone use: `--default "[[tree:valid]]"`
@@ -80,6 +84,17 @@ class FakeLLM:
         with self.lock:
             self.requests.clear()
             self.scripts.clear()
+            for gate in self.gates.values():  # a call a test left held goes on (and is not counted)
+                gate.set()
+            self.gates.clear()
+
+    def _gate(self, name: str) -> threading.Event:
+        with self.lock:
+            return self.gates.setdefault(name, threading.Event())
+
+    def release(self, name: str) -> None:
+        """Let the calls held at gate `name` (a reply with `hold`) be answered, now and later."""
+        self._gate(name).set()
 
     def script(self, marker: str, replies: list[Any]) -> None:
         with self.lock:
@@ -95,7 +110,7 @@ class FakeLLM:
             text = content if isinstance(content, str) else json.dumps(content)
             with self.lock:
                 for marker in self.scripts:
-                    if marker in text:
+                    if marker in text and not marker.startswith("model:"):
                         return marker
             found = MARKER.findall(text)
             if found:
@@ -103,7 +118,8 @@ class FakeLLM:
         return None
 
     def reply_for(self, body: dict[str, Any]) -> dict[str, Any]:
-        marker = self._marker(body) or self.default_marker
+        by_model = f"model:{body.get('model')}"
+        marker = by_model if by_model in self.scripts else self._marker(body) or self.default_marker
         with self.lock:
             queue = self.scripts.get(marker or "")
             if queue:
@@ -128,20 +144,52 @@ class FakeLLM:
 
     # -- HTTP ---------------------------------------------------------------------------------
 
-    async def chat(self, request: Request) -> Response:
+    async def _received(self, request: Request) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The request's body (recorded) and its reply, once the reply's gate (if any) opens."""
         body = await request.json()
         with self.lock:
             self.requests.append(dict(body, authorization=request.headers.get("authorization"),
-                                      traceparent=request.headers.get("traceparent"),
+                                      traceparent=request.headers.get("traceparent"), path=request.url.path,
                                       received_at=time.monotonic()))
         reply = self.reply_for(body)
+        if reply.get("hold"):
+            await asyncio.to_thread(self._gate(str(reply["hold"])).wait, 60)
+        return body, reply
+
+    @staticmethod
+    def _error(reply: dict[str, Any], status: int, anthropic: bool = False) -> Response:
+        kinds = {401: "invalid_api_key", 429: "rate_limit_exceeded"}
+        error = {"message": reply.get("content", "error"), "type": kinds.get(status, "server_error"),
+                 "code": kinds.get(status)}
+        if anthropic:
+            anthropic_kinds = {401: "authentication_error", 429: "rate_limit_error"}
+            error = {"type": anthropic_kinds.get(status, "api_error"), "message": reply.get("content", "error")}
+        headers = {"Retry-After": str(reply["retry_after"])} if "retry_after" in reply else None
+        return JSONResponse({"type": "error", "error": error} if anthropic else {"error": error},
+                            status_code=status, headers=headers)
+
+    async def messages(self, request: Request) -> Response:
+        """Anthropic's Messages API (litellm's own HTTP client speaks it for `anthropic/` models;
+        point ANTHROPIC_API_BASE here): the same replies as chat, without streaming."""
+        body, reply = await self._received(request)
         status = int(reply.get("status", 200))
         if status != 200:
-            kinds = {401: "invalid_api_key", 429: "rate_limit_exceeded"}
-            error = {"message": reply.get("content", "error"), "type": kinds.get(status, "server_error"),
-                     "code": kinds.get(status)}
-            headers = {"Retry-After": str(reply["retry_after"])} if "retry_after" in reply else None
-            return JSONResponse({"error": error}, status_code=status, headers=headers)
+            return self._error(reply, status, anthropic=True)
+        if body.get("stream"):
+            return self._error({"content": "this fake does not stream on /v1/messages"}, 400, anthropic=True)
+        usage = dict(reply.get("usage") or DEFAULT_USAGE)
+        return JSONResponse({
+            "id": "msg_fake", "type": "message", "role": "assistant", "model": body.get("model", "fake-model"),
+            "content": [{"type": "text", "text": str(reply.get("content", ""))}], "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": usage["prompt_tokens"], "output_tokens": usage["completion_tokens"]},
+        })
+
+    async def chat(self, request: Request) -> Response:
+        body, reply = await self._received(request)
+        status = int(reply.get("status", 200))
+        if status != 200:
+            return self._error(reply, status)
         content = str(reply.get("content", ""))
         usage = dict(reply.get("usage") or DEFAULT_USAGE)
         model = body.get("model", "fake-model")
@@ -178,6 +226,7 @@ class FakeLLM:
 
     def app(self) -> Starlette:
         routes = [Route(path, self.chat, methods=["POST"]) for path in ("/v1/chat/completions", "/chat/completions")]
+        routes.append(Route("/v1/messages", self.messages, methods=["POST"]))
         return Starlette(routes=routes)
 
 

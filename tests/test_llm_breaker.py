@@ -89,3 +89,107 @@ async def test_a_429_is_retried_after_the_providers_retry_after(app_factory, fak
     first, second = fake_llm.requests
     assert second["received_at"] - first["received_at"] >= 2.0
     assert task["usage"]["calls"] == 1  # one call as the task sees it, its retry inside
+
+
+async def test_an_open_breaker_falls_back_to_the_next_model_of_the_budget_whose_breaker_is_closed(
+        app_factory, fake_llm):
+    """m and m2 answer HTTP 500 until their breakers open; a task for m under a budget naming
+    fallback_models [m2, m3] goes to m3 (neither m nor m2 is called); a task for m without such
+    a budget still fails fast."""
+    fake_llm.script("model:m", [{"status": 500, "content": "m is down"}])
+    fake_llm.script("model:m2", [{"status": 500, "content": "m2 is down"}])
+    env = {"SERVICE_LLM_BASE_URL": fake_llm.base_url, "SERVICE_LLM_MAX_RETRIES": "0",
+           "SERVICE_LLM_BREAKER_FAILURES": "2", "SERVICE_LLM_BREAKER_RESET_SECONDS": "3600"}
+    budget = {"max_tokens": 10_000, "fallback_models": ["m2", "m3"]}
+    async with app_factory(env=env) as c:
+        for n in range(2):
+            await c.result("tasks.create", [llm(f"m-{n}", "hello")])
+            await c.result("tasks.create", [llm(f"m2-{n}", "hello", model="m2")])
+        assert len(fake_llm.requests) == 4
+        await c.result("tasks.create", [{**llm("fell-back", "hello"), "budget": budget}])
+        fell_back = await c.result("tasks.get", {"task_id": "fell-back"})
+        await c.result("tasks.create", [llm("no-fallback", "hello")])
+        fast = await c.result("tasks.get", {"task_id": "no-fallback"})
+    assert fell_back["status"] == "completed", fell_back["error"]
+    assert fell_back["result"]["model"] == "m3" and fell_back["usage"]["calls"] == 1
+    assert [r["model"] for r in fake_llm.requests[4:]] == ["m3"]
+    assert fast["status"] == "failed" and "'m' failed 2 times in a row" in fast["error"]
+    assert "circuit open" in fast["error"] and len(fake_llm.requests) == 5
+
+
+def anthropic_task(id_: str, prompt: str) -> dict[str, Any]:
+    return {"id": id_, "name": id_, "schemas": {"method": "llm_executor"},
+            "inputs": {"prompt": prompt, "provider": "anthropic", "model": "claude-haiku-4-5",
+                       "stream": False}}
+
+
+@pytest.fixture
+def anthropic_env(fake_llm: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """Anthropic's API played by the fake LLM (/v1/messages): litellm calls it with its own HTTP
+    client, not the OpenAI one (it reads ANTHROPIC_API_BASE from the process environment)."""
+    monkeypatch.setenv("ANTHROPIC_API_BASE", fake_llm.base_url.removesuffix("/v1"))
+    return {"ANTHROPIC_API_KEY": "test-anthropic-key", "SERVICE_LLM_MAX_RETRIES": "1"}
+
+
+async def test_a_429_of_a_provider_litellm_calls_itself_is_retried_after_its_retry_after(
+        app_factory, fake_llm, anthropic_env):
+    fake_llm.script("[[busy]]", [{"status": 429, "content": "slow down", "retry_after": 2}, "fine"])
+    async with app_factory(env=anthropic_env) as c:
+        await c.result("tasks.create", [anthropic_task("t", "[[busy]] hello")])
+        task = await c.result("tasks.get", {"task_id": "t"})
+    assert task["status"] == "completed", task["error"]
+    assert task["result"]["text"] == "fine" and task["result"]["provider"] == "anthropic"
+    first, second = fake_llm.requests
+    assert first["path"] == second["path"] == "/v1/messages"
+    assert second["received_at"] - first["received_at"] >= 2.0
+    assert task["usage"]["calls"] == 1 and task["usage"]["total_tokens"] == 15 and task["usage"]["cost_usd"] > 0
+
+
+async def test_a_retry_after_past_a_minute_is_not_waited_for_and_a_500_is_retried_after_a_backoff(
+        app_factory, fake_llm, anthropic_env):
+    fake_llm.script("[[later]]", [{"status": 429, "content": "come back tomorrow", "retry_after": 86400}, "fine"])
+    fake_llm.script("[[flaky]]", [{"status": 500, "content": "oops"}, "fine"])
+    async with app_factory(env=anthropic_env) as c:
+        await c.result("tasks.create", [anthropic_task("later", "[[later]] hello")])
+        later = await c.result("tasks.get", {"task_id": "later"})
+        assert len(fake_llm.requests) == 1
+        await c.result("tasks.create", [anthropic_task("flaky", "[[flaky]] hello")])
+        flaky = await c.result("tasks.get", {"task_id": "flaky"})
+    assert later["status"] == "failed" and "rate limit" in later["error"]
+    assert "test-anthropic-key" not in later["error"]
+    assert flaky["status"] == "completed" and flaky["result"]["text"] == "fine", flaky["error"]
+    assert len(fake_llm.requests) == 3
+
+
+class Refused(Exception):
+    """A provider's refusal as litellm raises it: the answer's headers on the exception."""
+
+    def __init__(self, headers: dict[str, str]) -> None:
+        super().__init__("refused")
+        self.litellm_response_headers = headers
+
+
+@pytest.mark.parametrize("headers, expected", [
+    ({"retry-after": "2"}, 2.0), ({"retry-after": "0.5"}, 0.5), ({"retry-after-ms": "1500", "retry-after": "9"}, 1.5),
+    ({"retry-after": "-3"}, 0.0), ({"retry-after": "soon"}, None), ({}, None),
+    ({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, 0.0),  # a date gone by: no wait
+])
+def test_the_retry_after_of_an_answer_is_read_as_seconds_milliseconds_or_a_date(headers, expected) -> None:
+    from taskgrove.llm.retry import retry_after
+
+    assert retry_after(Refused(headers)) == expected
+
+
+def test_a_future_http_date_and_the_waits_bounds() -> None:
+    import datetime as dt
+    import email.utils
+
+    from taskgrove.llm.retry import BACKOFF_MAX, MAX_RETRY_AFTER, retry_after, wait_seconds
+
+    later = email.utils.format_datetime(dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=30), usegmt=True)
+    assert 0 < retry_after(Refused({"retry-after": later})) <= 30
+    assert wait_seconds(Refused({"retry-after": str(MAX_RETRY_AFTER + 1)}), 0) is None  # not waited for
+    assert wait_seconds(Refused({"retry-after": "7"}), 5) == 7.0
+    assert 0.5 <= wait_seconds(Refused({}), 0) <= 0.625  # no header: the backoff, with jitter
+    assert BACKOFF_MAX <= wait_seconds(Refused({}), 10) <= BACKOFF_MAX * 1.25
+    assert wait_seconds(ValueError("no answer at all"), 1) <= 1.25

@@ -268,3 +268,153 @@ async def next_wait(c: Any, task_id: str, since: str) -> dict[str, Any]:
             return task
         assert asyncio.get_running_loop().time() < deadline, f"{task_id} never waited again: {task}"
         await asyncio.sleep(0.02)
+
+
+async def arrived(fake: Any, count: int) -> None:
+    """Until the fake LLM has received `count` requests (the last may be held at a gate)."""
+    import asyncio
+
+    deadline = asyncio.get_running_loop().time() + 10
+    while len(fake.requests) < count:
+        assert asyncio.get_running_loop().time() < deadline, f"only {len(fake.requests)} of {count} calls came"
+        await asyncio.sleep(0.02)
+
+
+def held_crew(id_: str, parent: str | None, steps: int, **extra: Any) -> dict[str, Any]:
+    """A crew whose second call waits at the fake LLM's gate 'second' (later calls do not)."""
+    task = crew(id_, parent, steps, **extra)
+    task["inputs"]["steps"][1]["description"] = "[[held]] step 1"
+    return task
+
+
+async def test_pause_parks_a_crew_mid_way_and_every_call_counts_once(app_factory, fake_llm):
+    # 40 tokens, calls of max_tokens 10 that use 15: calls at 0, 15 and 30 fit, the fourth
+    # (45 + 10 > 40) parks the crew after three calls. Raised to 70, the attempt starts over and
+    # the stored 45 still count: two calls (45, 60) fit, the third parks it again. Raised to
+    # 1000, its four calls run. A change to the tree while its second call is in flight (the run
+    # is re-read from the database) must not make any call count twice.
+    fake_llm.script("[[held]]", [{"content": "second", "hold": "second"}, "later"])
+    budget = {"max_tokens": 40, "on_exhausted": "pause"}
+    tasks = [{"id": "root", "name": "root", "budget": budget, "user_id": "alice"},
+             held_crew("c", "root", steps=4, user_id="alice")]
+    async with app_factory(env=llm_env(fake_llm, SERVICE_CREATE_WAIT_TIMEOUT="0")) as c:
+        await c.result("tasks.create", tasks)
+        await arrived(fake_llm, 2)
+        await c.result("tasks.update", {"task_id": "root", "name": "renamed while c calls"})
+        await c.result("tasks.get", {"task_id": "root"})  # the run's re-read is under way or done
+        fake_llm.release("second")
+        parked = await next_wait(c, "c", "")
+        assert "used 45 of 40 tokens" in parked["waiting"]["prompt"] and len(fake_llm.requests) == 3
+        assert parked["usage"]["calls"] == 3 and parked["usage"]["total_tokens"] == 45
+
+        await c.result("tasks.update", {"task_id": "root", "budget": {**budget, "max_tokens": 70}})
+        await c.result("tasks.respond", {"task_id": "c", "value": "raised to 70"})
+        parked = await next_wait(c, "c", parked["waiting"]["since"])
+        assert "used 75 of 70 tokens" in parked["waiting"]["prompt"] and len(fake_llm.requests) == 5
+        assert parked["usage"]["total_tokens"] == 75
+
+        await c.result("tasks.update", {"task_id": "root", "budget": {**budget, "max_tokens": 1000}})
+        await c.result("tasks.respond", {"task_id": "c", "value": "raised to 1000"})
+        task = await c.wait_status("c", ("completed", "failed"))
+        root = await c.result("tasks.get", {"task_id": "root"})
+        day = (await c.result("usage.get", {"user_id": "alice"}))["today"]
+    calls = len(fake_llm.requests)
+    assert task["status"] == "completed", task["error"]
+    assert calls == 9  # 3 + 2 + 4: each resumed attempt starts over
+    for usage in (task["usage"], root["tree_usage"], day):
+        assert (usage["calls"], usage["prompt_tokens"], usage["completion_tokens"], usage["total_tokens"]) \
+            == (calls, 10 * calls, 5 * calls, 15 * calls)
+    assert task["usage"]["cost_usd"] == pytest.approx(day["cost_usd"]) and day["cost_usd"] > 0
+    assert root["budget_remaining"]["tokens"] == 1000 - 15 * calls
+
+
+async def test_a_change_to_the_tree_while_a_task_calls_counts_each_call_once(app_factory, fake_llm):
+    # The run is re-read from the database while the crew's second call is in flight; the task's
+    # usage stored until then must not be added again when the attempt ends (it was: 5 of 4 calls).
+    fake_llm.script("[[held]]", [{"content": "second", "hold": "second"}, "later"])
+    tasks = [{"id": "root", "name": "root"}, held_crew("c", "root", steps=4)]
+    async with app_factory(env=llm_env(fake_llm, SERVICE_CREATE_WAIT_TIMEOUT="0")) as c:
+        await c.result("tasks.create", tasks)
+        await arrived(fake_llm, 2)
+        await c.result("tasks.update", {"task_id": "root", "budget": {"max_tokens": 500}})  # raised mid-run
+        await c.result("tasks.get", {"task_id": "root"})  # the run's re-read is under way or done
+        fake_llm.release("second")
+        task = await c.wait_status("c", ("completed", "failed"))
+        root = await c.result("tasks.get", {"task_id": "root"})
+    assert task["status"] == "completed", task["error"]
+    assert len(fake_llm.requests) == 4
+    assert task["usage"]["calls"] == 4 and task["usage"]["total_tokens"] == 60
+    assert root["tree_usage"]["total_tokens"] == 60 and root["budget_remaining"]["tokens"] == 440
+
+
+def take_over(c: Any, task_id: str) -> None:
+    """What another instance's claim does to a task whose lease it found expired: a new epoch
+    and owner (the claim's fencing token), a lease that runs for an hour."""
+    from sqlalchemy import update
+
+    from taskgrove.agent.engine.retry import iso_in
+    from taskgrove.storage.models import tasks_table as T
+
+    c.execute(update(T).where(T.c.id == task_id).values(lease_epoch=T.c.lease_epoch + 1, lease_owner="elsewhere",
+                                                        lease_expires_at=iso_in(3600)))
+
+
+async def test_an_attempt_that_lost_its_task_makes_no_more_calls_and_counts_each_call_once(app_factory, fake_llm):
+    # While the crew's second call is in flight, another instance takes the task over. The stale
+    # attempt's second call still counts (it was made and paid for), once; its third is not made.
+    import asyncio
+
+    fake_llm.script("[[held]]", [{"content": "second", "hold": "second"}, "later"])
+    env = llm_env(fake_llm, SERVICE_CREATE_WAIT_TIMEOUT="0", SERVICE_LEASE_SECONDS="600")  # no renewal meanwhile
+    async with app_factory(env=env) as c:
+        await c.result("tasks.create", [held_crew("c", None, steps=4)])
+        await arrived(fake_llm, 2)
+        engine = c.services.engine
+        await engine.repo.run(take_over, "c")
+        fake_llm.release("second")
+        deadline = asyncio.get_running_loop().time() + 10
+        while "c" in engine.running:  # the stale attempt ends (its outcome is not written)
+            assert asyncio.get_running_loop().time() < deadline, "the stale attempt never ended"
+            await asyncio.sleep(0.02)
+        task = await engine.repo.get("c")
+    assert len(fake_llm.requests) == 2
+    assert task["usage"]["calls"] == 2 and task["usage"]["total_tokens"] == 30
+    assert (task["status"], task["lease_owner"]) == ("in_progress", "elsewhere")
+
+
+async def test_a_crew_parked_by_its_budget_survives_a_kill_and_counts_every_call_once(tmp_path, db_url, fake_llm):
+    """A real `taskgrove serve` (each backend): the crew parks after three calls; kill -9; the restarted service
+    still holds the wait and the stored 45 tokens; raised and answered, the crew starts over and
+    completes: 3 + 4 calls, the same in the task's usage, the tree's and the user's day."""
+    import asyncio
+    import time
+
+    from tests.processes import Service
+
+    env = {"SERVICE_DATABASE_URL": db_url, "SERVICE_CREATE_WAIT_TIMEOUT": "0", "SERVICE_LEASE_SECONDS": "3",
+           "SERVICE_LLM_BASE_URL": fake_llm.base_url, "SERVICE_LLM_MAX_RETRIES": "0"}
+    budget = {"max_tokens": 40, "on_exhausted": "pause"}
+    service = Service(tmp_path, env).start()
+    try:
+        await service.rpc("tasks.create", [{"id": "root", "name": "root", "budget": budget, "user_id": "gus"},
+                                           crew("c", "root", steps=4, user_id="gus")])
+        start = time.monotonic()
+        while (await service.task("c"))["waiting"] is None:
+            assert time.monotonic() - start < 30, "the crew never parked"
+            await asyncio.sleep(0.05)
+        service.kill()
+        service.start()
+        parked = await service.task("c")
+        assert parked["waiting"]["kind"] == "input" and parked["usage"]["total_tokens"] == 45
+        await service.rpc("tasks.update", {"task_id": "root", "budget": {**budget, "max_tokens": 1000}})
+        await service.rpc("tasks.respond", {"task_id": "c", "value": "raised"})
+        task = await service.wait_status("c", ("completed", "failed"), timeout=30)
+        root = await service.task("root")
+        day = (await service.rpc("usage.get", {"user_id": "gus"}))["today"]
+    finally:
+        service.stop()
+    assert task["status"] == "completed", task["error"]
+    calls = len(fake_llm.requests)
+    assert calls == 7
+    for usage in (task["usage"], root["tree_usage"], day):
+        assert (usage["calls"], usage["total_tokens"]) == (calls, 15 * calls)

@@ -102,6 +102,16 @@ def _validate_inputs(inputs: dict[str, Any], schema: dict[str, Any],
         raise ExecutorError(f"Input validation failed at '{where}': {error.message}", retryable=False)
 
 
+def _add_unstored_usage(running: Running, values: dict[str, Any]) -> None:
+    """Costs (docs/costs.md): add to the task's usage what the attempt's LLM calls used that no
+    meter stored as they ended (`Executor.llm_usage`; None for the service's own LLM clients,
+    whose every call is already added to the stored sum), whether the attempt ends or parks."""
+    spent = getattr(running.executor, "llm_usage", None)
+    if spent:
+        row = running.row
+        values["usage"] = row["usage"] = llm_usage.add(row.get("usage"), spent)
+
+
 def _failure(row: Mapping[str, Any], error: str) -> dict[str, Any]:
     return {"status": "failed", "progress": row.get("progress") or 0.0, "result": None, "error": _error_text(error)}
 
@@ -233,6 +243,7 @@ class Attempts:
             return self._outcome(running, stored_policy(row, self.default_retry), _failure(row, str(exc)), False)
         values = {"waiting": json.dumps(wait), "wake_at": wait["deadline"], "lease_owner": None,
                   "lease_expires_at": None, "updated_at": stamp}
+        _add_unstored_usage(running, values)
         return {"id": running.task_id, "values": values, "wait": wait}
 
     def _outcome(self, running: Running, policy: RetryPolicy, values: dict[str, Any],
@@ -247,9 +258,7 @@ class Attempts:
         values.update(updated_at=stamp, lease_owner=None, lease_expires_at=None,
                       token_success=(row.get("token_success") or 0) + (tokens if ok else 0),
                       token_failed=(row.get("token_failed") or 0) + (0 if ok else tokens))
-        spent = getattr(running.executor, "llm_usage", None)
-        if spent:  # costs and budgets (llm/usage.py): summed over the task's attempts
-            values["usage"] = row["usage"] = llm_usage.add(row.get("usage"), spent)
+        _add_unstored_usage(running, values)
         outcome: dict[str, Any] = {"id": running.task_id, "values": values}
         if not ok and retryable and running.attempt < policy.max_attempts:
             delay = policy.delay(running.attempt)
@@ -311,6 +320,7 @@ class Attempts:
             attempt=running.attempt,
             max_attempts=policy.max_attempts,
             interruptions=row.get("interruptions") or 0,
+            lease_epoch=running.epoch,
             last_checkpoint=running.checkpoint,
             wait_answers=waits.read(row.get("wait_answers")) or [],
             traceparent=None if running.span is None else tracing.header_of(running.span),

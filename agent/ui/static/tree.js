@@ -10,6 +10,7 @@ import {layout} from "./layout.js";
 import {logsSection} from "./logs.js";
 import {counts} from "./list.js";
 import {attemptsTable, timeline} from "./timeline.js";
+import {treeUsageLine} from "./usage.js";
 
 // Detail fields in reading order; objects are shown as JSON.
 // `waiting_for` (docs/sharing.md, "Why a task waits") sits next to the status it explains.
@@ -30,6 +31,7 @@ export async function showTree(main, rootId, notify, go, current) {
   const summary = h("span", {class: "summary", "data-testid": "summary"});
   const live = h("span", {class: "live", "data-testid": "live"}, "connecting…");
   const measured = h("span", {class: "measured", "data-testid": "render-time"});
+  const usageLine = h("span", {"data-testid": "usage-line"});
   let selected = null;
 
   const select = async (id) => {
@@ -42,7 +44,17 @@ export async function showTree(main, rootId, notify, go, current) {
   const refreshSummary = () => {
     const byStatus = {};
     for (const task of plan.tasks.values()) byStatus[task.status] = (byStatus[task.status] || 0) + 1;
-    summary.replaceChildren(`${plan.tasks.size} tasks `, counts(byStatus), usageText(tree.tree_usage));
+    summary.replaceChildren(`${plan.tasks.size} tasks `, counts(byStatus));
+  };
+  // What the tree's LLM calls used and what the root's budget leaves (tasks.get of the root):
+  // read with the page, then again at most twice a second while its tasks change.
+  let usageTimer = null;
+  const refreshUsage = async () => {
+    const root = await call("tasks.get", {task_id: tree.id}).catch(() => null);
+    if (root && current()) usageLine.replaceChildren(treeUsageLine(root));
+  };
+  const refreshUsageSoon = () => {
+    if (!usageTimer) usageTimer = setTimeout(() => { usageTimer = null; refreshUsage(); }, 500);
   };
 
   async function act(label, work) {
@@ -105,9 +117,10 @@ export async function showTree(main, rootId, notify, go, current) {
   main.replaceChildren(
     h("section", {class: "tree-page"},
       h("h1", {}, h("a", {href: "#/"}, "Trees"), " / ", tree.name),
-      h("p", {class: "toolbar"}, summary, " ", live, " ", measured),
+      h("p", {class: "toolbar"}, summary, usageLine, " ", live, " ", measured),
       h("div", {class: "split"}, h("div", {class: "canvas"}, graph.svg), detail), times.node));
   refreshSummary();
+  refreshUsage();
   // The time to a drawn frame: layout, DOM, style and layout by the browser.
   await new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));
   if (!current()) return null;
@@ -130,6 +143,7 @@ export async function showTree(main, rootId, notify, go, current) {
     if (task.status === "completed") task.progress = 1;
     graph.update(task.id, task.status, task.progress, task.waiting);
     if (!timer) timer = setTimeout(() => { timer = null; refreshSummary(); }, 100);
+    refreshUsageSoon();
     times.refresh();
     if (message.task_id === selected && !message.data.snapshot) showDetail(selected);
   }, () => {
@@ -140,12 +154,4 @@ export async function showTree(main, rootId, notify, go, current) {
     if (!live.classList.contains("down")) live.textContent = "live";
   });
   return () => connection.close();
-}
-
-// The tree's LLM usage as loaded with the page (docs/costs.md); nothing for a tree without LLM calls.
-function usageText(usage) {
-  if (!usage || !usage.calls) return "";
-  const cost = usage.cost_usd === null ? "cost unknown" : `$${usage.cost_usd.toFixed(6)}`;
-  return h("span", {class: "usage", "data-testid": "tree-usage"},
-    ` · LLM: ${usage.calls} calls, ${usage.total_tokens} tokens, ${cost}`);
 }
