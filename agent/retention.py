@@ -5,7 +5,9 @@ transactions of BATCH_TREES trees with a pause between them (never a long lock),
 has ended before the cutoff: its tasks through `TaskRepository.delete` (the function tasks.delete
 uses), its executions, and the idempotency records older than the cutoff. A schedule's runs beyond
 its newest SERVICE_SCHEDULE_KEEP_RUNS are deleted once ended, whatever their age; its template
-never is. Nothing running or parked on a wait is touched. On PostgreSQL one instance sweeps at a
+never is. Nothing running or parked on a wait is touched. Stored events (`events.emit`) older than
+the cutoff go too, but those a task parked on an event wait can still count (storage/retention.py
+says the rule). On PostgreSQL one instance sweeps at a
 time (a session advisory lock held for the sweep); another instance's sweep finds it taken and
 does nothing. docs/retention.md says it for operators.
 """
@@ -36,6 +38,7 @@ BATCH_TREES = 50  # trees deleted per transaction
 SCAN_ROOTS = 500  # roots read per step of the walk over the oldest trees
 BATCH_PAUSE_SECONDS = 0.05  # between two transactions: the engine's writes go first
 IDEMPOTENCY_BATCH = 500
+EVENTS_BATCH = 500
 MIN_EVERY_SECONDS, MAX_EVERY_SECONDS = 0.5, 300.0  # how often the background loop sweeps
 
 
@@ -46,11 +49,12 @@ class Swept:
     trees: int = 0
     tasks: int = 0
     idempotency_records: int = 0
+    events: int = 0
     swept: bool = True  # False: another instance was sweeping (PostgreSQL), nothing was done here
 
     def as_dict(self) -> dict[str, Any]:
         return {"swept": self.swept, "trees": self.trees, "tasks": self.tasks,
-                "idempotency_records": self.idempotency_records}
+                "idempotency_records": self.idempotency_records, "events": self.events}
 
 
 class Retention:
@@ -90,7 +94,22 @@ class Retention:
             while (n := await self.repo.run(retention.delete_idempotency, before, IDEMPOTENCY_BATCH)) > 0:
                 swept.idempotency_records += n
                 await asyncio.sleep(BATCH_PAUSE_SECONDS)
+            await self._sweep_events(cutoff, swept)
         return swept
+
+    async def _sweep_events(self, cutoff: str, swept: Swept) -> None:
+        """The stored events emitted before `cutoff` that no parked wait can count, a batch at a
+        time. The parked waits are read once, first: a wait that parks later began after the
+        cutoff, so it never counts an event deleted here."""
+        floors = await self.repo.run(retention.event_floors)
+        after: tuple[str, str] | None = None
+        while True:
+            deleted, after = await self.repo.run(retention.delete_events, cutoff, floors, after, EVENTS_BATCH)
+            swept.events += deleted
+            self.metrics.retention_deleted_events(deleted)
+            if after is None:
+                return
+            await asyncio.sleep(BATCH_PAUSE_SECONDS)
 
     async def _sweep_old(self, cutoff: str, swept: Swept) -> None:
         after: tuple[str, str] | None = None
