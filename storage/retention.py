@@ -115,6 +115,17 @@ def delete_executions(c: Connection, tree_ids: Sequence[str]) -> int:
     return int(c.execute(delete(X).where(X.c.task_tree_id.in_(list(tree_ids)))).rowcount)
 
 
+def delete_orphan_executions(c: Connection, tree_ids: Sequence[str]) -> int:
+    """The ended executions of `tree_ids` (trees a sweep deleted) whose tree has no task: an
+    execute that read a tree just before a sweep deleted it opens its execution after the
+    delete (the execute's transaction has nothing the sweep's locks hold when it inserts)."""
+    if not tree_ids:
+        return 0
+    has_tasks = select(T.c.id).where(T.c.task_tree_id == X.c.task_tree_id).exists()
+    query = delete(X).where(X.c.task_tree_id.in_(list(tree_ids)), X.c.status != RUNNING, ~has_tasks)
+    return int(c.execute(query).rowcount)
+
+
 def delete_idempotency(c: Connection, before: str, limit: int) -> int:
     """Up to `limit` answered idempotency records made before `before`. A request that made or ran
     a deleted tree came before that tree ended, so before the cutoff: none of its records is left
