@@ -42,10 +42,13 @@ def command(tid: str, parent: str | None, marker: Path, script: str, deps: list[
 
 
 def long_tree(root: str, marker: Path) -> list[dict[str, Any]]:
-    """A chain of six commands of 0.4 s: its first tasks end seconds before its last ones."""
-    kids = [command(f"{root}-{i}", root, marker, "sleep 0.4", [f"{root}-{i - 1}"] if i else []) for i in range(6)]
-    return [{"id": root, "name": root, "schemas": {"method": "noop_executor"}, "dependencies": [{"id": f"{root}-5"}]},
-            *kids]
+    """A root that completes at once and a chain of commands under it, one longer than the
+    retention: while that one runs, every other task of the tree, root included, was last changed
+    longer ago than the retention (only the tree's running state keeps it)."""
+    sleeps = [0.1, 0.1, 2.5, 0.1]
+    kids = [command(f"{root}-{i}", root, marker, f"sleep {s}", [f"{root}-{i - 1}"] if i else [])
+            for i, s in enumerate(sleeps)]
+    return [{"id": root, "name": root, "schemas": {"method": "noop_executor"}}, *kids]
 
 
 def failing_tree(root: str, marker: Path) -> list[dict[str, Any]]:
@@ -175,10 +178,13 @@ async def test_sweeps_during_runs_joins_reexecutions_and_endings_delete_only_who
         for table in TABLES_OF_A_TREE:  # nothing of a deleted tree is left behind (after the next sweep)
             await wait_until(lambda: db.empty(table), 10, f"no row left in {table}")
         ran = Counter(marker.read_text().split())
-        for root in [r for r in shapes if r[0] in "LS"]:  # every task of a tree that ran during sweeps ran once
-            assert {tid: ran[tid] for tid in shapes[root] if tid != root} == dict.fromkeys(shapes[root] - {root}, 1)
+        # A tree deleted while it ran would have tasks that never ran (a chain's last ones, a pending
+        # re-run). At least: an attempt cut off by a lost lease on a loaded machine runs again.
+        for root in [r for r in shapes if r[0] in "LS"]:  # every task of a tree that ran during sweeps ran
+            never = [tid for tid in shapes[root] - {root} if ran[tid] < 1]
+            assert not never, f"tree {root} was deleted before {never} ran"
         for root in failing:  # the first run, and one more for each re-execution the service accepted
-            assert ran[f"{root}-flaky"] == 1 + started[root], (root, ran[f"{root}-flaky"], started[root])
+            assert ran[f"{root}-flaky"] >= 1 + started[root], (root, ran[f"{root}-flaky"], started[root])
         assert sum(started.values()) > 0
         deleted = [await trees_deleted(s) for s in (a, b)]
         assert sum(deleted) == len(shapes), deleted  # each tree deleted once, by one instance or the other
