@@ -183,6 +183,11 @@ class Waits:
             self.publisher.publish(run, PROGRESS, tid, **event)
             self.passes.settle(run)
             self.passes.wake.set()
+            if self.run_keeper.lock.locked():
+                # A re-read of this run is under way (a tasks.update just before the answer): it may
+                # have read the task still parked and would put that view back. Read once more
+                # after it: the database has the answer now.
+                self.run_keeper.refresh_later(tree_id)
             return
         self.publisher.emit({"type": PROGRESS, "task_id": tid, "root_task_id": tree_id, "name": row.get("name"),
                              "user_id": row.get("user_id"), "timestamp": now_iso(), **event})
