@@ -5,7 +5,9 @@ transactions of BATCH_TREES trees with a pause between them (never a long lock),
 has ended before the cutoff: its tasks through `TaskRepository.delete` (the function tasks.delete
 uses), its executions, and the idempotency records older than the cutoff. A schedule's runs beyond
 its newest SERVICE_SCHEDULE_KEEP_RUNS are deleted once ended, whatever their age; its template
-never is. Nothing running or parked on a wait is touched. On PostgreSQL one instance sweeps at a
+never is. Nothing running or parked on a wait is touched. Stored events (`events.emit`) older than
+the cutoff go too, but those a task parked on an event wait can still count (storage/retention.py
+says the rule). On PostgreSQL one instance sweeps at a
 time (a session advisory lock held for the sweep); another instance's sweep finds it taken and
 does nothing. docs/retention.md says it for operators.
 """
@@ -36,6 +38,8 @@ BATCH_TREES = 50  # trees deleted per transaction
 SCAN_ROOTS = 500  # roots read per step of the walk over the oldest trees
 BATCH_PAUSE_SECONDS = 0.05  # between two transactions: the engine's writes go first
 IDEMPOTENCY_BATCH = 500
+EVENTS_BATCH = 500
+REMEMBERED_TREES = 10_000  # deleted trees whose late executions the next sweep looks for
 MIN_EVERY_SECONDS, MAX_EVERY_SECONDS = 0.5, 300.0  # how often the background loop sweeps
 
 
@@ -46,11 +50,12 @@ class Swept:
     trees: int = 0
     tasks: int = 0
     idempotency_records: int = 0
+    events: int = 0
     swept: bool = True  # False: another instance was sweeping (PostgreSQL), nothing was done here
 
     def as_dict(self) -> dict[str, Any]:
         return {"swept": self.swept, "trees": self.trees, "tasks": self.tasks,
-                "idempotency_records": self.idempotency_records}
+                "idempotency_records": self.idempotency_records, "events": self.events}
 
 
 class Retention:
@@ -60,6 +65,7 @@ class Retention:
         self.metrics = metrics
         self._job: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
+        self._deleted: list[str] = []  # the trees the last sweep here deleted (the newest REMEMBERED_TREES)
 
     # --- tasks.purge ----------------------------------------------------------------------
 
@@ -82,6 +88,7 @@ class Retention:
             if not taken:
                 return Swept(swept=False)
             swept = Swept()
+            await self._late_executions()
             cutoff = iso_in(-older_than)
             await self._sweep_old(cutoff, swept)
             surplus = await self.repo.run(retention.surplus_runs, self.settings.schedule_keep_runs)
@@ -90,7 +97,29 @@ class Retention:
             while (n := await self.repo.run(retention.delete_idempotency, before, IDEMPOTENCY_BATCH)) > 0:
                 swept.idempotency_records += n
                 await asyncio.sleep(BATCH_PAUSE_SECONDS)
+            await self._sweep_events(cutoff, swept)
         return swept
+
+    async def _late_executions(self) -> None:
+        """Executions opened on trees the last sweep deleted, by an execute that had read the tree
+        just before (it answered "not found"; its execution row came after the delete)."""
+        deleted, self._deleted = self._deleted, []
+        for start in range(0, len(deleted), 500):
+            await self.repo.run(retention.delete_orphan_executions, deleted[start:start + 500])
+
+    async def _sweep_events(self, cutoff: str, swept: Swept) -> None:
+        """The stored events emitted before `cutoff` that no parked wait can count, a batch at a
+        time. The parked waits are read once, first: a wait that parks later began after the
+        cutoff, so it never counts an event deleted here."""
+        floors = await self.repo.run(retention.event_floors)
+        after: tuple[str, str] | None = None
+        while True:
+            deleted, after = await self.repo.run(retention.delete_events, cutoff, floors, after, EVENTS_BATCH)
+            swept.events += deleted
+            self.metrics.retention_deleted_events(deleted)
+            if after is None:
+                return
+            await asyncio.sleep(BATCH_PAUSE_SECONDS)
 
     async def _sweep_old(self, cutoff: str, swept: Swept) -> None:
         after: tuple[str, str] | None = None
@@ -103,24 +132,25 @@ class Retention:
     async def _delete_in_batches(self, tree_ids: Sequence[str], cutoff: str, swept: Swept) -> None:
         for start in range(0, len(tree_ids), BATCH_TREES):
             trees, tasks = await self._delete_batch(tree_ids[start:start + BATCH_TREES], cutoff)
-            swept.trees += trees
+            swept.trees += len(trees)
             swept.tasks += tasks
-            self.metrics.retention_deleted(trees, tasks)
+            self.metrics.retention_deleted(len(trees), tasks)
+            self._deleted = [*self._deleted, *trees][-REMEMBERED_TREES:]
             await asyncio.sleep(BATCH_PAUSE_SECONDS)
 
-    async def _delete_batch(self, tree_ids: Sequence[str], cutoff: str) -> tuple[int, int]:
+    async def _delete_batch(self, tree_ids: Sequence[str], cutoff: str) -> tuple[list[str], int]:
         """One transaction: the trees of `tree_ids` that ended before `cutoff`, checked with their
-        rows locked, then deleted with their executions. Returns (trees, tasks) deleted."""
+        rows locked, then deleted with their executions. Returns the trees deleted, and how many tasks."""
         async with self.repo.transaction() as conn:
             # SQLite: the one write lock first, so the check below reads what no other writer can
             # change before the delete (PostgreSQL: lock_ended locks the trees' rows).
             await self.repo.serialise_tree(tree_ids[0], conn)
             doomed = await self.repo.connections.run(retention.lock_ended, tree_ids, cutoff, conn=conn)
             if not doomed:
-                return 0, 0
+                return [], 0
             tasks = await self.repo.delete([tid for ids in doomed.values() for tid in ids], conn)
             await self.repo.connections.run(retention.delete_executions, list(doomed), conn=conn)
-        return len(doomed), tasks
+        return list(doomed), tasks
 
     @asynccontextmanager
     async def _sweep_lock(self) -> AsyncIterator[bool]:

@@ -485,6 +485,10 @@ class TaskService:
             if isinstance(exc, KeyError):
                 raise task_not_found(task_id) from None
             raise
+        if await self.repo.get(task_id) is None:  # deleted (tasks.delete, retention) as it was opened: it ran nothing
+            for sub in subs:
+                sub.close()
+            raise task_not_found(task_id)
         answer = {"success": True, **answer, "root_task_id": tree_id, "task_id": task_id, "status": "started",
                   "message": f"Execution of task '{task_id}' started"}
         # The execution span's context for the webhook's posts (traces on; a remote run: the caller's).

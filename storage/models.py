@@ -184,8 +184,9 @@ class UserBudget(Base):
 
 
 class Event(Base):
-    """An event emitted by `events.emit` (agent/waits.py): kept, so that a wait that begins just
-    after it was emitted still finds it (docs/waits.md, "Which events count")."""
+    """An event emitted by `events.emit` (agent/waits.py): kept, so that a wait that began just
+    before it and parks just after it was emitted still finds it (docs/waits.md, "Which events
+    count"), until retention deletes it (docs/retention.md)."""
 
     __tablename__ = "events"
 
@@ -195,7 +196,9 @@ class Event(Base):
     payload: Mapped[dict] = mapped_column(JSON, default=dict)
     created_at: Mapped[str] = mapped_column(String(40))
 
-    __table_args__ = (Index("ix_events_user_name_created", "user_id", "name", "created_at"),)
+    # By user and name: the events a wait counts. By age: retention's walk over the oldest (0015).
+    __table_args__ = (Index("ix_events_user_name_created", "user_id", "name", "created_at"),
+                      Index("ix_events_created", "created_at", "id"))
 
 
 class TaskLog(Base):

@@ -7,6 +7,12 @@ cutoff. A schedule's template tree never ends for retention. The tasks themselve
 `TaskRepository.delete` (the function `tasks.delete` uses), so whatever is attached to a task is
 deleted with it there; this module deletes the tree's executions and the idempotency records.
 
+Stored events (`events.emit`) are not part of a tree: an event counts for a parked event wait of
+its user and name that began at or before it (agent/engine/waits.py), and a wait's beginning is
+stamped when it parks. So an event older than the cutoff is needed only by a wait parked now, of
+its user and name, that began at or before it (`event_floors`); a wait that parks later began
+after the cutoff and can never count it. `delete_events` deletes the others.
+
 Every function takes the caller's connection: one batch is one transaction (`lock_ended`, then the
 deletes), so a tree that starts again between the check and the delete is never half deleted
 (PostgreSQL: the batch locks the trees' rows first; SQLite: the batch's write fails on a snapshot
@@ -15,13 +21,15 @@ another writer changed, and the batch is tried again at the next sweep).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import and_, case, delete, func, or_, select, tuple_
 from sqlalchemy.engine import Connection
 
-from taskgrove.storage.status import FINISHED_STATUSES
+from taskgrove.storage.status import FINISHED_STATUSES, TaskStatus
+from taskgrove.storage.models import events_table as E
 from taskgrove.storage.models import executions_table as X
 from taskgrove.storage.models import idempotency_table as K
 from taskgrove.storage.models import schedules_table as S
@@ -107,6 +115,17 @@ def delete_executions(c: Connection, tree_ids: Sequence[str]) -> int:
     return int(c.execute(delete(X).where(X.c.task_tree_id.in_(list(tree_ids)))).rowcount)
 
 
+def delete_orphan_executions(c: Connection, tree_ids: Sequence[str]) -> int:
+    """The ended executions of `tree_ids` (trees a sweep deleted) whose tree has no task: an
+    execute that read a tree just before a sweep deleted it opens its execution after the
+    delete (the execute's transaction has nothing the sweep's locks hold when it inserts)."""
+    if not tree_ids:
+        return 0
+    has_tasks = select(T.c.id).where(T.c.task_tree_id == X.c.task_tree_id).exists()
+    query = delete(X).where(X.c.task_tree_id.in_(list(tree_ids)), X.c.status != RUNNING, ~has_tasks)
+    return int(c.execute(query).rowcount)
+
+
 def delete_idempotency(c: Connection, before: str, limit: int) -> int:
     """Up to `limit` answered idempotency records made before `before`. A request that made or ran
     a deleted tree came before that tree ended, so before the cutoff: none of its records is left
@@ -117,3 +136,41 @@ def delete_idempotency(c: Connection, before: str, limit: int) -> int:
     if not keys:
         return 0
     return int(c.execute(delete(K).where(tuple_(K.c.owner, K.c.key).in_(keys))).rowcount)
+
+
+def event_floors(c: Connection) -> dict[tuple[str | None, str], str]:
+    """Per (user, event name), when the earliest wait parked now on that event began: the events
+    of that user and name from then on may still be counted. One read of the parked tasks
+    (ix_tasks_waiting_user holds only those)."""
+    query = select(T.c.user_id, T.c.waiting).where(T.c.waiting.is_not(None),
+                                                    T.c.status == TaskStatus.IN_PROGRESS.value)
+    floors: dict[tuple[str | None, str], str] = {}
+    for user_id, text in c.execute(query):
+        wait = json.loads(text)
+        if not isinstance(wait, dict) or wait.get("kind") != "event":
+            continue
+        key, since = (user_id, str(wait.get("event"))), str(wait.get("since") or "")
+        if key not in floors or since < floors[key]:
+            floors[key] = since
+    return floors
+
+
+def delete_events(c: Connection, before: str, floors: dict[tuple[str | None, str], str],
+                  after: tuple[str, str] | None, limit: int) -> tuple[int, tuple[str, str] | None]:
+    """Of the `limit` oldest events emitted before `before` (after the key `after`: (created_at,
+    id) of the last one looked at), delete those no parked wait can count (see `event_floors`).
+    Returns (deleted, the key to go on after; None when no older event is left) (ix_events_created)."""
+    query = (select(E.c.id, E.c.user_id, E.c.name, E.c.created_at).where(E.c.created_at < before)
+             .order_by(E.c.created_at, E.c.id).limit(limit))
+    if after is not None:
+        query = query.where(tuple_(E.c.created_at, E.c.id) > tuple_(*after))
+    rows = c.execute(query).all()
+    doomed = [row.id for row in rows if not _counted(row, floors)]
+    deleted = int(c.execute(delete(E).where(E.c.id.in_(doomed))).rowcount) if doomed else 0
+    return deleted, (rows[-1].created_at, rows[-1].id) if len(rows) == limit else None
+
+
+def _counted(event: Any, floors: dict[tuple[str | None, str], str]) -> bool:
+    """Whether a wait parked now may count `event`: one of its user and name began at or before it."""
+    floor = floors.get((event.user_id, event.name))
+    return floor is not None and floor <= event.created_at

@@ -11,7 +11,7 @@ tests/test_migrations_head.py compares this with a migrated database and prints 
 when a migration is added (`python -m tests.test_migrations_head` writes it).
 """
 
-REVISION = '0013'
+REVISION = '0015'
 
 STATEMENTS: tuple[str, ...] = (
     ('CREATE TABLE alembic_version (\n'
@@ -213,4 +213,5 @@ STATEMENTS: tuple[str, ...] = (
     ('CREATE INDEX ix_tasks_roots_user ON tasks (user_id, created_at, '
      'id) WHERE parent_id IS NULL'),
     ('CREATE INDEX ix_executions_task_tree_id ON executions (task_tree_id)'),
+    ('CREATE INDEX ix_events_created ON events (created_at, id)'),
 )

@@ -336,3 +336,28 @@ def test_watch_json_carries_the_wait_and_events_emit_resumes(services: dict[str,
     assert resumed and resumed[0]["data"]["status"] == "pending"
     assert lines[-1]["status"] == "completed"
     assert asyncio.run(service.task("ce"))["result"] == {"service": "api"}
+
+
+def test_purge_for_admins_with_a_duration(services: dict[str, Service]) -> None:
+    """`taskgrove tasks purge --older-than`: tasks.purge, admins only; its errors as one line."""
+    service = services["jwt"]
+    carol = jwt.encode({"user_id": "carol"}, SECRET, algorithm="HS256")
+    admin = jwt.encode({"user_id": "root", "roles": ["admin"]}, SECRET, algorithm="HS256")
+    service.token = carol
+    asyncio.run(service.rpc("tasks.create", {"tasks": [{"id": "to-purge", "name": "old",
+                                                         "schemas": {"method": "noop_executor"}}]}))
+    asyncio.run(service.wait_status("to-purge", ("completed",), 20))
+
+    denied = cli(["tasks", "purge", "--older-than", "1s"], service, token=carol)
+    assert denied.returncode == 1 and "tasks.purge needs the admin role" in denied.stderr, denied.stderr
+    for args in (["--older-than", "soon"], []):  # [] : SERVICE_RETENTION is off there, a duration is needed
+        refused = cli(["tasks", "purge", *args], service, token=admin)
+        assert refused.returncode == 1 and "older_than" in refused.stderr and "Traceback" not in refused.stderr
+    kept = cli(["tasks", "purge", "--older-than", "30d"], service, token=admin)
+    assert kept.returncode == 0 and "deleted 0 tree(s)" in kept.stdout, kept.stderr
+    assert asyncio.run(service.task("to-purge")) is not None
+    purged = cli(["tasks", "purge", "--older-than", "0.01", "--json"], service, token=admin)
+    assert purged.returncode == 0, purged.stderr
+    answer = json.loads(purged.stdout)
+    assert answer["swept"] is True and answer["trees"] >= 1 and answer["older_than"] == 0.01
+    assert asyncio.run(service.task("to-purge")) is None

@@ -112,6 +112,39 @@ async def test_a_transient_database_error_is_retried(client: Client) -> None:
     assert {t: (await engine.repo.get(t))["status"] for t in "rab"} == dict.fromkeys("rab", "completed")
 
 
+async def test_a_database_away_for_longer_than_the_old_bound_fails_no_task(client: Client, monkeypatch: Any) -> None:
+    """A fault of the platform never fails a user's task: a write that keeps failing transiently
+    (here 12 times, the old bound was 5) is retried until the database answers again, and every
+    outcome of the pass is then stored as it was."""
+    from sqlalchemy.exc import OperationalError
+
+    from taskgrove.agent.engine import passes
+
+    monkeypatch.setattr(passes, "WRITE_RETRY_MAX_SECONDS", 0.02)
+    engine = client.services.engine
+    await store(client, task("r", method=None), task("a", "r", method="sleep_executor", inputs={"seconds": 0.2}),
+                task("b", "r", method="sleep_executor", inputs={"seconds": 0.2}), task("c", "r", deps=["a", "b"]))
+    real = engine.repo.write_pass
+    failures = {"left": 0, "seen": 0}
+
+    async def away(writes: Any, *rest: Any) -> Any:
+        if failures["left"] and any("status" in values for _, _, values in writes):
+            failures["left"] -= 1
+            failures["seen"] += 1
+            raise OperationalError("UPDATE tasks", {}, ConnectionResetError("connection lost"))
+        return await real(writes, *rest)
+
+    engine.repo.write_pass = away  # type: ignore[method-assign]
+    run = await engine.execute("r")
+    await asyncio.sleep(0.1)
+    failures["left"] = 12
+    assert await engine.wait(run, 20)
+    assert failures["seen"] == 12
+    rows = {t: await engine.repo.get(t) for t in "rabc"}
+    assert {t: row["status"] for t, row in rows.items()} == dict.fromkeys("rabc", "completed")
+    assert all(row["attempt"] == 1 for t, row in rows.items() if t != "r"), rows
+
+
 async def test_a_write_the_database_refuses_fails_only_its_own_task(client: Client) -> None:
     """A pass whose write keeps failing is split up: the task whose outcome cannot be stored fails
     with the database's error, the other outcomes of the pass are stored, the engine goes on."""

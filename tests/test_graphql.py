@@ -132,6 +132,7 @@ async def test_introspection_shows_the_spec_types(live_sqlite: Callable[..., Any
         "deleteTask": ({"taskId": "String"}, "Boolean"),
         "respondToTask": ({"taskId": "String", "value": "JSON"}, "TaskType"),
         "emitEvent": ({"name": "String", "payload": "JSON", "userId": "String"}, "Int"),
+        "purgeTasks": ({"olderThan": "String"}, "PurgeResult"),
     }
     assert operations("Subscription") == {"taskStatusChanged": ({"taskId": "String"}, "TaskType")}
 
@@ -370,6 +371,34 @@ async def test_only_the_owner_or_an_admin_answers(live: Callable[..., Any]) -> N
         assert other["extensions"]["code"] == -32001
         answered = await data(server, RESPOND, {"id": "p-approve", "value": {"approved": True}}, headers=alice)
         assert answered["respondToTask"]["waiting"] is None
+
+
+PURGE = ("mutation($olderThan: String) { purgeTasks(olderThan: $olderThan) "
+         "{ swept trees tasks idempotencyRecords events olderThan } }")
+
+
+async def test_purge_tasks_is_for_admins_and_deletes_ended_trees(live: Callable[..., Any]) -> None:
+    """purgeTasks is tasks.purge: the same service function, its rules and its errors."""
+    async with live({"SERVICE_JWT_SECRET": SECRET}) as server:
+        settings = server.services.settings
+        alice = {"Authorization": f"Bearer {mint_token(settings, 'alice')}"}
+        admin = {"Authorization": f"Bearer {mint_token(settings, 'root', ['admin'])}"}
+        task = (await data(server, CREATE, {"input": {"name": "old"}}, headers=alice))["createTask"]
+        await server.wait_status(task["id"], ("completed",), alice)
+        denied = await error(server, PURGE, {"olderThan": "1s"}, headers=alice)
+        assert denied["extensions"] == {"code": -32001, "codeName": "PERMISSION_DENIED"}
+        assert denied["message"] == "tasks.purge needs the admin role"
+        for bad in (None, "soon", "-1d", "0"):  # None: SERVICE_RETENTION is off, so olderThan is needed
+            refused = await error(server, PURGE, {"olderThan": bad}, headers=admin)
+            assert refused["extensions"]["code"] == -32602 and "older_than" in refused["message"], bad
+        assert await server.rpc("tasks.get", {"task_id": task["id"]}, admin) is not None
+        kept = (await data(server, PURGE, {"olderThan": "30d"}, headers=admin))["purgeTasks"]
+        assert kept == {"swept": True, "trees": 0, "tasks": 0, "idempotencyRecords": 0, "events": 0,
+                        "olderThan": 30 * 86_400.0}
+        await asyncio.sleep(0.05)
+        purged = (await data(server, PURGE, {"olderThan": "0.01"}, headers=admin))["purgeTasks"]
+        assert purged["trees"] == 1 and purged["tasks"] == 1 and purged["olderThan"] == 0.01
+        assert await server.rpc("tasks.get", {"task_id": task["id"]}, admin) is None
 
 
 # --- the subscription -------------------------------------------------------------------------

@@ -26,7 +26,7 @@ TOOLS = {"tasks_create", "tasks_get", "tasks_tree", "tasks_list", "tasks_childre
          "tasks_delete", "tasks_copy", "tasks_clone", "tasks_execute", "tasks_cancel", "tasks_generate",
          "tasks_running", "system_executors", "system_health", "schedules_create", "schedules_get",
          "schedules_list", "schedules_update", "schedules_delete", "schedules_trigger", "tasks_respond",
-         "events_emit"}
+         "events_emit", "tasks_purge"}
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -117,6 +117,7 @@ async def test_tools_listed_with_schemas(service: Service) -> None:
     assert tools["tasks_cancel"].input_schema["properties"]["task_ids"]["type"] == "array"
     assert tools["tasks_get"].annotations.read_only_hint is True
     assert tools["tasks_delete"].annotations.destructive_hint is True
+    assert tools["tasks_purge"].annotations.destructive_hint is True
 
 
 async def test_schedule_tools_call_the_schedule_methods(service: Service) -> None:
@@ -213,6 +214,26 @@ async def test_jwt_permission_failure_is_an_error_result_and_no_token_is_refused
             headers={"Accept": "application/json, text/event-stream"})
     assert refused.status_code == 401
     assert refused.json()["error"]["code"] == -32001
+
+
+async def test_tasks_purge_is_for_admins_and_deletes_ended_trees(jwt_service: Service) -> None:
+    """The tool calls tasks.purge: its rules and errors, as a tool result."""
+    jwt_service.token = _token("alice")
+    await jwt_service.rpc("tasks.create", {"tasks": [{"id": "old", "name": "old", "schemas": {"method": "noop_executor"}}]})
+    await jwt_service.wait_status("old", ("completed",))
+    async with session(jwt_service.url, _token("alice")) as client:
+        denied = await client.call_tool("tasks_purge", {"older_than": "1s"})
+        assert denied.is_error and _value(denied)["error"]["code"] == -32001
+    admin = mint_token(Settings.from_env({"SERVICE_JWT_SECRET": SECRET}), "root", ["admin"])
+    async with session(jwt_service.url, admin) as client:
+        for bad in ({}, {"older_than": "soon"}, {"older_than": -5}):  # {}: SERVICE_RETENTION is off
+            refused = await client.call_tool("tasks_purge", bad)
+            assert refused.is_error and _value(refused)["error"]["code"] == -32602, bad
+            assert "older_than" in _value(refused)["error"]["data"]
+        await asyncio.sleep(0.05)
+        purged = await client.call_tool("tasks_purge", {"older_than": 0.01})
+        assert not purged.is_error and _value(purged)["trees"] == 1 and _value(purged)["tasks"] == 1
+        assert _value(await client.call_tool("tasks_get", {"task_id": "old"})) is None
 
 
 async def test_resources_read_and_subscription_sees_a_status_change(service: Service) -> None:

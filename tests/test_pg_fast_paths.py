@@ -227,17 +227,33 @@ async def test_a_pass_connection_left_mid_operation_is_replaced(client: Client) 
     assert [tuple(r) for r in await pg.fetchmany("SELECT $1::int", [(2,)])] == [(2,)]
     assert pg._pass is not first  # dropped: its state after a cancel is unknown
 
-    # the server ends the pass connection (pg_terminate_backend: a failover, an admin)
+    # the server ends the pass connection in the middle of a pass (a failover, an admin)
     pid = pg._pass.get_server_pid()
+    cut = asyncio.ensure_future(pg.fetchmany("SELECT pg_sleep($1)", [(5,)]))
+    await asyncio.sleep(0.2)
     admin = await asyncpg.connect(POSTGRES_URL)
     try:
-        assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
+        assert await admin.fetchval("SELECT pg_terminate_backend($1, 5000)", pid)  # returns once it is gone
     finally:
         await admin.close()
     with pytest.raises(DBAPIError) as lost:
-        await pg.fetchmany("SELECT $1::int", [(3,)])
+        await cut
     assert is_transient(lost.value)
     assert [tuple(r) for r in await pg.fetchmany("SELECT $1::int", [(4,)])] == [(4,)]
+    # and one ended between passes (not waiting for it to be gone, so the next pass may meet it
+    # alive, dying or dead): that pass goes through or fails as a lost connection, the next goes through
+    for n in range(5):
+        pid = pg._pass.get_server_pid()
+        admin = await asyncpg.connect(POSTGRES_URL)
+        try:
+            assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
+        finally:
+            await admin.close()
+        try:
+            await pg.fetchmany("SELECT $1::int", [(n,)])
+        except DBAPIError as exc:
+            assert is_transient(exc)
+        assert [tuple(r) for r in await pg.fetchmany("SELECT $1::int", [(n,)])] == [(n,)]
 
     # a statement the server refuses is the statement's fault: the connection stays
     kept = pg._pass

@@ -17,7 +17,7 @@ from taskgrove.agent.auth import mint_token
 from taskgrove.agent.errors import INVALID_PARAMS, PERMISSION_DENIED, RpcError
 from taskgrove.agent.requests import PurgeTasks
 from taskgrove.agent.settings import Settings, SettingsError, parse_duration
-from taskgrove.storage.models import executions_table, idempotency_table, tasks_table
+from taskgrove.storage.models import events_table, executions_table, idempotency_table, tasks_table
 from tests.conftest import Client, running_app
 
 
@@ -82,7 +82,7 @@ async def test_purge_deletes_ended_trees_and_nothing_else(make_settings: Callabl
 
         # Retention of 30 days: nothing is old enough; only the schedule's runs beyond the newest 2 go.
         answer = await client.result("tasks.purge", {"older_than": "30d"})
-        assert answer == {"swept": True, "trees": 2, "tasks": 4, "idempotency_records": 0,
+        assert answer == {"swept": True, "trees": 2, "tasks": 4, "idempotency_records": 0, "events": 0,
                           "older_than": 30 * 86_400.0}
         assert await tree_ids(client) == before - set(runs[:2])
 
@@ -119,6 +119,48 @@ async def test_purge_deletes_ended_trees_and_nothing_else(make_settings: Callabl
         await client.result("tasks.cancel", {"task_ids": ["busy-sleep", "asks"]})
 
 
+async def test_purge_deletes_old_events_no_parked_wait_can_count(make_settings: Callable[..., Settings]) -> None:
+    """An event counts for a parked wait of its user and name that began at or before it: those are
+    kept however old; every other event older than the retention goes."""
+    async with running_app(make_settings({"SERVICE_CREATE_WAIT_TIMEOUT": "0"})) as client:
+        before = await emit(client, "deployed", {"service": "api"})  # before the wait began: never counted
+        await client.result("tasks.create", [{"id": "gate", "name": "gate", "schemas": {"method": "event_wait_executor"},
+                                              "inputs": {"event": "deployed", "match": {"service": "api"}}}])
+        await until(lambda: _waiting(client, "gate"), 10, "the event wait")
+        unmatched = await emit(client, "deployed", {"service": "web"})  # after: the wait may count it
+        others = [await emit(client, "built", {}), await emit(client, "deployed", {"service": "api"}, "alice")]
+        await asyncio.sleep(0.05)
+        assert (await client.result("tasks.purge", {"older_than": "1h"}))["events"] == 0  # none old enough
+        answer = await client.result("tasks.purge", {"older_than": 0.01})
+        assert answer["events"] == 3 and answer["trees"] == 0
+        assert await event_ids(client) == {unmatched}
+        assert before not in await event_ids(client) and not set(others) & await event_ids(client)
+
+        # The wait still works; once it has ended, nothing needs its events any more.
+        assert (await emit_answer(client, "deployed", {"service": "api"}))["task_ids"] == ["gate"]
+        await client.wait_status("gate", ("completed",))
+        await asyncio.sleep(0.05)
+        answer = await client.result("tasks.purge", {"older_than": 0.01})
+        assert answer["events"] == 2 and answer["trees"] == 1
+        assert await event_ids(client) == set()
+        metrics = (await client.http.get("/metrics")).text
+        assert 'taskgrove_retention_deleted_total{kind="events"} 5.0' in metrics
+
+
+async def emit(client: Client, name: str, payload: dict[str, Any], user_id: str | None = None) -> str:
+    return str((await emit_answer(client, name, payload, user_id))["event_id"])
+
+
+async def emit_answer(client: Client, name: str, payload: dict[str, Any], user_id: str | None = None) -> Any:
+    return await client.result("events.emit", {"name": name, "payload": payload,
+                                               **({"user_id": user_id} if user_id else {})})
+
+
+async def event_ids(client: Client) -> set[str]:
+    query = select(events_table.c.id)
+    return await client.services.repo.run(lambda c: {row[0] for row in c.execute(query)})
+
+
 async def _waiting(client: Client, task_id: str) -> bool:
     task = await client.result("tasks.get", {"task_id": task_id})
     return bool(task and task.get("waiting"))
@@ -128,10 +170,17 @@ async def test_the_sweeper_of_service_retention_deletes_in_the_background(
         make_settings: Callable[..., Settings]) -> None:
     async with running_app(make_settings({"SERVICE_RETENTION": "1"})) as client:
         await client.result("tasks.create", noop_tree("old"))
+        await emit(client, "deployed", {})
         await client.wait_status("old", ("completed",))
         await until(lambda: _gone(client, "old"), 15, "the sweeper deleting the ended tree")
+        await until(lambda: _no_events(client), 15, "the sweeper deleting the old event")
         metrics = (await client.http.get("/metrics")).text
         assert 'taskgrove_retention_deleted_total{kind="tasks"} 3.0' in metrics
+        assert 'taskgrove_retention_deleted_total{kind="events"} 1.0' in metrics
+
+
+async def _no_events(client: Client) -> bool:
+    return not await event_ids(client)
 
 
 async def _gone(client: Client, task_id: str) -> bool:

@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Client
+from taskgrove.executors.base import ExecutionContext, Executor
+from taskgrove.executors.registry import ExecutorRegistry
+from tests.conftest import Client, running_app
 
 APPROVAL_SCHEMA = {"type": "object", "properties": {"approved": {"type": "boolean"}}, "required": ["approved"]}
 
@@ -350,6 +352,50 @@ async def test_respond_and_emit_are_served_on_the_agent_route_too(app_factory: A
         assert answer["status"] == "resumed"
         assert (await client.wait_status("root-1", ("completed",)))["result"] == "ok"
         assert (await client.result("events.emit", {"name": "nothing"}, path="/"))["resumed"] == 0
+
+
+class SeveralWaits(Executor):
+    """An executor author's task: asks a person, sleeps on a durable timer, then waits for an
+    event that names the person's choice. Each run of `execute` is counted (replays)."""
+
+    id = "several_waits_probe"
+    name = "Several waits"
+    extension = "test"
+    runs: list[str] = []
+
+    async def execute(self, inputs: dict[str, Any], context: ExecutionContext) -> Any:
+        SeveralWaits.runs.append(context.task_id)
+        plan = await context.wait_for_input("Which plan?", schema={"type": "string", "enum": ["a", "b"]})
+        await context.sleep(0.2)
+        go = await context.wait_for_event("go", match={"plan": plan})
+        return {"plan": plan, "go": go, "attempt": context.attempt}
+
+
+async def test_an_executor_with_several_waits_in_one_attempt(make_settings: Any) -> None:
+    """`context.wait_for_input`, `context.sleep` and `context.wait_for_event` in one attempt: each
+    parks the task (in progress, no slot), the next run replays the earlier answers by their order,
+    and the result carries them all; the attempt stays the first one (a wait is not a retry)."""
+    SeveralWaits.runs.clear()
+    settings = make_settings({"SERVICE_CREATE_WAIT_TIMEOUT": "0"})
+    async with running_app(settings, registry=ExecutorRegistry([SeveralWaits])) as client:
+        await client.result("tasks.create", [{"id": "w", "name": "w", "schemas": {"method": "several_waits_probe"}}])
+        task = await parked(client, "w")
+        assert task["status"] == "in_progress" and task["waiting"]["kind"] == "input"
+        assert task["waiting"]["prompt"] == "Which plan?"
+        assert (await client.error("tasks.respond", {"task_id": "w", "value": "c"}))["code"] == -32602
+        await client.result("tasks.respond", {"task_id": "w", "value": "b"})
+        deadline = asyncio.get_running_loop().time() + 10
+        while (task := await client.result("tasks.get", {"task_id": "w"}))["waiting"] is None or \
+                task["waiting"]["kind"] != "event":  # the timer parks in between, then the event wait
+            assert asyncio.get_running_loop().time() < deadline, task
+            await asyncio.sleep(0.02)
+        assert task["waiting"]["event"] == "go" and task["waiting"]["match"] == {"plan": "b"}
+        assert (await client.result("events.emit", {"name": "go", "payload": {"plan": "a"}}))["resumed"] == 0
+        assert (await client.result("events.emit", {"name": "go", "payload": {"plan": "b", "n": 7}}))["resumed"] == 1
+        done = await client.wait_status("w", ("completed", "failed"))
+        assert done["status"] == "completed", done
+        assert done["result"] == {"plan": "b", "go": {"plan": "b", "n": 7}, "attempt": 1}
+        assert SeveralWaits.runs == ["w"] * 4  # the first run, then one after each of the three waits
 
 
 async def test_an_answer_during_a_reread_of_its_run_is_not_lost(client: Client) -> None:

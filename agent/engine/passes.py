@@ -460,6 +460,10 @@ class PassLoop:
         except Exception as exc:
             if "status" not in values and "waiting" not in values:
                 return set()  # lost progress is harmless
+            if is_transient(exc):  # (at shutdown) not the outcome's fault: it runs again on resume
+                log.warning("outcome of task %s not stored (%s); the task runs again when its execution "
+                            "resumes", tid, type(exc).__name__, extra={"task_id": tid})
+                return set()
             log.warning("outcome of task %s could not be stored: %s", tid, type(exc).__name__,
                         extra={"task_id": tid})
             error = f"The outcome could not be stored in the database ({type(exc).__name__})"

@@ -19,6 +19,7 @@ from taskgrove.agent.graphql.budget import ListBudget, budget_of
 from taskgrove.agent.graphql.errors import checked, from_rpc, service_call
 from taskgrove.agent.graphql.types import (
     CreateTaskInput,
+    PurgeResult,
     TaskStatusEnum,
     TaskType,
     UpdateTaskInput,
@@ -26,7 +27,7 @@ from taskgrove.agent.graphql.types import (
     given,
 )
 from taskgrove.agent.requests import (CancelTasks, DeleteTask, EmitEvent, ExecuteTask, GetTask, ListTasks, NewTree,
-                                      RespondToTask, UpdateTask, task_id_text)
+                                      PurgeTasks, RespondToTask, UpdateTask, task_id_text)
 from taskgrove.agent.rpc.jsonrpc import CallContext
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -170,3 +171,10 @@ async def emit_event(info: strawberry.Info, name: str | None, payload: Any, user
     request = checked(EmitEvent.of, required(name, "name"), payload, user_id)
     answer = await service_call(ctx.services.waits.emit, request, ctx.call)
     return int(answer["resumed"])
+
+
+async def purge_tasks(info: strawberry.Info, older_than: str | None) -> PurgeResult:
+    """tasks.purge (admins): one retention sweep now; what it deleted."""
+    ctx = _context(info)
+    request = checked(PurgeTasks.from_params, {"older_than": older_than})
+    return PurgeResult.from_wire(await service_call(ctx.services.retention.purge, request, ctx.call))

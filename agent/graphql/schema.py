@@ -14,7 +14,7 @@ from strawberry.extensions import AddValidationRules, MaxAliasesLimiter, MaxToke
 from taskgrove.agent.graphql import resolvers
 from taskgrove.agent.graphql.errors import classify_errors
 from taskgrove.agent.graphql.subscription import task_status_changes
-from taskgrove.agent.graphql.types import CreateTaskInput, TaskStatusEnum, TaskType, UpdateTaskInput
+from taskgrove.agent.graphql.types import CreateTaskInput, PurgeResult, TaskStatusEnum, TaskType, UpdateTaskInput
 
 
 @strawberry.type
@@ -63,6 +63,11 @@ class Mutation:
     @strawberry.mutation(description="Delete a pending task and its descendants (the rules of tasks.delete).")
     async def delete_task(self, info: strawberry.Info, task_id: Optional[str] = None) -> Optional[bool]:
         return await resolvers.delete_task(info, task_id)
+
+    @strawberry.mutation(description="Admins: one retention sweep now, of the trees ended longer ago than olderThan "
+                                     "(30d, 12h, 90s or seconds; default SERVICE_RETENTION): the rules of tasks.purge.")
+    async def purge_tasks(self, info: strawberry.Info, older_than: Optional[str] = None) -> Optional[PurgeResult]:
+        return await resolvers.purge_tasks(info, older_than)
 
 
 @strawberry.type

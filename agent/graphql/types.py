@@ -125,3 +125,19 @@ async def children_of(info: strawberry.Info, parent_id: str) -> list[TaskType]:
 def given(value: Any) -> bool:
     """True when a client supplied the input field (explicit null included)."""
     return value is not strawberry.UNSET
+
+
+@strawberry.type(description="What one retention sweep deleted (purgeTasks; the answer of tasks.purge).")
+class PurgeResult:
+    swept: bool = strawberry.field(description="false: another instance was sweeping (PostgreSQL); nothing was done")
+    trees: int
+    tasks: int
+    idempotency_records: int
+    events: int
+    older_than: float = strawberry.field(description="The age in seconds a tree had to have ended at")
+
+    @classmethod
+    def from_wire(cls, answer: Mapping[str, Any]) -> "PurgeResult":
+        return cls(swept=answer["swept"], trees=answer["trees"], tasks=answer["tasks"],
+                   idempotency_records=answer["idempotency_records"], events=answer["events"],
+                   older_than=answer["older_than"])

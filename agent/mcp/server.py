@@ -43,7 +43,8 @@ SURFACE = "mcp"
 # Hints for clients that ask before running tools: what only reads, what removes or stops work.
 READ_ONLY = frozenset({"tasks_get", "tasks_tree", "tasks_list", "tasks_children", "tasks_running",
                        "schedules_get", "schedules_list", "system_executors", "system_health"})
-DESTRUCTIVE = frozenset({"tasks_delete", "tasks_cancel", "tasks_update", "schedules_delete", "schedules_update"})
+DESTRUCTIVE = frozenset({"tasks_delete", "tasks_cancel", "tasks_update", "schedules_delete", "schedules_update",
+                         "tasks_purge"})
 # How often a followed execution re-reads its root, in case its `final` event never comes.
 FOLLOW_POLL_SECONDS = 5.0
 

@@ -197,6 +197,14 @@ def tool_specs(executor_ids: list[str]) -> list[ToolSpec]:
                        "payload": {"type": "object", "default": {}},
                        "user_id": {"type": "string", "description": "Another user's event (admins only)."}},
                       ["name"])),
+        ToolSpec("tasks_purge", "tasks.purge", "tasks",
+                 "Admins only: delete now every tree whose every task ended longer ago than older_than (with "
+                 "its executions and logs), old idempotency records, old events no waiting task can count, and "
+                 "schedules' runs beyond the newest kept. Nothing running, waiting or pending is touched. Returns "
+                 "what was deleted (swept false: another instance was sweeping).",
+                 _obj({"older_than": {"type": ["string", "number"],
+                                      "description": "A duration: 30d, 12h, 15m, 90s, or a number of seconds. "
+                                                     "Default: the service's SERVICE_RETENTION."}})),
         *schedule_specs(),
         ToolSpec("system_executors", "system.executors", "system",
                  "The executors this service offers, with their input schemas: what schemas.method may name.",

@@ -1,4 +1,4 @@
-"""`taskgrove tasks list|get|tree|execute|cancel|delete|watch|respond|logs`: the tasks.* JSON-RPC methods of a
+"""`taskgrove tasks list|get|tree|execute|cancel|delete|watch|respond|logs|purge`: the tasks.* JSON-RPC methods of a
 running service, as tables and trees for people or JSON (--json) for scripts."""
 
 from __future__ import annotations
@@ -129,6 +129,22 @@ async def _respond(remote: Remote, args: argparse.Namespace, console: "Console")
     return 0
 
 
+def _purge_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--older-than", metavar="DURATION",
+                        help="trees that ended longer ago than this: 30d, 12h, 90s or seconds "
+                             "(default: the service's SERVICE_RETENTION)")
+
+
+async def _purge(remote: Remote, args: argparse.Namespace, console: "Console") -> int:
+    from taskgrove.agent.remote import show  # rich loads only when a command runs
+
+    answer = await remote.call("tasks.purge", {"older_than": args.older_than} if args.older_than else {})
+    show.emit(console, answer, args.json, lambda a: (
+        f"deleted {a['trees']} tree(s) ({a['tasks']} tasks), {a['idempotency_records']} idempotency record(s), "
+        f"{a['events']} event(s)" if a["swept"] else "another instance is sweeping: nothing deleted here"))
+    return 0 if answer["swept"] else 1
+
+
 def _watch_arguments(parser: argparse.ArgumentParser) -> None:
     _task_id(parser)
     parser.add_argument("--timeout", type=float, help="give up after this many seconds (exit status 1)")
@@ -149,4 +165,5 @@ GROUP = Group("tasks", "tasks of a running service (tasks.* over JSON-RPC)", (
     Command("respond", "answer a task that waits for input (tasks.respond)", _respond, _respond_arguments),
     Command("logs", "a task's log lines (tasks.logs); --follow prints new ones until it ends", run_logs,
             logs_arguments),
+    Command("purge", "admins: delete the trees that ended long ago, now (tasks.purge)", _purge, _purge_arguments),
 ))
