@@ -124,8 +124,8 @@ class LlmMeter:
             if fenced and self.epoch is not None:
                 own = next((row for row in rows if row["id"] == self.task_id), None)
                 if own is None or own["lease_epoch"] != self.epoch:
-                    raise LLMAttemptStale(f"this attempt no longer holds task '{self.task_id}' (it was taken "
-                                          "over, cancelled or deleted); the next LLM call was not made")
+                    raise LLMAttemptStale(f"this attempt no longer holds task '{self.task_id}' (another instance "
+                                          "took it over, or it was deleted); the next LLM call was not made")
             if any(row.get("budget") for row in rows):
                 found = subtree_limits(rows, self.task_id)
         user = await self.budgets.user_limit(self.user_id)

@@ -396,3 +396,32 @@ async def test_an_executor_with_several_waits_in_one_attempt(make_settings: Any)
         assert done["status"] == "completed", done
         assert done["result"] == {"plan": "b", "go": {"plan": "b", "n": 7}, "attempt": 1}
         assert SeveralWaits.runs == ["w"] * 4  # the first run, then one after each of the three waits
+
+
+async def test_an_answer_during_a_reread_of_its_run_is_not_lost(client: Client) -> None:
+    """A change to the tree (tasks.update: raise a budget) makes the engine re-read the run; when
+    the answer comes while that read is in flight (it read the task still parked), the task must
+    still resume, not stay pending with no instance queueing it."""
+    await asyncio.wait_for(client.result("tasks.create", approval_tree("r9")), 5)
+    await parked(client, "r9-approve")
+    keeper = client.services.engine.run_keeper
+    real_tree, read, go_on = keeper.repo.tree, asyncio.Event(), asyncio.Event()
+
+    async def stale_tree(tree_id: str, *args: Any, **kw: Any) -> Any:
+        rows = await real_tree(tree_id, *args, **kw)  # read while the task is parked
+        read.set()
+        await go_on.wait()  # returned only after the answer is stored
+        return rows
+
+    keeper.repo.tree = stale_tree  # type: ignore[method-assign]
+    try:
+        await client.result("tasks.update", {"task_id": "r9", "name": "refund (renamed)"})
+        await asyncio.wait_for(read.wait(), 5)
+        keeper.repo.tree = real_tree  # type: ignore[method-assign]
+        answer = await client.result("tasks.respond", {"task_id": "r9-approve", "value": {"approved": True}})
+        assert answer["status"] == "resumed"
+    finally:
+        keeper.repo.tree = real_tree  # type: ignore[method-assign]
+        go_on.set()
+    done = await client.wait_status("r9", ("completed", "failed"))
+    assert done["status"] == "completed"

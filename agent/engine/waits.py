@@ -183,6 +183,7 @@ class Waits:
             self.publisher.publish(run, PROGRESS, tid, **event)
             self.passes.settle(run)
             self.passes.wake.set()
+            self._reread_if_busy(tree_id)
             return
         self.publisher.emit({"type": PROGRESS, "task_id": tid, "root_task_id": tree_id, "name": row.get("name"),
                              "user_id": row.get("user_id"), "timestamp": now_iso(), **event})
@@ -190,6 +191,14 @@ class Waits:
             self.run_keeper.refresh_later(tree_id)
         elif self.publisher.notifier is not None:
             self.publisher.notifier.refresh(tree_id)
+
+    def _reread_if_busy(self, tree_id: str) -> None:
+        """A wait of a run here just ended in memory. If a re-read of the run is under way (a
+        tasks.update just before), it may have read the task still parked and would put that view
+        back, leaving the task with nobody to queue it: read once more after it (the database has
+        the wait's end now)."""
+        if self.run_keeper.lock.locked():
+            self.run_keeper.refresh_later(tree_id)
 
     # --- deadlines ------------------------------------------------------------------------
 
@@ -237,6 +246,7 @@ class Waits:
                                error=error, message=error)
         self.passes.settle(run)
         self.passes.wake.set()
+        self._reread_if_busy(tree_id)
 
     # --- events ---------------------------------------------------------------------------
 
