@@ -60,7 +60,11 @@ async def db_url(backend: str, tmp_path: Any, request: pytest.FixtureRequest) ->
 
 
 async def empty_database(url: str) -> None:
-    """Remove every row the previous test left (the schema and its migrations stay)."""
+    """Remove every row the previous test left (the schema and its migrations stay).
+
+    DELETE, with the foreign keys' triggers off for the transaction (the test user is a
+    superuser, as on CI), not TRUNCATE: a TRUNCATE gives each of the 13 tables a new file, about
+    80 ms a test against 8 ms, and the suite runs this before some 860 tests."""
     import asyncpg
 
     conn = await asyncpg.connect(url)
@@ -68,7 +72,9 @@ async def empty_database(url: str) -> None:
         tables = [r["tablename"] for r in await conn.fetch(
             "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'alembic_version'")]
         if tables:
-            await conn.execute("TRUNCATE " + ", ".join(f'"{t}"' for t in tables) + " CASCADE")
+            async with conn.transaction():
+                await conn.execute("SET LOCAL session_replication_role = replica")
+                await conn.execute(";".join(f'DELETE FROM "{t}"' for t in tables))
     finally:
         await conn.close()
 
