@@ -84,8 +84,10 @@ class PgNotifier:
                     # Every payload of the batch in one statement: one round trip, not one each.
                     await conn.execute("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p",
                                        CHANNEL, _payloads(self.instance_id, batch))
-                except (OSError, asyncpg.PostgresError) as exc:
+                except Exception as exc:  # whatever the connection did, the sender lives on
                     log.warning("cross-instance notify failed: %s", exc)
+                    if conn is not None:
+                        conn.terminate()
                     conn = None
         finally:
             if conn is not None:
@@ -104,7 +106,7 @@ class PgNotifier:
                 self.ready.set()
                 while not conn.is_closed():
                     await asyncio.sleep(1)
-            except (OSError, asyncpg.PostgresError) as exc:
+            except Exception as exc:  # (asyncpg's InterfaceError is no PostgresError) connect again
                 log.warning("cross-instance listener lost its connection: %s", exc)
                 await asyncio.sleep(1)
             finally:
