@@ -107,7 +107,7 @@ def claim_limited(c: Connection, task_id: str, key: str | None, limit: int | Non
 # The writes of a row travel as one JSON array of objects, read by json_to_recordset (the text is
 # parsed once): the id, the epoch, a bit mask of the columns the write sets (statements.PG_WRITABLE),
 # and their values, a JSON column's as its json.dumps text (as the insert sends them, see
-# _pg_insert_tasks). A column a write does not set keeps its value; a JSON column set to None
+# _pg_insert_tree). A column a write does not set keeps its value; a JSON column set to None
 # holds JSON 'null', as SQLAlchemy writes it. So writes of every shape are one set.
 _PG_BITS = {key: 1 << bit for bit, key in enumerate(S.PG_WRITABLE)}
 # The planner may join a row's writes to their tasks with a nested loop (its estimate of the
@@ -136,7 +136,7 @@ def pg_step_params(writes: Sequence[Write], claims: Sequence[str], owner: str, u
 
 
 def _pg_json_as_text(values: Mapping[str, Any]) -> dict[str, Any]:
-    """A write's values with its JSON columns as their text (see _pg_insert_tasks for why)."""
+    """A write's values with its JSON columns as their text (see _pg_insert_tree for why)."""
     return {key: _json_text(value) if key in JSON_COLUMNS else value for key, value in values.items()}
 
 
@@ -312,9 +312,13 @@ def _sqlite_fenced_writes(c: Connection, groups: Mapping[tuple[str, ...], list[W
 _ROW_VALUES = operator.itemgetter(*S.TASK_COLUMNS)
 
 
-def _sqlite_insert_tasks(c: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Full rows (`with_defaults`) inserted as SQLAlchemy's executemany would store them: the same
-    column values and the same JSON text (json.dumps, which `dependents()` matches with LIKE)."""
+def _execution_values(execution: Mapping[str, Any]) -> list[Any]:
+    return [json.dumps(execution[key]) if key == "webhooks" else execution[key] for key in S.EXECUTION_COLUMNS]
+
+
+def _sqlite_insert_tree(c: Connection, rows: Sequence[Mapping[str, Any]], execution: Mapping[str, Any]) -> None:
+    """The execution, and its full rows (`with_defaults`) as SQLAlchemy's executemany would store
+    them: the same values and JSON text (json.dumps, which `dependents()` matches with LIKE)."""
     json_at = [i for i, key in enumerate(S.TASK_COLUMNS) if key in JSON_COLUMNS]
     params = []
     memo: dict[Any, str] = {}
@@ -325,15 +329,17 @@ def _sqlite_insert_tasks(c: Connection, rows: Sequence[Mapping[str, Any]]) -> No
         params.append(values)
     sql = S.insert_tasks().sqlite
     try:
+        c.connection.driver_connection.execute(S.insert_tree().sqlite, _execution_values(execution))
         c.connection.driver_connection.cursor().executemany(sql, params)
     except sqlite3.IntegrityError as exc:  # an id is taken: the same error the SQLAlchemy path raises
         raise IntegrityError(sql, None, exc) from exc
 
 
-def _pg_insert_tasks(c: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+def _pg_insert_tree(c: Connection, rows: Sequence[Mapping[str, Any]], execution: Mapping[str, Any]) -> None:
     """PostgreSQL: full rows (`with_defaults`) as one JSON array and one INSERT ... SELECT, sent on
-    the transaction's own asyncpg connection; stored as SQLAlchemy's executemany stores them (the
-    JSON columns hold json.dumps text, None as JSON 'null').
+    the transaction's own asyncpg connection with the `execution`'s row (statements.insert_tree);
+    stored as SQLAlchemy's executemany stores them (the JSON columns hold json.dumps text, None as
+    JSON 'null').
 
     A JSON value holding NUL ("\\u0000", which JSON allows and SQLite and the SQLAlchemy path
     store) cannot be read out of the document by json_populate_recordset, which fails the whole
@@ -343,14 +349,14 @@ def _pg_insert_tasks(c: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
     import asyncpg  # PostgreSQL only: not loaded on SQLite
 
     text = json.dumps(rows)
-    sql = S.insert_tasks().postgresql
+    sql = S.insert_tree().postgresql
     if "\\u0000" in text:
         memo: dict[Any, str] = {}
-        sql = S.insert_tasks(json_as_text=True).postgresql
+        sql = S.insert_tree(json_as_text=True).postgresql
         text = json.dumps([{key: _json_text(value, memo) if key in JSON_COLUMNS else value
                             for key, value in row.items()} for row in rows])
     try:
-        await_(c.connection.driver_connection.execute(sql, text))
+        await_(c.connection.driver_connection.execute(sql, text, *_execution_values(execution)))
     except asyncpg.IntegrityConstraintViolationError as exc:  # an id is taken: what the SQLAlchemy path raises
         raise IntegrityError(sql, None, exc) from exc
 
@@ -487,15 +493,9 @@ def insert_tree(c: Connection, rows: Sequence[Mapping[str, Any]], user_id: str |
         raise OverQuota(quota, unfinished)
     root = rows[0]
     execution = _new_execution(root["task_tree_id"], root["id"], user_id, owner, until, stamp, webhook, traceparent)
-    c.execute(insert(X), execution)
     full = [with_defaults({**row, "execution_id": execution["id"]} if row["status"] == TaskStatus.PENDING else row)
             for row in rows]
-    if c.dialect.name == "sqlite":
-        _sqlite_insert_tasks(c, full)
-    elif c.dialect.driver == "asyncpg":
-        _pg_insert_tasks(c, full)
-    else:
-        c.execute(insert(T), full)
+    (_sqlite_insert_tree if c.dialect.name == "sqlite" else _pg_insert_tree)(c, full, execution)  # (asyncpg only)
     return execution
 
 

@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import bindparam, select
 
 from taskgrove.storage.models import JSON_COLUMNS, UNFINISHED
+from taskgrove.storage.models import executions_table as X
 from taskgrove.storage.models import tasks_table as T
 
 
@@ -243,7 +244,7 @@ def fenced_write(keys: tuple[str, ...]) -> Statement:
 @functools.lru_cache(maxsize=64)
 def pg_type(key: str) -> str:
     """The type a column of `tasks` is read as from a JSON document: its own, text for JSON
-    columns (they travel as their text, see executions._pg_insert_tasks)."""
+    columns (they travel as their text, see executions._pg_insert_tree)."""
     from sqlalchemy.dialects import postgresql  # the dialect's compiler only: no driver is loaded
 
     if key in JSON_COLUMNS:
@@ -324,6 +325,28 @@ def insert_tasks(json_as_text: bool = False) -> Statement:
     return Statement("Insert new tasks, every column given.",
                      f"INSERT INTO tasks ({columns}) VALUES ({_marks('sqlite', 1, len(TASK_COLUMNS))})",
                      f"INSERT INTO tasks ({columns}) SELECT {values} FROM {source}")
+
+
+# A new tree's execution (storage/executions.py insert_tree); `webhooks`, its JSON column, as text.
+EXECUTION_COLUMNS: tuple[str, ...] = tuple(column.name for column in X.c)
+
+
+@functools.lru_cache(maxsize=2)
+def insert_tree(json_as_text: bool = False) -> Statement:
+    """A new tree: its execution's row, and (PostgreSQL) its tasks in the same statement.
+
+    SQLite: the execution's row only (args: its values in EXECUTION_COLUMNS order); the tasks
+    follow with insert_tasks. PostgreSQL: $1 the tasks as insert_tasks takes them, then the
+    execution's values: one statement, so one round trip, atomic even outside a transaction (a
+    create then needs no BEGIN and COMMIT of its own: three round trips fewer than the execution,
+    the tasks and the transaction's ends sent apart)."""
+    columns = ", ".join(EXECUTION_COLUMNS)
+    values = ", ".join(f"CAST(${n} AS json)" if key == "webhooks" else f"${n}"
+                       for n, key in enumerate(EXECUTION_COLUMNS, start=2))
+    return Statement("Insert a new tree's execution (and, on PostgreSQL, its tasks).",
+                     f"INSERT INTO executions ({columns}) VALUES ({_marks('sqlite', 1, len(EXECUTION_COLUMNS))})",
+                     f"WITH execution AS (INSERT INTO executions ({columns}) VALUES ({values})) "
+                     + insert_tasks(json_as_text).postgresql)
 
 
 # --- limited claims: concurrency keys and rate limits ------------------------------------------

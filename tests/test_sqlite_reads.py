@@ -106,7 +106,8 @@ async def inserted_three_ways(client: Client, column_text: str, fast_insert: Any
     (`more_inputs`: added to the root's inputs)."""
     from sqlalchemy import insert
 
-    from taskgrove.storage.models import tasks_table, with_defaults
+    from taskgrove.storage import executions
+    from taskgrove.storage.models import executions_table, tasks_table, with_defaults
 
     await client.result("tasks.create", {"tasks": [
         {"id": "r", "name": "r \u00e9\u2603",
@@ -125,7 +126,16 @@ async def inserted_three_ways(client: Client, column_text: str, fast_insert: Any
         c.execute(insert(tasks_table), rows)
         usual = c.execute(listing).all()
         c.execute(text("DELETE FROM tasks"))
-        fast_insert(c, rows)
+        # The execution goes in with the tasks: its row too must be what SQLAlchemy stores.
+        execution = executions._new_execution("r", "r", "u", "me", "2030-01-01T00:00:00+00:00",
+                                              "2026-01-01T00:00:00+00:00", {"url": "http://x/\u00e9", "n": [1]}, None)
+        shown = text("SELECT {} FROM executions WHERE id = :id".format(
+            ", ".join(column_text.format(name) for name in executions_table.c.keys())))
+        c.execute(insert(executions_table), execution)
+        by_sqlalchemy = c.execute(shown, {"id": execution["id"]}).all()
+        c.execute(executions_table.delete().where(executions_table.c.id == execution["id"]))
+        fast_insert(c, rows, execution)
+        assert c.execute(shown, {"id": execution["id"]}).all() == by_sqlalchemy != []
         return fast, usual, c.execute(listing).all()
 
     return await client.services.repo.run(compare)
@@ -137,7 +147,7 @@ async def test_the_sqlite_tree_insert_stores_what_sqlalchemy_stores(client: Clie
     text included: `dependents()` matches it with LIKE)."""
     from taskgrove.storage import executions
 
-    fast, usual, again = await inserted_three_ways(client, "quote({})", executions._sqlite_insert_tasks)
+    fast, usual, again = await inserted_three_ways(client, "quote({})", executions._sqlite_insert_tree)
     assert len(fast) == 2
     assert fast == usual == again
 
