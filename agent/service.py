@@ -198,14 +198,14 @@ class TaskService:
 
     async def get(self, request: GetTask, ctx: CallContext) -> dict[str, Any] | None:
         task_id = request.task_id
-        row = await self.repo.get(task_id)
+        row, usages = await self.repo.get_with_tree_usages(task_id)
         if row is None:
             return None
         if not ctx.caller.can_access(row["user_id"]):
             raise permission_denied(f"You may not access task '{task_id}'")
         answer = public(row)
-        if row["parent_id"] is None:  # a root: what its whole tree's LLM calls used (docs/costs.md)
-            answer["tree_usage"] = tree_total(await self.repo.tree_usages(row["task_tree_id"]))
+        if usages is not None:  # a root: what its whole tree's LLM calls used (docs/costs.md)
+            answer["tree_usage"] = tree_total(usages)
         if row.get("budget"):  # what its budget still allows over its subtree
             rows = await self.repo.run(stored_usage.tree_budget_rows, row["task_tree_id"], inline=True)
             answer["budget_remaining"] = budget_remaining(rows, task_id)

@@ -192,7 +192,23 @@ class TaskRepository:
             found = rows[0]["usages"] if rows else None
         if found is None:
             return await self.connections.read_run(stored_usage.tree_usages, tree_id)
-        return [usage for usage in json.loads(found) if isinstance(usage, dict)]
+        return _usages(found)
+
+    async def get_with_tree_usages(self, task_id: str) -> tuple[Row | None, list[Any] | None]:
+        """A task and, for a root, the usages of its tree (tree_usages; None for a child): what
+        tasks.get shows. One read on PostgreSQL (statements.TASK_WITH_TREE_USAGES), where a
+        second would cost a round trip; two plain reads on SQLite, where it costs microseconds."""
+        if self.connections.pg is not None:
+            found = await self.connections.fast(S.TASK_WITH_TREE_USAGES, (task_id,))
+            if found is not None:
+                if not found:
+                    return None, None
+                usages = found[0].pop("tree_usages")
+                return found[0], None if usages is None else _usages(usages)
+        row = await self.get(task_id)
+        if row is None or row["parent_id"] is not None:
+            return row, None
+        return row, await self.tree_usages(row["task_tree_id"])
 
     async def unfinished_count(self, user_id: str | None, at_most: int) -> int:
         """Tasks of `user_id` (None: the tasks without one) that are pending or in progress,
@@ -418,3 +434,8 @@ def _update_many_statement(keys: tuple[str, ...], only_status: tuple[str, ...] |
     if only_status is not None:
         query = query.where(or_(*(T.c.status == s for s in only_status)))
     return query.values({key: bindparam(f"_v_{key}") for key in keys}).returning(T.c.id)
+
+
+def _usages(text: str) -> list[Any]:
+    """The usages of a tree from the JSON array TREE_USAGES makes."""
+    return [usage for usage in json.loads(text) if isinstance(usage, dict)]

@@ -126,6 +126,14 @@ TREE_USAGES = Statement(
     "SELECT coalesce(json_agg(usage), '[]'::json)::text AS usages FROM tasks "
     "WHERE task_tree_id = $1 AND usage IS NOT NULL AND usage::text <> 'null'")
 
+TASK_WITH_TREE_USAGES = Statement(
+    "PostgreSQL: TASK_BY_ID and, for a root, TREE_USAGES of its tree as `tree_usages` (NULL for a child): "
+    "tasks.get in one round trip. Args: id.",
+    None,
+    f"SELECT {', '.join(TASK_COLUMNS)}, CASE WHEN parent_id IS NULL THEN "
+    "(SELECT coalesce(json_agg(u.usage), '[]'::json)::text FROM tasks u WHERE u.task_tree_id = t.task_tree_id "
+    "AND u.usage IS NOT NULL AND u.usage::text <> 'null') END AS tree_usages FROM tasks t WHERE id = $1")
+
 SERIALISE_TREE = Statement(
     "Make the transaction the only one changing a task's tree until it commits. Args: task id.",
     # the one write lock, taken before the transaction reads anything

@@ -260,3 +260,24 @@ async def test_a_pass_connection_left_mid_operation_is_replaced(client: Client) 
     with pytest.raises(DBAPIError) as refused:
         await pg.fetchmany("SELECT 1 / $1::int", [(0,)])
     assert not is_transient(refused.value) and pg._pass is kept
+
+
+async def test_a_task_with_its_tree_usages_is_what_the_two_reads_give(client: Client) -> None:
+    """tasks.get's one read on PostgreSQL (statements.TASK_WITH_TREE_USAGES): the row TASK_BY_ID
+    reads, and for a root the usages TREE_USAGES reads (None for a child, nothing for a missing id)."""
+    from sqlalchemy import update
+
+    from taskgrove.storage.models import tasks_table
+
+    repo = client.services.repo
+    await client.result("tasks.create", [{"id": "r", "name": "r"}, {"id": "a", "name": "a", "parent_id": "r"},
+                                         {"id": "b", "name": "b", "parent_id": "r"}])
+    await client.runs_ended()
+    spent = {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7, "cost_usd": None, "calls": 1}
+    await repo.run(lambda c: c.execute(update(tasks_table).where(tasks_table.c.id.in_(["a", "b"])).values(usage=spent)))
+    for tid in ("r", "a"):
+        row, usages = await repo.get_with_tree_usages(tid)
+        assert row == await repo.get(tid)
+        assert usages == ([spent, spent] if tid == "r" else None)
+    assert await repo.get_with_tree_usages("missing") == (None, None)
+    assert (await client.result("tasks.get", {"task_id": "r"}))["tree_usage"]["total_tokens"] == 14
