@@ -335,28 +335,25 @@ def _sqlite_insert_tree(c: Connection, rows: Sequence[Mapping[str, Any]], execut
         raise IntegrityError(sql, None, exc) from exc
 
 
-def _pg_insert_tree(c: Connection, rows: Sequence[Mapping[str, Any]], execution: Mapping[str, Any]) -> None:
-    """PostgreSQL: full rows (`with_defaults`) as one JSON array and one INSERT ... SELECT, sent on
-    the transaction's own asyncpg connection with the `execution`'s row (statements.insert_tree);
-    stored as SQLAlchemy's executemany stores them (the JSON columns hold json.dumps text, None as
-    JSON 'null').
-
-    A JSON value holding NUL ("\\u0000", which JSON allows and SQLite and the SQLAlchemy path
-    store) cannot be read out of the document by json_populate_recordset, which fails the whole
-    insert: such rows travel with their JSON columns as text instead (a JSON string each), cast
-    to json in the statement. The usual rows skip that: done always, it made a 1000-task create
-    60-70 ms slower (bench/README.md, fifth round)."""
+def _pg_insert_tree(c: Connection, rows: Sequence[Mapping[str, Any]], execution: Mapping[str, Any],
+                    quota: Quota | None) -> int:
+    """PostgreSQL: the `execution`'s row and full rows (`with_defaults`, as one JSON array) in one
+    statement (statements.insert_tree) on the connection's asyncpg connection, stored as
+    SQLAlchemy stores them; with a `quota`, the owner's count (returned; 0 without). Rows with a
+    NUL in a JSON value, which json_populate_recordset cannot read, travel with their JSON columns
+    as text (done always, it made a 1000-task create 60-70 ms slower: bench/README.md)."""
     import asyncpg  # PostgreSQL only: not loaded on SQLite
 
     text = json.dumps(rows)
-    sql = S.insert_tree().postgresql
-    if "\\u0000" in text:
+    if as_text := "\\u0000" in text:
         memo: dict[Any, str] = {}
-        sql = S.insert_tree(json_as_text=True).postgresql
         text = json.dumps([{key: _json_text(value, memo) if key in JSON_COLUMNS else value
                             for key, value in row.items()} for row in rows])
+    args = [text, *_execution_values(execution), *(() if quota is None else (quota.adding, quota.limit)),
+            *(() if quota is None or quota.owner is None else (quota.owner,))]
+    sql = S.insert_tree(as_text, None if quota is None else "nobody" if quota.owner is None else "user").postgresql
     try:
-        await_(c.connection.driver_connection.execute(sql, text, *_execution_values(execution)))
+        return int(await_(c.connection.driver_connection.fetchval(sql, *args)) or 0)
     except asyncpg.IntegrityConstraintViolationError as exc:  # an id is taken: what the SQLAlchemy path raises
         raise IntegrityError(sql, None, exc) from exc
 
@@ -477,25 +474,28 @@ def count_unfinished(c: Connection, owner: str | None, at_most: int) -> int:
     # than the count itself (measured: 30 of a one-task create's 40 us for it).
     if c.dialect.name == "sqlite":
         return int(c.connection.driver_connection.execute(statement.sqlite, args).fetchone()[0])
-    if c.dialect.driver == "asyncpg":
-        return int(await_(c.connection.driver_connection.fetchval(statement.postgresql, *args)))
-    return int(c.exec_driver_sql(statement.form(c.dialect.name), args).scalar_one())
+    return int(await_(c.connection.driver_connection.fetchval(statement.postgresql, *args)))  # asyncpg
 
 
 def insert_tree(c: Connection, rows: Sequence[Mapping[str, Any]], user_id: str | None, owner: str, until: str,
                 stamp: str, webhook: Mapping[str, Any] | None = None, quota: Quota | None = None,
                 traceparent: str | None = None) -> Row:
-    """A new tree and its execution (in the trace `traceparent`, agent/tracing.py) in one transaction (IntegrityError when an id is taken: the
-    tree's, or a running execution's of a tree with the same root id). With a `quota`, the
-    owner's unfinished tasks are counted first, in the same call (no round trip of its own):
-    OverQuota, nothing stored, when the new ones would not fit."""
-    if quota is not None and (unfinished := count_unfinished(c, quota.owner, quota.limit)) + quota.adding > quota.limit:
-        raise OverQuota(quota, unfinished)
+    """A new tree and its execution (in the trace `traceparent`, agent/tracing.py), atomically
+    (IntegrityError when an id is taken: the tree's, or a running execution's of a tree with the
+    same root id). With a `quota`, the owner's unfinished tasks are counted in the same call
+    (on PostgreSQL in the insert's own statement): OverQuota, nothing stored, when they would not fit."""
     root = rows[0]
     execution = _new_execution(root["task_tree_id"], root["id"], user_id, owner, until, stamp, webhook, traceparent)
     full = [with_defaults({**row, "execution_id": execution["id"]} if row["status"] == TaskStatus.PENDING else row)
             for row in rows]
-    (_sqlite_insert_tree if c.dialect.name == "sqlite" else _pg_insert_tree)(c, full, execution)  # (asyncpg only)
+    if c.dialect.name == "sqlite":
+        unfinished = count_unfinished(c, quota.owner, quota.limit) if quota else 0
+        if quota is None or unfinished + quota.adding <= quota.limit:
+            _sqlite_insert_tree(c, full, execution)
+    else:  # asyncpg, the only PostgreSQL driver the settings take
+        unfinished = _pg_insert_tree(c, full, execution, quota)
+    if quota is not None and unfinished + quota.adding > quota.limit:
+        raise OverQuota(quota, unfinished)  # nothing was stored
     return execution
 
 

@@ -97,14 +97,17 @@ def task_listing(by_user: bool, by_status: bool, after: bool = False) -> Stateme
 
 
 # Two covering ranges of ix_tasks_status_user (status, user_id), one per unfinished status.
-UNFINISHED_OF_USER = Statement(
-    "Unfinished tasks of a user, counted up to a bound. Args: user_id, at_most.",
-    f"SELECT count(*) AS n FROM (SELECT 1 FROM tasks WHERE user_id = ?1 AND {UNFINISHED} LIMIT ?2) AS unfinished",
-    f"SELECT count(*) AS n FROM (SELECT 1 FROM tasks WHERE user_id = $1 AND {UNFINISHED} LIMIT $2) AS unfinished")
-UNFINISHED_OF_NOBODY = Statement(
-    "Unfinished tasks without a user, counted up to a bound. Args: at_most.",
-    f"SELECT count(*) AS n FROM (SELECT 1 FROM tasks WHERE user_id IS NULL AND {UNFINISHED} LIMIT ?1) AS unfinished",
-    f"SELECT count(*) AS n FROM (SELECT 1 FROM tasks WHERE user_id IS NULL AND {UNFINISHED} LIMIT $1) AS unfinished")
+def _unfinished_count(owner_mark: str | None, limit_mark: str) -> str:
+    """Unfinished tasks of the user at parameter `owner_mark` (None: tasks without a user),
+    counted up to the bound at `limit_mark`."""
+    who = "user_id IS NULL" if owner_mark is None else f"user_id = {owner_mark}"
+    return f"SELECT count(*) AS n FROM (SELECT 1 FROM tasks WHERE {who} AND {UNFINISHED} LIMIT {limit_mark}) AS unfinished"
+
+
+UNFINISHED_OF_USER = Statement("Unfinished tasks of a user, counted up to a bound. Args: user_id, at_most.",
+                               _unfinished_count("?1", "?2"), _unfinished_count("$1", "$2"))
+UNFINISHED_OF_NOBODY = Statement("Unfinished tasks without a user, counted up to a bound. Args: at_most.",
+                                 _unfinished_count(None, "?1"), _unfinished_count(None, "$1"))
 
 def unfinished_of(owner: str | None, at_most: int) -> tuple[Statement, tuple[Any, ...]]:
     """The count of `owner`'s unfinished tasks (None: the tasks without one) and its args."""
@@ -323,6 +326,12 @@ def insert_tasks(json_as_text: bool = False) -> Statement:
     """Full rows of tasks. SQLite: args are one row's values in TASK_COLUMNS order (executemany).
     PostgreSQL: one arg, every row as one JSON array; `json_as_text`: its JSON columns as their
     text (a JSON string each, for values json_populate_recordset cannot read: a NUL)."""
+    return Statement("Insert new tasks, every column given.",
+                     f"INSERT INTO tasks ({', '.join(TASK_COLUMNS)}) VALUES ({_marks('sqlite', 1, len(TASK_COLUMNS))})",
+                     _pg_insert_tasks(json_as_text))
+
+
+def _pg_insert_tasks(json_as_text: bool, where: str = "") -> str:
     columns = ", ".join(TASK_COLUMNS)
     if not json_as_text:
         values = ", ".join(f"coalesce({key}, 'null'::json)" if key in JSON_COLUMNS else key for key in TASK_COLUMNS)
@@ -330,31 +339,43 @@ def insert_tasks(json_as_text: bool = False) -> Statement:
     else:
         values = ", ".join(f"CAST(r.{key} AS json)" if key in JSON_COLUMNS else f"r.{key}" for key in TASK_COLUMNS)
         source = f"json_to_recordset(CAST($1 AS json)) AS r({', '.join(f'{k} {pg_type(k)}' for k in TASK_COLUMNS)})"
-    return Statement("Insert new tasks, every column given.",
-                     f"INSERT INTO tasks ({columns}) VALUES ({_marks('sqlite', 1, len(TASK_COLUMNS))})",
-                     f"INSERT INTO tasks ({columns}) SELECT {values} FROM {source}")
+    return f"INSERT INTO tasks ({columns}) SELECT {values} FROM {source}{where}"
 
 
 # A new tree's execution (storage/executions.py insert_tree); `webhooks`, its JSON column, as text.
 EXECUTION_COLUMNS: tuple[str, ...] = tuple(column.name for column in X.c)
+# With a quota, its args follow the execution's values: adding, limit, then the owner (a user).
+QUOTA_ARGS_AT = 2 + len(EXECUTION_COLUMNS)
 
 
-@functools.lru_cache(maxsize=2)
-def insert_tree(json_as_text: bool = False) -> Statement:
+@functools.lru_cache(maxsize=8)
+def insert_tree(json_as_text: bool = False, quota: str | None = None) -> Statement:
     """A new tree: its execution's row, and (PostgreSQL) its tasks in the same statement.
 
     SQLite: the execution's row only (args: its values in EXECUTION_COLUMNS order); the tasks
     follow with insert_tasks. PostgreSQL: $1 the tasks as insert_tasks takes them, then the
     execution's values: one statement, so one round trip, atomic even outside a transaction (a
     create then needs no BEGIN and COMMIT of its own: three round trips fewer than the execution,
-    the tasks and the transaction's ends sent apart)."""
+    the tasks and the transaction's ends sent apart). With a `quota` ("user": the owner is a
+    user; "nobody": tasks without one), the owner's unfinished tasks are counted first in the same
+    statement (UNFINISHED_OF_*), nothing is inserted when `adding` more would pass `limit`, and
+    the statement answers the count (args after the execution's: adding, limit, the user)."""
     columns = ", ".join(EXECUTION_COLUMNS)
     values = ", ".join(f"CAST(${n} AS json)" if key == "webhooks" else f"${n}"
                        for n, key in enumerate(EXECUTION_COLUMNS, start=2))
-    return Statement("Insert a new tree's execution (and, on PostgreSQL, its tasks).",
-                     f"INSERT INTO executions ({columns}) VALUES ({_marks('sqlite', 1, len(EXECUTION_COLUMNS))})",
-                     f"WITH execution AS (INSERT INTO executions ({columns}) VALUES ({values})) "
-                     + insert_tasks(json_as_text).postgresql)
+    sqlite = f"INSERT INTO executions ({columns}) VALUES ({_marks('sqlite', 1, len(EXECUTION_COLUMNS))})"
+    if quota is None:
+        return Statement("Insert a new tree's execution (and, on PostgreSQL, its tasks).", sqlite,
+                         f"WITH execution AS (INSERT INTO executions ({columns}) VALUES ({values})) "
+                         + _pg_insert_tasks(json_as_text))
+    adding, limit, owner = (f"${QUOTA_ARGS_AT + i}" for i in range(3))
+    counted = _unfinished_count(owner if quota == "user" else None, limit)
+    return Statement(
+        "Insert a new tree's execution (and, on PostgreSQL, its tasks) if its owner's quota has room.", sqlite,
+        f"WITH counted AS ({counted}), room AS (SELECT 1 FROM counted WHERE n + {adding} <= {limit}), "
+        f"execution AS (INSERT INTO executions ({columns}) SELECT {values} FROM room), "
+        f"inserted AS ({_pg_insert_tasks(json_as_text, ' WHERE EXISTS (SELECT 1 FROM room)')}) "
+        "SELECT n FROM counted")
 
 
 # --- limited claims: concurrency keys and rate limits ------------------------------------------
