@@ -283,3 +283,40 @@ async def test_a_task_with_its_tree_usages_is_what_the_two_reads_give(client: Cl
         assert usages == ([spent, spent] if tid == "r" else None)
     assert await repo.get_with_tree_usages("missing") == (None, None)
     assert (await client.result("tasks.get", {"task_id": "r"}))["tree_usage"]["total_tokens"] == 14
+
+
+async def test_a_lone_instance_sends_no_notify_until_another_listens(client: Client) -> None:
+    """Cross-instance messages (engine/notify.py) go out only while another instance listens: a
+    lone instance skips them (it would only hear them back). Another listener, named as every
+    instance names its listening connection, is seen within a second, and from then on receives
+    the events of the trees run here."""
+    import asyncio
+
+    import asyncpg
+
+    from taskgrove.agent.engine.notify import CHANNEL, LISTENER_NAME, PEER_CHECK_SECONDS
+
+    notifier = client.services.engine.publisher.notifier
+    await asyncio.sleep(PEER_CHECK_SECONDS * 1.5)
+    assert notifier.peers is False
+    sent, skipped = notifier.sent, notifier.skipped
+    await client.result("tasks.create", [{"id": "alone", "name": "alone", "schemas": {"method": "noop_executor"}}])
+    await client.runs_ended()
+    assert notifier.sent == sent and notifier.skipped > skipped
+
+    heard: list[str] = []
+    other = await asyncpg.connect(POSTGRES_URL.rpartition("/")[0] + "/" + client.services.settings.database_url
+                                  .rpartition("/")[2], server_settings={"application_name": LISTENER_NAME})
+    try:
+        await other.add_listener(CHANNEL, lambda *args: heard.append(args[-1]))
+        deadline = asyncio.get_running_loop().time() + 5
+        while not notifier.peers:
+            assert asyncio.get_running_loop().time() < deadline, "the other listener was never seen"
+            await asyncio.sleep(0.05)
+        await client.result("tasks.create", [{"id": "heard", "name": "heard", "schemas": {"method": "noop_executor"}}])
+        await client.runs_ended()
+        while not any('"task_id":"heard"' in text and "task_completed" in text for text in heard):
+            assert asyncio.get_running_loop().time() < deadline, heard
+            await asyncio.sleep(0.05)
+    finally:
+        await other.close()

@@ -5,6 +5,11 @@ GraphQL subscriber connected to instance B sees a tree that instance A executes,
 received by B stops the work on A. Events are sent in batches (one NOTIFY per engine pass);
 PostgreSQL caps a payload near 8000 bytes, so large results are left out of remote events
 (`result_omitted: true`) — subscribers read them with tasks.get.
+
+Nothing is sent while no other instance listens (a lone instance would only hear its own
+messages back): every instance's listening connection is named LISTENER_NAME, the sender counts
+the others' in pg_stat_activity every PEER_CHECK_SECONDS, and an instance that starts listening
+says so on the channel at once (`hello`), so the others send to it from its first request on.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -21,6 +27,11 @@ from taskgrove.storage.jsonvalues import dumps_bytes
 log = logging.getLogger(__name__)
 CHANNEL = "taskgrove"
 MAX_PAYLOAD = 7500
+LISTENER_NAME = "taskgrove-listener"  # the application_name of every instance's listening connection
+PEER_CHECK_SECONDS = 1.0
+# Other instances listening: named so, or (an older instance) whose last statement was the LISTEN.
+COUNT_PEERS = ("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> $1 "
+               f"AND (application_name = '{LISTENER_NAME}' OR query = 'LISTEN \"{CHANNEL}\"')")
 
 
 def asyncpg_dsn(url: str) -> str:
@@ -39,6 +50,9 @@ class PgNotifier:
         self._tasks: list[asyncio.Task[None]] = []
         self.ready = asyncio.Event()
         self._own = _wrap(instance_id, [])[:-len("[]}")]  # how every payload we send begins
+        self.peers = True  # another instance listens (until the first count says otherwise)
+        self._listener_pid: int | None = None
+        self.sent = self.skipped = 0  # batches, for tests and a curious operator
 
     async def start(self) -> None:
         self._tasks = [asyncio.create_task(self._listen(), name="taskgrove-listen"),
@@ -62,8 +76,12 @@ class PgNotifier:
         """Another instance joined the execution of `tree_id`: its owner re-reads it."""
         self._queue(_text({"kind": "refresh", "tree_id": tree_id}))
 
-    def _queue(self, message: str) -> None:
-        """`message` is encoded already: once, when it was made (the event may change later)."""
+    def _queue(self, message: str, always: bool = False) -> None:
+        """`message` is encoded already: once, when it was made (the event may change later).
+        Dropped while no other instance listens, unless `always`."""
+        if not (self.peers or always):
+            self.skipped += 1
+            return
         try:
             self._outbox.put_nowait(message)
         except asyncio.QueueFull:
@@ -73,17 +91,26 @@ class PgNotifier:
         import asyncpg
 
         conn = None
+        checked = 0.0
         try:
             while True:
-                batch = [await self._outbox.get()]
+                try:
+                    batch = [await asyncio.wait_for(self._outbox.get(), PEER_CHECK_SECONDS)]
+                except asyncio.TimeoutError:
+                    batch = []
                 while not self._outbox.empty():
                     batch.append(self._outbox.get_nowait())
                 try:
                     if conn is None or conn.is_closed():
                         conn = await asyncpg.connect(self.dsn)
-                    # Every payload of the batch in one statement: one round trip, not one each.
-                    await conn.execute("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p",
-                                       CHANNEL, _payloads(self.instance_id, batch))
+                    if time.monotonic() - checked >= PEER_CHECK_SECONDS and self._listener_pid is not None:
+                        self.peers = bool(await conn.fetchval(COUNT_PEERS, self._listener_pid))
+                        checked = time.monotonic()
+                    if batch:
+                        # Every payload of the batch in one statement: one round trip, not one each.
+                        await conn.execute("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p",
+                                           CHANNEL, _payloads(self.instance_id, batch))
+                        self.sent += 1
                 except Exception as exc:  # whatever the connection did, the sender lives on
                     log.warning("cross-instance notify failed: %s", exc)
                     if conn is not None:
@@ -101,8 +128,10 @@ class PgNotifier:
         while True:
             conn = None
             try:
-                conn = await asyncpg.connect(self.dsn)
+                conn = await asyncpg.connect(self.dsn, server_settings={"application_name": LISTENER_NAME})
                 await conn.add_listener(CHANNEL, self._received)
+                self._listener_pid = conn.get_server_pid()
+                self._queue(_text({"kind": "hello"}), always=True)  # the others send to us from now on
                 self.ready.set()
                 while not conn.is_closed():
                     await asyncio.sleep(1)
@@ -122,6 +151,7 @@ class PgNotifier:
             return
         if data.get("from") == self.instance_id:
             return
+        self.peers = True  # another instance speaks, so it listens
         for message in data.get("messages", ()):
             if message.get("kind") == "event":
                 event = {**message["event"], "remote": True}
