@@ -3,7 +3,9 @@ goes with a tree when it is deleted.
 
 A tree has ended when every task of it is completed, failed or cancelled, none is parked on a wait,
 no execution of it is running, and its latest `updated_at` and `completed_at` are older than the
-cutoff. A schedule's template tree never ends for retention. The tasks themselves are deleted by
+cutoff. Pending tasks are allowed in a tree that was run (an execution of it ended): those are
+what a failed required dependency leaves behind (a root waiting on a failed task stays pending,
+and without this rule no failed tree would ever go). A tree never run (a stored copy) is kept. A schedule's template tree never ends for retention. The tasks themselves are deleted by
 `TaskRepository.delete` (the function `tasks.delete` uses), so whatever is attached to a task is
 deleted with it there; this module deletes the tree's executions and the idempotency records.
 
@@ -36,6 +38,8 @@ from taskgrove.storage.models import schedules_table as S
 from taskgrove.storage.models import tasks_table as T
 
 RUNNING = "running"  # an execution's status while it runs (storage/executions.py)
+# Statuses a task of an ended tree may have: finished, or pending where the tree was run (see above).
+_SETTLED = (*FINISHED_STATUSES, TaskStatus.PENDING.value)
 
 
 def old_roots(c: Connection, cutoff: str, after: tuple[str, str] | None, limit: int) -> list[tuple[str, str]]:
@@ -43,7 +47,7 @@ def old_roots(c: Connection, cutoff: str, after: tuple[str, str] | None, limit: 
     ((created_at, id) of the last root seen): finished, last changed before `cutoff`. A tree created
     after the cutoff cannot have ended before it, so the walk stops there (ix_tasks_roots_created)."""
     query = (select(T.c.created_at, T.c.id)
-             .where(T.c.parent_id.is_(None), T.c.created_at < cutoff, T.c.status.in_(FINISHED_STATUSES),
+             .where(T.c.parent_id.is_(None), T.c.created_at < cutoff, T.c.status.in_(_SETTLED),
                     T.c.updated_at < cutoff)
              .order_by(T.c.created_at, T.c.id).limit(limit))
     if after is not None:
@@ -79,11 +83,14 @@ def lock_ended(c: Connection, tree_ids: Sequence[str], cutoff: str) -> dict[str,
         return {}
     ids = list(tree_ids)
     tasks = c.execute(select(T.c.id, T.c.task_tree_id).where(T.c.task_tree_id.in_(ids)).with_for_update()).all()
-    busy = case((or_(T.c.status.notin_(FINISHED_STATUSES), T.c.waiting.is_not(None)), 1), else_=0)
-    ended = {row[0] for row in c.execute(
-        select(T.c.task_tree_id).where(T.c.task_tree_id.in_(ids)).group_by(T.c.task_tree_id)
+    busy = case((or_(T.c.status.notin_(_SETTLED), T.c.waiting.is_not(None)), 1), else_=0)
+    pending = case((T.c.status == TaskStatus.PENDING.value, 1), else_=0)
+    settled = dict(c.execute(
+        select(T.c.task_tree_id, func.sum(pending)).where(T.c.task_tree_id.in_(ids)).group_by(T.c.task_tree_id)
         .having(and_(func.sum(busy) == 0, func.max(T.c.updated_at) < cutoff,
-                     func.coalesce(func.max(T.c.completed_at), "") < cutoff)))}
+                     func.coalesce(func.max(T.c.completed_at), "") < cutoff))).all())
+    with_pending = {tree_id for tree_id, n in settled.items() if n}
+    ended = (set(settled) - with_pending) | _ran(c, with_pending)
     ended -= _templates(c, ended) | _running(c, ended)
     doomed: dict[str, list[str]] = {tree_id: [] for tree_id in ended}
     for task_id, tree_id in tasks:
@@ -98,6 +105,14 @@ def _templates(c: Connection, tree_ids: set[str]) -> set[str]:
         return set()
     query = (select(T.c.task_tree_id).join(S, S.c.task_id == T.c.id)
              .where(T.c.task_tree_id.in_(list(tree_ids))))
+    return {row[0] for row in c.execute(query)}
+
+
+def _ran(c: Connection, tree_ids: set[str]) -> set[str]:
+    """Which of `tree_ids` have an execution that ended (they were run)."""
+    if not tree_ids:
+        return set()
+    query = select(X.c.task_tree_id).where(X.c.task_tree_id.in_(list(tree_ids)), X.c.status != RUNNING)
     return {row[0] for row in c.execute(query)}
 
 

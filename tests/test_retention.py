@@ -56,6 +56,16 @@ async def test_purge_deletes_ended_trees_and_nothing_else(make_settings: Callabl
                                                         "schemas": {"method": "sleep_executor"},
                                                         "inputs": {"seconds": "not a number"}}]})
         await client.wait_status("bad-1", ("failed",))
+        # A root waiting on a failed required dependency stays pending; its execution ended: the
+        # tree is over all the same (without this, no failed tree would ever be swept).
+        await client.result("tasks.create", [
+            {"id": "blocked", "name": "blocked", "schemas": {"method": "aggregate_results_executor"},
+             "dependencies": [{"id": "blocked-1", "required": True}]},
+            {"id": "blocked-1", "name": "x", "parent_id": "blocked", "schemas": {"method": "sleep_executor"},
+             "inputs": {"seconds": "not a number"}}])
+        await client.wait_status("blocked-1", ("failed",))
+        await until(lambda: _execution_ended(client, "blocked"), 10, "the blocked tree's execution to end")
+        assert (await client.result("tasks.get", {"task_id": "blocked"}))["status"] == "pending"
         # A tree running during the sweep (one task done, one sleeping), one parked on a wait for
         # input, one stored and never executed (pending), a schedule's template (completed).
         await client.result("tasks.create", [
@@ -90,9 +100,9 @@ async def test_purge_deletes_ended_trees_and_nothing_else(make_settings: Callabl
         keys = await count(client, idempotency_table)
         assert keys == 2
         answer = await client.result("tasks.purge", {"older_than": 0.01})
-        ended = {"done-1", "done-2", "bad", *runs[2:]}
+        ended = {"done-1", "done-2", "bad", "blocked", *runs[2:]}
         assert answer["trees"] == len(ended) and answer["idempotency_records"] == 2
-        assert answer["tasks"] == 3 + 3 + 2 + 2 * 2
+        assert answer["tasks"] == 3 + 3 + 2 + 2 + 2 * 2
         left = await tree_ids(client)
         assert left & ended == set()
         copy = [t for t in left if t not in {"busy", "asks", "tpl"}]
@@ -260,3 +270,9 @@ async def test_one_sweeper_at_a_time(backend: str, db_url: str,
             await other.close()  # the other instance goes: its lock with it
         answer = await client.result("tasks.purge", {"older_than": 0.01})
         assert answer["swept"] is True and answer["trees"] == 1
+
+
+async def _execution_ended(client: Client, tree_id: str) -> bool:
+    query = select(func.count()).select_from(executions_table).where(
+        executions_table.c.task_tree_id == tree_id, executions_table.c.status != "running")
+    return bool(await client.services.repo.run(lambda c: int(c.execute(query).scalar_one())))
