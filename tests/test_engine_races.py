@@ -87,26 +87,33 @@ async def test_streaming_call_inside_a_batch_leaves_no_subscription(client: Clie
     assert client.services.bus.subscriber_count == 0
 
 
+def fail_outcome_writes(engine: Any, error: Exception) -> dict[str, int]:
+    """Make the engine's writes that store an outcome raise `error` while `left` (of the returned
+    counters) is above 0; `seen` counts the failures."""
+    real = engine.repo.write_pass
+    failures = {"left": 0, "seen": 0}
+
+    async def failing(writes: Any, *rest: Any) -> Any:
+        if failures["left"] and any("status" in values for _, _, values in writes):
+            failures["left"] -= 1
+            failures["seen"] += 1
+            raise error
+        return await real(writes, *rest)
+
+    engine.repo.write_pass = failing
+    return failures
+
+
 async def test_a_transient_database_error_is_retried(client: Client) -> None:
     from sqlalchemy.exc import OperationalError
 
     engine = client.services.engine
     await store(client, task("r", method=None), task("a", "r", method="sleep_executor", inputs={"seconds": 0.2}),
                 task("b", "r", deps=["a"]))
-    real = engine.repo.write_pass
-    failures = {"left": 0, "seen": 0}
-
-    async def flaky(writes: Any, *rest: Any) -> Any:
-        if failures["left"] and any("status" in values for _, _, values in writes):
-            failures["left"] -= 1
-            failures["seen"] += 1
-            raise OperationalError("UPDATE tasks", {}, Exception("database is locked"))
-        return await real(writes, *rest)
-
-    engine.repo.write_pass = flaky  # type: ignore[method-assign]
+    failures = fail_outcome_writes(engine, OperationalError("UPDATE tasks", {}, Exception("database is locked")))
     run = await engine.execute("r")
     await asyncio.sleep(0.1)
-    failures["left"] = 3  # fewer than the engine's bound: the same pass goes through
+    failures["left"] = 3  # the same pass goes through once the database answers
     assert await engine.wait(run, 10)
     assert failures["seen"] == 3
     assert {t: (await engine.repo.get(t))["status"] for t in "rab"} == dict.fromkeys("rab", "completed")
@@ -124,17 +131,7 @@ async def test_a_database_away_for_longer_than_the_old_bound_fails_no_task(clien
     engine = client.services.engine
     await store(client, task("r", method=None), task("a", "r", method="sleep_executor", inputs={"seconds": 0.2}),
                 task("b", "r", method="sleep_executor", inputs={"seconds": 0.2}), task("c", "r", deps=["a", "b"]))
-    real = engine.repo.write_pass
-    failures = {"left": 0, "seen": 0}
-
-    async def away(writes: Any, *rest: Any) -> Any:
-        if failures["left"] and any("status" in values for _, _, values in writes):
-            failures["left"] -= 1
-            failures["seen"] += 1
-            raise OperationalError("UPDATE tasks", {}, ConnectionResetError("connection lost"))
-        return await real(writes, *rest)
-
-    engine.repo.write_pass = away  # type: ignore[method-assign]
+    failures = fail_outcome_writes(engine, OperationalError("UPDATE tasks", {}, ConnectionResetError("connection lost")))
     run = await engine.execute("r")
     await asyncio.sleep(0.1)
     failures["left"] = 12
