@@ -109,10 +109,14 @@ export function slowestPath(plan, byTask, now) {
       via.set(id, from);
     }
   };
+  // A chain reaching `end` through `via` extends it: on a tie it wins, so a task that took 0 ms
+  // (an instant aggregation at the root) still ends the path it closes.
+  const extendsChain = (id, end) => { for (let at = via.get(id); at; at = via.get(at)) if (at === end) return true; return false; };
   let end = null;
   for (const id of plan.order) {
     visit(id);
-    if (weight.get(id) > 0 && (end === null || best.get(id) > best.get(end))) end = id;
+    if (!(byTask.get(id) || []).length) continue;  // never attempted: not on the path yet
+    if (end === null || best.get(id) > best.get(end) || (best.get(id) === best.get(end) && extendsChain(id, end))) end = id;
   }
   const path = [];
   for (let id = end; id !== null && id !== undefined; id = via.get(id)) path.unshift(id);
