@@ -60,7 +60,7 @@ class BudgetService:
                         (self.settings.user_daily_budget_tokens, self.settings.user_daily_budget_usd))
         if tokens is None and cost is None:
             return None
-        return Limit(f"user '{user_id or ''}' on {today()}", await self.usage.today_of(user_id), tokens, cost)
+        return Limit(f"user '{user_id or ''}' on {today()}", await self.usage.spent_today(user_id), tokens, cost)
 
     # --- config.budget.* -------------------------------------------------------------------
 

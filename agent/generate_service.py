@@ -37,6 +37,7 @@ from taskgrove.executors.base import Executor
 from taskgrove.executors.registry import ExecutorRegistry
 from taskgrove.llm.client import LLMClient, LLMError, LLMKeyMissingError, normalize_provider, redact
 from taskgrove.llm.generate import GenerationError, GenerationValidationError, generate_tree
+from taskgrove.storage import usage as stored_usage
 
 # Executors never offered to the model (see the module docstring).
 NOT_GENERATABLE = frozenset({"generate_executor"})
@@ -110,7 +111,7 @@ class GenerateService:
             answer["message"] = (f"Generated {len(tasks)} tasks{repaired}; not saved: pass them to "
                                  f"tasks.create, or call tasks.generate with save=true")
         answer["token_usage"] = result.usage
-        answer["usage"] = client.spend
+        answer["usage"] = stored_usage.shown(client.spend)
         return answer
 
 

@@ -28,16 +28,22 @@ def today() -> str:
 
 
 def daily_usage(row: Mapping[str, Any]) -> dict[str, Any]:
-    """A stored daily row as a usage sum (cost unknown when a call of that day had no price)."""
+    """A stored daily row as a usage sum: its cost is unknown when a call of that day had no price,
+    and then PRICED_COST carries the row's `cost_usd` (the priced calls' dollars) for the budget."""
     answer = {key: int(row.get(key) or 0) for key in ("prompt_tokens", "completion_tokens", "total_tokens",
                                                       "calls")}
-    answer["cost_usd"] = None if row.get("unpriced_calls") else round(float(row.get("cost_usd") or 0.0), 10)
+    cost = round(float(row.get("cost_usd") or 0.0), 10)
+    if row.get("unpriced_calls"):
+        answer["cost_usd"], answer[stored_usage.PRICED_COST] = None, cost
+    else:
+        answer["cost_usd"] = cost
     return answer
 
 
 def tree_total(usages: Iterable[Any]) -> dict[str, Any]:
-    """The usage of a whole tree: the sum of its tasks' (zero calls when none used an LLM)."""
-    return llm_usage.total_of(usages) or llm_usage.empty()
+    """The usage of a whole tree as answers show it: the sum of its tasks' (zero calls when none
+    used an LLM)."""
+    return stored_usage.shown(llm_usage.total_of(usages) or llm_usage.empty())
 
 
 class UsageService:
@@ -61,18 +67,23 @@ class UsageService:
         """The sum of a stored tree's usage (tasks.get on a root)."""
         return tree_total(await self.repo.run(stored_usage.tree_usages, tree_id, inline=True))
 
-    async def today_of(self, user_id: str | None) -> dict[str, Any]:
-        """What the user's calls used today (UTC)."""
+    async def spent_today(self, user_id: str | None) -> dict[str, Any]:
+        """What the user's calls used today (UTC), with the priced calls' dollars when the cost
+        is unknown (what the daily budget is held to: agent/budget_service.py)."""
         day = today()
         rows = await self.repo.run(stored_usage.daily, user_id, day, day, inline=True)
         return daily_usage(rows[0]) if rows else llm_usage.empty()
+
+    async def today_of(self, user_id: str | None) -> dict[str, Any]:
+        """What the user's calls used today (UTC), as answers show it."""
+        return stored_usage.shown(await self.spent_today(user_id))
 
     async def days(self, user_id: str | None, days: int) -> list[dict[str, Any]]:
         """The user's usage per day over the last `days` days (UTC), days without calls left out."""
         until = dt.datetime.now(dt.timezone.utc).date()
         since = (until - dt.timedelta(days=days - 1)).isoformat()
         rows = await self.repo.run(stored_usage.daily, user_id, since, until.isoformat(), inline=True)
-        return [{"day": row["day"], **daily_usage(row)} for row in rows]
+        return [{"day": row["day"], **stored_usage.shown(daily_usage(row))} for row in rows]
 
     async def get(self, request: UsageQuery, ctx: CallContext) -> dict[str, Any]:
         """usage.get: the user's usage today and per day (the caller's own; another's for an admin)."""

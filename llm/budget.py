@@ -2,8 +2,12 @@
 
 A limit is a task's `budget` (over its subtree's calls) or a user's daily budget. It is checked
 before a call, by what the call may use at most (its `max_tokens`, and their price when the model
-has one), and after it, by what was used. `agent/budget_service.py` reads the stored sums and
-hands them here; the LLM client asks its `Meter` (llm/client.py) before and after each call.
+has one), and after it, by what was used. Dollars are always judged by what the priced calls
+cost (`llm_usage.priced_cost`): a call of a model without a price makes the shown cost unknown,
+and must not make the dollar limit stop counting. Such a call itself cannot be priced beforehand:
+it is made while the known spend is under `max_cost_usd` (its tokens count for `max_tokens`).
+`agent/budget_service.py` reads the stored sums and hands them here; the LLM client asks its
+`Meter` (llm/client.py) before and after each call.
 """
 
 from __future__ import annotations
@@ -44,21 +48,22 @@ class Limit:
         if self.max_tokens is not None:
             parts.append(f"{int(self.used.get('total_tokens') or 0)} of {self.max_tokens} tokens")
         if self.max_cost_usd is not None:
-            cost = self.used.get("cost_usd")
-            spent = "an unknown amount" if cost is None else f"${float(cost):.6f}"
-            parts.append(f"{spent} of ${self.max_cost_usd:g}")
+            unpriced = " (calls of models without a price not included)" if self.used.get("cost_usd") is None else ""
+            parts.append(f"${llm_usage.priced_cost(self.used):.6f}{unpriced} of ${self.max_cost_usd:g}")
         return "used " + " and ".join(parts)
 
     def exhausted(self, extra_tokens: int = 0, extra_cost: float | None = 0.0) -> bool:
-        """Whether this limit cannot take `extra_tokens` more (and `extra_cost` more dollars; None:
-        the price is unknown, so only tokens are judged)."""
+        """Whether this limit cannot take `extra_tokens` more and `extra_cost` more dollars (None:
+        a model without a price, allowed only while the known spend is under the limit)."""
         used_tokens = int(self.used.get("total_tokens") or 0)
         if self.max_tokens is not None and used_tokens + extra_tokens > self.max_tokens:
             return True
-        used_cost = self.used.get("cost_usd")
-        if self.max_cost_usd is not None and used_cost is not None and extra_cost is not None:
-            return float(used_cost) + extra_cost > self.max_cost_usd
-        return False
+        if self.max_cost_usd is None:
+            return False
+        spent = llm_usage.priced_cost(self.used)
+        if extra_cost is None:
+            return spent >= self.max_cost_usd
+        return spent + extra_cost > self.max_cost_usd
 
     def exhausted_error(self, what: str) -> LLMBudgetExhausted:
         return LLMBudgetExhausted(f"budget of {self.where} exhausted: {self.describe_use()}; {what}")

@@ -7,7 +7,9 @@ on the task (`usage`), the service sums it per user and day, and /metrics by pro
 Prices come from litellm's own table (`litellm.cost_per_token` over `litellm.model_cost`, the
 bundled copy: the service never fetches prices from the internet). A model without a price still
 counts its tokens; its cost is unknown, and a sum that includes such a call says so with
-`cost_usd: null` (a partial sum would look like a complete one).
+`cost_usd: null` (a partial sum would look like a complete one). Such a sum also keeps what its
+priced calls cost (`priced_cost`, stored under storage/usage.py's PRICED_COST and never shown):
+a dollar budget is held to that, so one unpriced call never switches the budget off.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens", "cost_usd", "calls")
+from taskgrove.storage.usage import PRICED_COST
 
 
 @dataclass(frozen=True)
@@ -44,15 +46,28 @@ def empty() -> dict[str, Any]:
     return {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0, "cost_usd": 0.0, "calls": 0}
 
 
+def priced_cost(usage: Mapping[str, Any]) -> float:
+    """The dollars of the sum's priced calls: its cost when known, else its PRICED_COST (0 for a
+    sum stored before that key was kept: its priced part was lost to the unknown one)."""
+    cost = usage.get("cost_usd")
+    return float(cost if cost is not None else usage.get(PRICED_COST) or 0.0)
+
+
 def add(total: Mapping[str, Any] | None, more: Mapping[str, Any] | None) -> dict[str, Any]:
-    """A new sum of two usage sums; the cost is unknown (None) when either part's is."""
+    """A new sum of two usage sums; the cost is unknown (None) when either part's is, and then
+    PRICED_COST keeps what the priced calls of both cost (a known cost needs no second number)."""
     out = dict(total) if total else empty()
     if not more:
         return out
     for key in ("prompt_tokens", "completion_tokens", "total_tokens", "calls"):
         out[key] = int(out.get(key) or 0) + int(more.get(key) or 0)
     known = out.get("cost_usd") is not None and (more.get("cost_usd") is not None or not more.get("calls"))
-    out["cost_usd"] = round(float(out["cost_usd"]) + float(more.get("cost_usd") or 0.0), 10) if known else None
+    priced = round(priced_cost(out) + priced_cost(more), 10)
+    out.pop(PRICED_COST, None)
+    if known:
+        out["cost_usd"] = priced
+    else:
+        out["cost_usd"], out[PRICED_COST] = None, priced
     return out
 
 

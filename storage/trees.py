@@ -18,6 +18,7 @@ from typing import Any
 from taskgrove.storage import fields, jsonvalues, sharing
 from taskgrove.storage.jsonvalues import Unreadable
 from taskgrove.storage.models import JSON_COLUMNS, TASK_FIELDS, TaskStatus
+from taskgrove.storage.usage import shown as shown_usage
 from taskgrove.storage.waits import public_wait
 
 # SERVICE_MAX_TREE_TASKS default: the most tasks one create, copy or clone may write.
@@ -349,6 +350,7 @@ def public(row: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(number, float) and not math.isfinite(number):
             unreadable[field] = "cannot be read back: the stored number is not finite"
             task[field] = None
+    task["usage"] = shown_usage(task.get("usage"))  # its budgets' bookkeeping stays inside
     waiting = row.get("waiting")  # NULL for a task that is not parked on a wait: nothing to decode
     task["waiting"] = None if waiting is None else public_wait(waiting)
     extra = row.get("extra") or {}

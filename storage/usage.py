@@ -19,6 +19,19 @@ from taskgrove.storage.models import user_budgets_table as B
 
 _SUMMED = ("prompt_tokens", "completion_tokens", "total_tokens", "cost_usd", "calls", "unpriced_calls")
 
+# A usage sum as answers show it (docs/costs.md). A stored sum whose `cost_usd` is unknown (a call
+# of a model without a price) also keeps PRICED_COST, the dollars of its priced calls: the sum a
+# dollar budget is held to (llm/budget.py), never shown. Named here because storage/trees.py's
+# `public` drops it and storage imports nothing above it; llm/usage.py does the arithmetic.
+PRICED_COST = "priced_cost_usd"
+
+
+def shown(usage: Any) -> Any:
+    """A usage sum as answers show it (without PRICED_COST); anything else (None) as it is."""
+    if isinstance(usage, Mapping) and PRICED_COST in usage:
+        return {key: value for key, value in usage.items() if key != PRICED_COST}
+    return usage
+
 
 def user_key(user_id: str | None) -> str:
     """The key of a user's rows: '' for calls without a user (a key cannot be NULL)."""

@@ -119,6 +119,67 @@ async def test_the_daily_budget_of_a_user_refuses_the_next_call_and_an_admin_rai
         assert (await c.result("config.budget.get", {"user_id": "alice"}, path="/system"))["source"] == "settings"
 
 
+# A model without a price (llm/usage.py) followed by a priced one, under a dollar budget of $0.0002.
+# gpt-4o (litellm's bundled table): $2.5 a million prompt tokens, $10 a million completion tokens.
+# The check before a call prices its max_tokens (10) as completion: 1 prompt token ("hi") and 10
+# completion tokens, $0.0001025; a call uses 10 + 5 tokens, $0.000075. The unpriced call adds no
+# known cost; known spend $0 and $0.000075 can take the next call, $0.00015 + $0.0001025 cannot.
+DOLLARS = 0.0002
+UNPRICED, PRICED = "fake-model-without-price", "gpt-4o"
+
+
+async def test_a_call_of_a_model_without_a_price_never_switches_a_subtree_dollar_budget_off(app_factory, fake_llm):
+    def after(id_: str, before: str) -> dict[str, Any]:  # in order, with the prompt "hi" alone
+        task = llm(id_, "root", model=PRICED, dependencies=[{"id": before}])
+        task["inputs"]["include_dependency_results"] = False
+        return task
+
+    tasks = [{"id": "root", "name": "root", "budget": {"max_cost_usd": DOLLARS}}, llm("a", "root", model=UNPRICED),
+             after("b", "a"), after("c", "b"), after("d", "c")]
+    async with app_factory(env=llm_env(fake_llm)) as c:
+        await c.result("tasks.create", tasks)
+        got = {t: await c.result("tasks.get", {"task_id": t}) for t in ("root", "a", "b", "c", "d")}
+    assert [r["model"] for r in fake_llm.requests] == [UNPRICED, PRICED, PRICED]
+    assert [got[t]["status"] for t in ("a", "b", "c", "d")] == ["completed", "completed", "completed", "failed"]
+    assert got["d"]["error"].startswith("budget of task 'root' exhausted: used $0.000150 (calls of models without "
+                                        "a price not included) of $0.0002;")
+    assert "was not made" in got["d"]["error"] and got["d"]["usage"] is None
+    # What the answers show is unchanged: a sum with an unpriced call has an unknown cost.
+    assert got["a"]["usage"] == {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15,
+                                 "cost_usd": None, "calls": 1}
+    assert got["root"]["tree_usage"] == {"prompt_tokens": 30, "completion_tokens": 15, "total_tokens": 45,
+                                         "cost_usd": None, "calls": 3}
+    assert got["root"]["budget_remaining"] == {"tokens": None, "cost_usd": None}
+
+
+async def test_a_call_of_a_model_without_a_price_never_switches_a_users_daily_dollar_budget_off(app_factory,
+                                                                                                 fake_llm):
+    """The known spend of the day is stored: a restarted service refuses at the same point."""
+    env = llm_env(fake_llm, SERVICE_USER_DAILY_BUDGET_USD=str(DOLLARS))
+    async with app_factory(env=env) as c:
+        await c.result("tasks.create", [llm("a", None, model=UNPRICED, user_id="alice")])
+        await c.result("tasks.create", [llm("b", None, model=PRICED, user_id="alice")])
+    async with app_factory(env=env) as c:  # a restart: only the database remembers
+        await c.result("tasks.create", [llm("c", None, model=PRICED, user_id="alice")])
+        await c.result("tasks.create", [llm("x", None, model=PRICED, user_id="alice")])
+        # A call that cannot be priced is made while the known spend is under the limit ...
+        await c.result("tasks.create", [llm("y", None, model=UNPRICED, user_id="alice")])
+        budget = await c.result("config.budget.get", {"user_id": "alice"}, path="/system")
+        # ... and not once it is not (an admin lowers the limit to what the priced calls cost).
+        await c.result("config.budget.set", {"user_id": "alice", "max_cost_usd": 0.00015}, path="/system")
+        await c.result("tasks.create", [llm("z", None, model=UNPRICED, user_id="alice")])
+        got = {t: await c.result("tasks.get", {"task_id": t}) for t in ("a", "b", "c", "x", "y", "z")}
+        today = (await c.result("usage.get", {"user_id": "alice"}))["today"]
+    assert [r["model"] for r in fake_llm.requests] == [UNPRICED, PRICED, PRICED, UNPRICED]
+    assert [got[t]["status"] for t in ("a", "b", "c", "x", "y", "z")] == [
+        "completed", "completed", "completed", "failed", "completed", "failed"]
+    assert got["x"]["error"].startswith("budget of user 'alice' on ")
+    assert "used $0.000150 (calls of models without a price not included) of $0.0002;" in got["x"]["error"]
+    assert "of $0.00015; the next call (max_tokens 10, model fake-model-without-price)" in got["z"]["error"]
+    assert (today["total_tokens"], today["calls"], today["cost_usd"]) == (60, 4, None)
+    assert budget["remaining"] == {"tokens": None, "cost_usd": None} and budget["today"]["cost_usd"] is None
+
+
 async def test_config_budget_is_for_admins(app_factory):
     async with app_factory(env={"SERVICE_JWT_SECRET": JWT_SECRET}) as c:
         alice, admin = bearer("alice"), bearer("root", ["admin"])

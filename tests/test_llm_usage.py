@@ -127,6 +127,8 @@ def test_sums_keep_an_unknown_cost_unknown():
     assert llm_usage.add(known, known)["cost_usd"] == 1.0
     assert llm_usage.add(known, unknown)["cost_usd"] is None
     assert llm_usage.add(unknown, llm_usage.empty())["cost_usd"] is None
+    # What the priced calls cost is kept beside the unknown sum: dollar budgets are held to it.
+    assert llm_usage.priced_cost(llm_usage.add(llm_usage.add(known, unknown), known)) == 1.0
     assert llm_usage.add(llm_usage.empty(), llm_usage.empty()) == llm_usage.empty()
 
 
