@@ -1,6 +1,7 @@
 """Durable waits through real `taskgrove serve` processes (issue 29): a wait survives kill -9, an
-answer sent to another instance resumes the tree exactly once, and an event emitted while the
-instance that drives the tree is down (or restarting) is delivered, once.
+answer sent to another instance resumes the tree exactly once, an event emitted while the
+instance that drives the tree is down (or restarting) is delivered, once, a durable timer wakes at
+its stored time after kill -9, and 1,000 waiting tasks hold no slot while another tree runs.
 
 Side effects are counted from a file (as in tests/test_durability_e2e.py): the work before the wait
 runs once, the work after it runs once after the answer.
@@ -10,11 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sqlite3
 import time
 from collections.abc import AsyncIterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.conftest import postgres_database
@@ -100,6 +104,50 @@ async def test_kill_9_while_waiting_for_an_event_then_restart_and_emit(tmp_path:
         await _delivered_once(service, marker)
         rows = {r["id"]: r for r in sqlite_rows(db)}
         assert rows["gate"]["attempt"] == 1 and rows["gate"]["interruptions"] == 0
+
+
+async def test_a_durable_timer_survives_kill_9_and_wakes_at_its_stored_time(tmp_path: Path) -> None:
+    """SQLite: a sleep_executor task long enough to park (SERVICE_PARK_SLEEP_SECONDS lowered to 1)
+    is a durable timer; kill -9 while it waits, a new process on the same file: the task completes
+    at or after the wake time the first process stored, as the same attempt resumed (docs/waits.md:
+    same attempt number, no retry used up), not as a sleep started again from zero (which would
+    park a second time, with a later deadline)."""
+    db = tmp_path / "tg.db"
+    env = {"SERVICE_DATABASE_URL": f"sqlite:///{db}", "SERVICE_CREATE_WAIT_TIMEOUT": "0",
+           "SERVICE_PARK_SLEEP_SECONDS": "1"}
+    nap = 3
+    service = Service(tmp_path, env).start()
+    try:
+        await service.rpc("tasks.create", [{"id": "nap", "name": "nap", "schemas": {"method": "sleep_executor"},
+                                            "inputs": {"seconds": nap}}])
+        wait = (await parked(service, "nap"))["waiting"]
+        assert wait["kind"] == "timer" and wait["deadline"]
+        service.kill()
+        stored = _stored_wait(db, "nap")  # what the killed process left in the file
+        assert stored["status"] == "in_progress" and stored["waiting"]
+        deadline = _moment(stored["wake_at"])
+        assert deadline == _moment(wait["deadline"]) and deadline >= _moment(wait["since"])
+        service.start()
+        done = await service.wait_status("nap", ("completed", "failed"), timeout=20)
+        assert done["status"] == "completed" and done["result"] == {"slept": nap} and done["waiting"] is None
+        assert done["attempt"] == 1 and done["interruptions"] == 0
+        assert _moment(done["completed_at"]) >= deadline
+        attempts = await service.rpc("tasks.attempts", {"task_id": "nap"})
+        assert [(a["attempt"], a["outcome"]) for a in attempts] == [(1, "waiting"), (1, "completed")], attempts
+        assert _moment(attempts[1]["started_at"]) >= deadline  # woke at the stored time, not before
+    finally:
+        service.stop()
+
+
+def _stored_wait(db: Path, task_id: str) -> dict[str, Any]:
+    with sqlite3.connect(db) as conn:
+        conn.row_factory = sqlite3.Row
+        row = conn.execute("SELECT status, waiting, wake_at FROM tasks WHERE id = ?", (task_id,)).fetchone()
+    return dict(row)
+
+
+def _moment(stamp: str) -> datetime:
+    return datetime.fromisoformat(stamp)
 
 
 async def _delivered_once(service: Service, marker: Path) -> None:
@@ -194,3 +242,109 @@ async def _completed(service: Service) -> bool:
 
 async def _log_has(service: Service, text: str) -> bool:
     return text in service.log()
+
+
+# --- 1,000 waits hold no slot --------------------------------------------------------------------
+
+SLOTS = 4
+
+
+@contextlib.asynccontextmanager
+async def fresh_database(kind: str, tmp_path: Path) -> AsyncIterator[str]:
+    """The url of an empty database: a SQLite file in `tmp_path`, or a PostgreSQL database of its own."""
+    if kind == "sqlite":
+        yield f"sqlite:///{tmp_path / 'tg.db'}"
+        return
+    async with postgres_database() as url:
+        yield url
+
+
+def thousand_waits(half: int) -> list[dict[str, Any]]:
+    """One tree: a root over `half` tasks waiting for input and `half` waiting for the `deployed`
+    event of the batch `many` (as tests/test_waits.py's in-process test)."""
+    count = 2 * half
+    tree = [{"id": "many", "name": "many", "schemas": {"method": "aggregate_results_executor"},
+             "dependencies": [{"id": f"w{n}"} for n in range(count)]}]
+    tree += [{"id": f"w{n}", "name": f"w{n}", "parent_id": "many", "schemas": {"method": "human_input_executor"},
+              "inputs": {"prompt": f"answer w{n}"}} for n in range(half)]
+    tree += [{"id": f"w{n}", "name": f"w{n}", "parent_id": "many", "schemas": {"method": "event_wait_executor"},
+              "inputs": {"event": "deployed", "match": {"batch": "many"}}} for n in range(half, count)]
+    return tree
+
+
+def busy_tree(size: int, seconds: float) -> list[dict[str, Any]]:
+    """A root over `size` independent sleeps, each holding a slot for `seconds` (the services here
+    sleep in process below SERVICE_PARK_SLEEP_SECONDS: tests/processes.py)."""
+    tree = [{"id": "busy", "name": "busy", "schemas": {"method": "aggregate_results_executor"},
+             "dependencies": [{"id": f"b{n}"} for n in range(size)]}]
+    tree += [{"id": f"b{n}", "name": f"b{n}", "parent_id": "busy", "schemas": {"method": "sleep_executor"},
+              "inputs": {"seconds": seconds}} for n in range(size)]
+    return tree
+
+
+def most_at_once(attempts: list[dict[str, Any]]) -> int:
+    """The largest number of these attempts running at one moment, from their stored start and end
+    (one that ends at the moment another starts does not overlap it)."""
+    starts = [(_moment(a["started_at"]), 1) for a in attempts]
+    edges = sorted(starts + [(_moment(a["ended_at"]), -1) for a in attempts])  # at one moment, ends first
+    most = now = 0
+    for _, step in edges:
+        now += step
+        most = max(most, now)
+    return most
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=needs_postgres)])
+async def test_a_thousand_waits_hold_no_slot_while_another_tree_runs_at_full_speed(tmp_path: Path,
+                                                                                   kind: str) -> None:
+    """1,000 tasks wait at once (500 for input, 500 for an event) in a `taskgrove serve` with
+    SERVICE_MAX_CONCURRENCY 4. Another tree of 24 sleeps of 0.3 s (each holds its slot) then runs:
+    its own attempt records show 4 of its tasks running at one moment, so the waits took none of
+    the slots ("full speed", shown without timing), and it completes while all 1,000 still wait.
+    Then the answers (tasks.respond for each input, one events.emit) end all 1,000."""
+    half, busy_size = 500, 24
+    count = 2 * half
+    async with fresh_database(kind, tmp_path) as url:
+        env = {"SERVICE_DATABASE_URL": url, "SERVICE_CREATE_WAIT_TIMEOUT": "0",
+               "SERVICE_MAX_CONCURRENCY": str(SLOTS), "SERVICE_RATE_LIMIT_PER_USER": "0"}
+        service = Service(tmp_path, env).start()
+        try:
+            await service.rpc("tasks.create", thousand_waits(half))
+            await wait_until(lambda: _waiting_are(service, count), 60, "the 1,000 tasks to wait")
+            assert (await service.rpc("tasks.running.count", {}))["count"] == 0
+            await service.rpc("tasks.create", busy_tree(busy_size, 0.3))
+            await wait_until(lambda: _ended(service, "busy"), 30, "the busy tree to end")
+            assert (await service.task("busy"))["status"] == "completed"
+            attempts = await service.rpc("tasks.attempts", {"task_id": "busy", "tree": True})
+            sleeps = [a for a in attempts if a["task_id"] != "busy"]
+            assert sorted(a["task_id"] for a in sleeps) == sorted(f"b{n}" for n in range(busy_size))
+            assert {a["outcome"] for a in sleeps} == {"completed"}
+            assert most_at_once(sleeps) == SLOTS, "the waits took slots from the busy tree"
+            # all 1,000 still wait, holding nothing
+            assert await _waiting_are(service, count)
+            assert (await service.rpc("tasks.running.count", {}))["count"] == 0
+            metrics = httpx.get(f"{service.url}/metrics").text
+            assert f'taskgrove_parked_tasks{{kind="input"}} {half}.0' in metrics
+            assert f'taskgrove_parked_tasks{{kind="event"}} {half}.0' in metrics
+            for first in range(0, half, 50):
+                answers = await asyncio.gather(*(service.rpc("tasks.respond", {"task_id": f"w{n}", "value": n})
+                                                 for n in range(first, first + 50)))
+                assert all(answer["status"] == "resumed" for answer in answers)
+            emitted = await service.rpc("events.emit", {"name": "deployed", "payload": {"batch": "many"}})
+            assert emitted["resumed"] == half
+            done = await service.wait_status("many", ("completed", "failed"), timeout=60)
+            assert done["status"] == "completed" and done["result"]["count"] == count
+            assert await _waiting_are(service, 0)
+            assert (await service.task("w7"))["result"] == 7
+            assert (await service.task(f"w{count - 1}"))["result"] == {"batch": "many"}
+        finally:
+            service.stop()
+
+
+async def _waiting_are(service: Service, count: int) -> bool:
+    """Whether tasks.list with `waiting: true` shows exactly `count` tasks (1,000 at most)."""
+    return len(await service.rpc("tasks.list", {"waiting": True, "limit": 1000})) == count
+
+
+async def _ended(service: Service, task_id: str) -> bool:
+    return (await service.task(task_id))["status"] in ("completed", "failed")
