@@ -188,8 +188,8 @@ async def test_an_answer_sent_to_b_resumes_the_tree_a_drives_once(tmp_path: Path
                                        a.call("tasks.respond", {"task_id": "approve", "value": False}))
         assert sum("result" in answer for answer in answers) == 1, answers
         winner = "result" in answers[0]  # B's answer was True, A's False
-        took = await wait_until(lambda: _completed(b), 15, "the tree to end after the answer")
-        assert took < 10
+        # within 15 s, far below the 60 s lease: the answer resumed A's run, no takeover did
+        await wait_until(lambda: _completed(b), 15, "the tree to end after the answer")
         rows = {r["id"]: r for r in await pg_rows(url)}
         assert rows["approve"]["result"] is winner and rows["approve"]["attempt"] == 1
         assert side_effects(marker) == {"prep": 1, "ship": 1}
