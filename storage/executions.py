@@ -1,4 +1,4 @@
-"""The statements of durable, fenced execution (the engine runs them through `TaskRepository.run`).
+"""The statements of durable, fenced execution (the engine runs them through `TaskRepository.transact`).
 
 Each function takes a synchronous connection and is one step of the execution protocol:
 
@@ -98,7 +98,7 @@ def claim_limited(c: Connection, task_id: str, key: str | None, limit: int | Non
 # index condition in every plan), so the statement's one generic plan stays right however the
 # table grows (see statements.py on the claim, and PgPool's pass connection).
 # On a SQLAlchemy connection (pg_pass: the claim, fenced writes and end of an execution run
-# through TaskRepository.run) the same rows run one by one.
+# through TaskRepository.transact) the same rows run one by one.
 #
 # Claims in one set cannot see each other, where rows one by one would: that changes nothing,
 # because a task being claimed is `pending` in the one running execution of its tree, which

@@ -75,17 +75,17 @@ class TaskRepository:
         of the transaction."""
         await conn.exec_driver_sql(S.SERIALISE_TREE.form(conn.dialect.name), (task_id,))
 
-    async def run(self, fn: Callable[..., Any], *args: Any, inline: bool = False) -> Any:
+    async def transact(self, fn: Callable[..., Any], *args: Any, inline: bool = False) -> Any:
         """Run `fn(sync_connection, *args)` in a transaction of its own (storage/executions.py).
         `inline`: a few rows, so it may run on the event loop's own thread (Connections.run_here)."""
-        return await self.connections.run(fn, *args, inline=inline)
+        return await self.connections.transact(fn, *args, inline=inline)
 
     async def ping(self, fresh_within: float = 0.0) -> None:
         """Raise if the database does not answer; a transaction that committed within the last
         `fresh_within` seconds counts as an answer (health checks cost nothing under load)."""
         if time.monotonic() - self.connections.answered_at < fresh_within:
             return
-        await self.connections.run(lambda c: c.execute(select(1)))
+        await self.connections.transact(lambda c: c.execute(select(1)))
 
     # --- reads ----------------------------------------------------------------------------
     # A read outside a caller's transaction is one plain prepared statement: on SQLite (a file)
@@ -268,7 +268,7 @@ class TaskRepository:
                 found.extend(_rows(c, select(T).where(T.c.id.in_(chunk))))
             return found
 
-        rows = await self.connections.run(by_like if len(wanted) <= _CHUNK else by_scan, conn=conn)
+        rows = await self.connections.transact(by_like if len(wanted) <= _CHUNK else by_scan, conn=conn)
         return [r for r in rows if any(isinstance(d, dict) and d.get("id") in wanted for d in r["dependencies"] or ())]
 
     async def log_lines(self, task_id: str, *, attempt: int | None = None, after: int | None = None,
@@ -282,11 +282,11 @@ class TaskRepository:
     async def insert(self, rows: Sequence[Mapping[str, Any]], conn: AsyncConnection | None = None) -> None:
         if rows:
             full = [with_defaults(row) for row in rows]
-            await self.connections.run(lambda c: c.execute(insert(T), full), conn=conn)
+            await self.connections.transact(lambda c: c.execute(insert(T), full), conn=conn)
 
     async def add_log_lines(self, lines: Sequence[Mapping[str, Any]]) -> list[int]:
         """Store a batch of log lines in one transaction; their `seq`s, in order."""
-        return await self.connections.run(logs.insert_lines, lines)
+        return await self.connections.transact(logs.insert_lines, lines)
 
     async def update(
         self,
@@ -309,7 +309,7 @@ class TaskRepository:
                 attempts.insert_rows(c, [history])
             return changed
 
-        return await self.connections.run(op, conn=conn)
+        return await self.connections.transact(op, conn=conn)
 
     async def update_many(
         self,
@@ -321,7 +321,7 @@ class TaskRepository:
     ) -> list[str]:
         """Compare-and-set on many tasks at once; returns the ids that actually changed."""
         status = tuple(only_status) if only_status is not None else None
-        return await self.connections.run(lambda c: _update_many(c, list(ids), values, status), conn=conn)
+        return await self.connections.transact(lambda c: _update_many(c, list(ids), values, status), conn=conn)
 
     async def write_pass(self, writes: Sequence[tuple[str, int, Mapping[str, Any]]], claims: Sequence[str],
                          owner: str, until: str, stamp: str, ends: Sequence[tuple[str, str]] = (),
@@ -341,7 +341,7 @@ class TaskRepository:
             ended = {eid: executions.end_execution(c, eid, owner, version, stamp) for eid, version in ends}
             return accepted, claimed, ended
 
-        return await self.connections.run(op, inline=len(writes) + len(claims) + len(ends) <= SMALL_PASS)
+        return await self.connections.transact(op, inline=len(writes) + len(claims) + len(ends) <= SMALL_PASS)
 
     async def _pg_write_pass(self, writes: Sequence[tuple[str, int, Mapping[str, Any]]], claims: Sequence[str],
                              owner: str, until: str, stamp: str, ends: Sequence[tuple[str, str]],
@@ -371,7 +371,7 @@ class TaskRepository:
                 deleted += len(gone)
             return deleted
 
-        return await self.connections.run(op, conn=conn)
+        return await self.connections.transact(op, conn=conn)
 
 
 def list_query(*, user_id: str | None = None, status: str | None = None, limit: int = 100, offset: int = 0,

@@ -1,4 +1,4 @@
-"""The statements of schedules (the service runs them through `TaskRepository.run`).
+"""The statements of schedules (the service runs them through `TaskRepository.transact`).
 
 A schedule's `next_run_at` is the slot its next run is due at. `claim_slot` consumes a slot with
 one compare-and-set (`UPDATE schedules ... WHERE id = :id AND next_run_at = :slot AND enabled`)

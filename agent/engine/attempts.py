@@ -336,7 +336,7 @@ class Attempts:
                              max_bytes=self.settings.max_checkpoint_bytes, what="checkpoint")
         except Unstorable as exc:
             raise ExecutorError(f"The checkpoint cannot be stored: {exc}", retryable=False) from None
-        written = await self.repo.run(executions.fenced_writes, [(running.task_id, running.epoch,
+        written = await self.repo.transact(executions.fenced_writes, [(running.task_id, running.epoch,
                                                                   {"checkpoint": value, "updated_at": now_iso()})],
                                       self.instance_id)
         if not written:

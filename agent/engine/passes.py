@@ -412,7 +412,7 @@ class PassLoop:
     async def _claim_limited(self, tid: str, limits: Limits, stamp: str) -> tuple[str, Any]:
         """One limited claim in its own transaction; a database error leaves it for a later pass."""
         try:
-            return await self.repo.run(executions.claim_limited, tid, limits.key, limits.limit, limits.rate_key,
+            return await self.repo.transact(executions.claim_limited, tid, limits.key, limits.limit, limits.rate_key,
                                        limits.interval, self.instance_id, self.lease_until(), stamp,
                                        inline=MAY_USE_LOOP_THREAD)
         except Exception as exc:
