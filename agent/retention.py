@@ -28,7 +28,7 @@ from taskgrove.agent.requests import PurgeTasks
 from taskgrove.agent.rpc.jsonrpc import CallContext
 from taskgrove.agent.settings import Settings
 from taskgrove.storage import retention
-from taskgrove.storage import statements as S
+from taskgrove.storage import statements
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.trees import now_iso
 
@@ -160,13 +160,14 @@ class Retention:
             yield True
             return
         async with self.repo.engine.connect() as conn:
-            taken = bool((await conn.exec_driver_sql(S.SWEEP_LOCK.postgresql)).scalar())  # type: ignore[arg-type]
+            lock = statements.SWEEP_LOCK.postgresql
+            taken = bool((await conn.exec_driver_sql(lock)).scalar())  # type: ignore[arg-type]
             await conn.commit()
             try:
                 yield taken
             finally:
                 if taken:
-                    await conn.exec_driver_sql(S.SWEEP_UNLOCK.postgresql)  # type: ignore[arg-type]
+                    await conn.exec_driver_sql(statements.SWEEP_UNLOCK.postgresql)  # type: ignore[arg-type]
                     await conn.commit()
 
     # --- the background loop (started when SERVICE_RETENTION is set) ------------------------

@@ -446,9 +446,9 @@ async def post_schedule_call(world: World, message: dict[str, Any]) -> None:
 
 
 def _all_schedules(c: Any) -> list[dict[str, Any]]:
-    from taskgrove.storage import schedules as ss
+    from taskgrove.storage import schedules
 
-    return ss.list_schedules(c, None, None, 10_000, 0)
+    return schedules.list_schedules(c, None, None, 10_000, 0)
 
 
 @st.composite
