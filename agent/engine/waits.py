@@ -234,7 +234,7 @@ class Waits:
         run = self.run_keeper.runs.get(tree_id)
         if run is None or tid not in run.parked:
             self.publisher.emit({"type": TASK_FAILED, "task_id": tid, "root_task_id": tree_id, "name": row.get("name"),
-                                 "user_id": row.get("user_id"), "timestamp": stamp, "status": "failed",
+                                 "user_id": row.get("user_id"), "timestamp": stamp, "status": TaskStatus.FAILED.value,
                                  "error": error, "message": error})
             if run is not None:
                 self.run_keeper.refresh_later(tree_id)
@@ -242,8 +242,8 @@ class Waits:
         run.rows[tid].update(status=TaskStatus.FAILED.value, error=error, waiting=None, wake_at=None,
                              wait_answers=None, completed_at=stamp)
         run.finished(tid, TaskStatus.FAILED.value)
-        self.publisher.publish(run, TASK_FAILED, tid, status="failed", progress=run.rows[tid].get("progress") or 0.0,
-                               error=error, message=error)
+        self.publisher.publish(run, TASK_FAILED, tid, status=TaskStatus.FAILED.value,
+                               progress=run.rows[tid].get("progress") or 0.0, error=error, message=error)
         self.passes.settle(run)
         self.passes.wake.set()
         self._reread_if_busy(tree_id)
