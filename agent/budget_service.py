@@ -55,7 +55,7 @@ class BudgetService:
 
     async def user_limit(self, user_id: str | None) -> Limit | None:
         """The user's daily budget (their own, else the settings') with today's usage, or None."""
-        own = await self.repo.run(stored_usage.get_budget, stored_usage.user_key(user_id), inline=True)
+        own = await self.repo.transact(stored_usage.get_budget, stored_usage.user_key(user_id), inline=True)
         tokens, cost = ((own["max_tokens"], own["max_cost_usd"]) if own else
                         (self.settings.user_daily_budget_tokens, self.settings.user_daily_budget_usd))
         if tokens is None and cost is None:
@@ -73,7 +73,7 @@ class BudgetService:
         """An admin sets (or with both limits null removes) a user's daily budget."""
         if not ctx.caller.unrestricted:
             raise permission_denied("Only an admin may set a user's budget (config.budget.set)")
-        await self.repo.run(stored_usage.set_budget, request.user_id, request.max_tokens, request.max_cost_usd,
+        await self.repo.transact(stored_usage.set_budget, request.user_id, request.max_tokens, request.max_cost_usd,
                             now_iso())
         return await self._answer(request.user_id)
 
@@ -85,7 +85,7 @@ class BudgetService:
         return await self._answer(user_id)
 
     async def _answer(self, user_id: str | None) -> dict[str, Any]:
-        own = await self.repo.run(stored_usage.get_budget, stored_usage.user_key(user_id), inline=True)
+        own = await self.repo.transact(stored_usage.get_budget, stored_usage.user_key(user_id), inline=True)
         limit = await self.user_limit(user_id)
         used = await self.usage.today_of(user_id)
         answer: dict[str, Any] = {"user_id": user_id, "source": "user" if own else "settings",
@@ -120,7 +120,7 @@ class LlmMeter:
         the attempt's (another instance took the task over: it makes the calls now)."""
         found = []
         if self.tree_id is not None:
-            rows = await self.budgets.repo.run(stored_usage.tree_budget_rows, self.tree_id, inline=True)
+            rows = await self.budgets.repo.transact(stored_usage.tree_budget_rows, self.tree_id, inline=True)
             if fenced and self.epoch is not None:
                 own = next((row for row in rows if row["id"] == self.task_id), None)
                 if own is None or own["lease_epoch"] != self.epoch:

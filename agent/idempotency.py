@@ -51,9 +51,9 @@ class IdempotentMethods:
         stamp = now_iso()
         expired = iso_in(-self.settings.idempotency_seconds)
         try:
-            earlier = await self.repo.run(keys.reserve, owner, key, method, fingerprint, stamp, expired)
+            earlier = await self.repo.transact(keys.reserve, owner, key, method, fingerprint, stamp, expired)
         except Exception:  # lost the race to reserve it: the other request's row is there now
-            earlier = await self.repo.run(keys.lookup, owner, key)
+            earlier = await self.repo.transact(keys.lookup, owner, key)
             if earlier is None:
                 raise
         if earlier is not None:
@@ -61,10 +61,10 @@ class IdempotentMethods:
         try:
             answer = await handler(params, ctx)
         except BaseException:
-            await self.repo.run(keys.release, owner, key)
+            await self.repo.transact(keys.release, owner, key)
             raise
         first = answer.first if isinstance(answer, StreamReply) else answer
-        await self.repo.run(keys.remember, owner, key, first)
+        await self.repo.transact(keys.remember, owner, key, first)
         return answer
 
     async def _earlier_answer(self, earlier: dict[str, Any], owner: str, key: str, method: str,
@@ -77,7 +77,7 @@ class IdempotentMethods:
                 raise invalid_params("The request with this Idempotency-Key is still being carried out; "
                                      "send it again later")
             await asyncio.sleep(0.05)
-            earlier = await self.repo.run(keys.lookup, owner, key)
+            earlier = await self.repo.transact(keys.lookup, owner, key)
         if earlier is None:  # the first request failed meanwhile: this one is carried out afresh
             raise invalid_params("The first request with this Idempotency-Key failed; send it again")
         return earlier["answer"]["value"]

@@ -28,7 +28,7 @@ from taskgrove.agent.requests import PurgeTasks
 from taskgrove.agent.rpc.jsonrpc import CallContext
 from taskgrove.agent.settings import Settings
 from taskgrove.storage import retention
-from taskgrove.storage import statements as S
+from taskgrove.storage import statements
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.trees import now_iso
 
@@ -91,10 +91,10 @@ class Retention:
             await self._late_executions()
             cutoff = iso_in(-older_than)
             await self._sweep_old(cutoff, swept)
-            surplus = await self.repo.run(retention.surplus_runs, self.settings.schedule_keep_runs)
+            surplus = await self.repo.transact(retention.surplus_runs, self.settings.schedule_keep_runs)
             await self._delete_in_batches(surplus, now_iso(), swept)
             before = max(cutoff, iso_in(-self.settings.idempotency_seconds))
-            while (n := await self.repo.run(retention.delete_idempotency, before, IDEMPOTENCY_BATCH)) > 0:
+            while (n := await self.repo.transact(retention.delete_idempotency, before, IDEMPOTENCY_BATCH)) > 0:
                 swept.idempotency_records += n
                 await asyncio.sleep(BATCH_PAUSE_SECONDS)
             await self._sweep_events(cutoff, swept)
@@ -105,16 +105,16 @@ class Retention:
         just before (it answered "not found"; its execution row came after the delete)."""
         deleted, self._deleted = self._deleted, []
         for start in range(0, len(deleted), 500):
-            await self.repo.run(retention.delete_orphan_executions, deleted[start:start + 500])
+            await self.repo.transact(retention.delete_orphan_executions, deleted[start:start + 500])
 
     async def _sweep_events(self, cutoff: str, swept: Swept) -> None:
         """The stored events emitted before `cutoff` that no parked wait can count, a batch at a
         time. The parked waits are read once, first: a wait that parks later began after the
         cutoff, so it never counts an event deleted here."""
-        floors = await self.repo.run(retention.event_floors)
+        floors = await self.repo.transact(retention.event_floors)
         after: tuple[str, str] | None = None
         while True:
-            deleted, after = await self.repo.run(retention.delete_events, cutoff, floors, after, EVENTS_BATCH)
+            deleted, after = await self.repo.transact(retention.delete_events, cutoff, floors, after, EVENTS_BATCH)
             swept.events += deleted
             self.metrics.retention_deleted_events(deleted)
             if after is None:
@@ -123,7 +123,7 @@ class Retention:
 
     async def _sweep_old(self, cutoff: str, swept: Swept) -> None:
         after: tuple[str, str] | None = None
-        while roots := await self.repo.run(retention.old_roots, cutoff, after, SCAN_ROOTS):
+        while roots := await self.repo.transact(retention.old_roots, cutoff, after, SCAN_ROOTS):
             after = roots[-1]
             await self._delete_in_batches([root_id for _, root_id in roots], cutoff, swept)
             if len(roots) < SCAN_ROOTS:
@@ -145,11 +145,11 @@ class Retention:
             # SQLite: the one write lock first, so the check below reads what no other writer can
             # change before the delete (PostgreSQL: lock_ended locks the trees' rows).
             await self.repo.serialise_tree(tree_ids[0], conn)
-            doomed = await self.repo.connections.run(retention.lock_ended, tree_ids, cutoff, conn=conn)
+            doomed = await self.repo.connections.transact(retention.lock_ended, tree_ids, cutoff, conn=conn)
             if not doomed:
                 return [], 0
             tasks = await self.repo.delete([tid for ids in doomed.values() for tid in ids], conn)
-            await self.repo.connections.run(retention.delete_executions, list(doomed), conn=conn)
+            await self.repo.connections.transact(retention.delete_executions, list(doomed), conn=conn)
         return list(doomed), tasks
 
     @asynccontextmanager
@@ -160,13 +160,14 @@ class Retention:
             yield True
             return
         async with self.repo.engine.connect() as conn:
-            taken = bool((await conn.exec_driver_sql(S.SWEEP_LOCK.postgresql)).scalar())  # type: ignore[arg-type]
+            lock = statements.SWEEP_LOCK.postgresql
+            taken = bool((await conn.exec_driver_sql(lock)).scalar())  # type: ignore[arg-type]
             await conn.commit()
             try:
                 yield taken
             finally:
                 if taken:
-                    await conn.exec_driver_sql(S.SWEEP_UNLOCK.postgresql)  # type: ignore[arg-type]
+                    await conn.exec_driver_sql(statements.SWEEP_UNLOCK.postgresql)  # type: ignore[arg-type]
                     await conn.commit()
 
     # --- the background loop (started when SERVICE_RETENTION is set) ------------------------

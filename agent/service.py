@@ -207,7 +207,7 @@ class TaskService:
         if usages is not None:  # a root: what its whole tree's LLM calls used (docs/costs.md)
             answer["tree_usage"] = tree_total(usages)
         if row.get("budget"):  # what its budget still allows over its subtree
-            rows = await self.repo.run(stored_usage.tree_budget_rows, row["task_tree_id"], inline=True)
+            rows = await self.repo.transact(stored_usage.tree_budget_rows, row["task_tree_id"], inline=True)
             answer["budget_remaining"] = budget_remaining(rows, task_id)
         if row["status"] == TaskStatus.PENDING:  # why it waits, as this instance's engine knows it
             reason = self.engine.why_waiting(task_id)

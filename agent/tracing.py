@@ -41,6 +41,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from taskgrove.storage.status import TaskStatus
+
 if TYPE_CHECKING:
     from taskgrove.agent.settings import Settings
 
@@ -283,7 +285,7 @@ def end_execution(execution_id: str, traceparent: str | None, root_task_id: str,
                                       "taskgrove.outcome": status})
     finally:
         _forced.reset(token)
-    if status != "completed":
+    if status != TaskStatus.COMPLETED:
         span.set_status(Status(StatusCode.ERROR))
     span.end()
 

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import delete, insert, select
 from sqlalchemy.engine import Connection
 
-from taskgrove.storage import statements as S
+from taskgrove.storage import statements
 from taskgrove.storage.models import task_attempts_table as A
 from taskgrove.storage.status import TaskStatus
 
@@ -47,7 +47,7 @@ def insert_rows(c: Connection, rows: Sequence[Attempt]) -> None:
     if not rows:
         return
     if c.dialect.name == "sqlite":
-        c.connection.driver_connection.cursor().executemany(S.INSERT_ATTEMPT.sqlite, rows)
+        c.connection.driver_connection.cursor().executemany(statements.INSERT_ATTEMPT.sqlite, rows)
     else:
         c.execute(insert(A), [row._asdict() for row in rows])
 

@@ -86,8 +86,8 @@ class Connections:
 
             self.pg = pg.PgPool(engine)
 
-    async def run(self, fn: Callable[..., Any], *args: Any, conn: AsyncConnection | None = None,
-                  inline: bool = False) -> Any:
+    async def transact(self, fn: Callable[..., Any], *args: Any, conn: AsyncConnection | None = None,
+                       inline: bool = False) -> Any:
         """Run `fn(sync_connection, *args)` in the caller's transaction or a new one.
 
         Every statement is written once, as a plain synchronous function. On SQLite a new
@@ -192,7 +192,7 @@ class Connections:
     async def read_run(self, fn: Callable[..., Any], *args: Any, conn: AsyncConnection | None = None) -> Any:
         """A read: in the caller's transaction if given, else in autocommit on PostgreSQL."""
         if conn is not None or self._batch_engine is not None:
-            return await self.run(fn, *args, conn=conn)
+            return await self.transact(fn, *args, conn=conn)
         return await self.autocommit(fn, *args)
 
     async def fast(self, statement: Statement, args: Sequence[Any]) -> list[Row] | None:

@@ -1,4 +1,4 @@
-"""The statements of durable, fenced execution (the engine runs them through `TaskRepository.run`).
+"""The statements of durable, fenced execution (the engine runs them through `TaskRepository.transact`).
 
 Each function takes a synchronous connection and is one step of the execution protocol:
 
@@ -33,7 +33,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.util import await_
 
 from taskgrove.storage import attempts as history_rows
-from taskgrove.storage import statements as S
+from taskgrove.storage import statements
 from taskgrove.storage.attempts import Attempt
 from taskgrove.storage.models import JSON_COLUMNS, TaskStatus
 from taskgrove.storage.models import executions_table as X
@@ -45,8 +45,7 @@ Write = tuple[str, int, Mapping[str, Any]]  # task id, the epoch its attempt hol
 
 
 def claim(c: Connection, ids: Sequence[str], owner: str, until: str, stamp: str) -> dict[str, Row]:
-    """Claim what the database agrees may run now (statements.claim); returns
-    id -> {lease_epoch, attempt, checkpoint}."""
+    """Claim what the database agrees may run now (statements.claim); id -> {lease_epoch, attempt, checkpoint}."""
     if not ids:
         return {}
     if c.dialect.name == "postgresql":
@@ -69,13 +68,13 @@ def claim_limited(c: Connection, task_id: str, key: str | None, limit: int | Non
     dialect = c.dialect.name
     if key is not None and limit is not None:
         if dialect == "postgresql":
-            c.exec_driver_sql(S.LOCK_KEY.form(dialect), (key,))
-        running = c.exec_driver_sql(S.COUNT_KEY.form(dialect), (key,)).scalar_one()
+            c.exec_driver_sql(statements.LOCK_KEY.form(dialect), (key,))
+        running = c.exec_driver_sql(statements.COUNT_KEY.form(dialect), (key,)).scalar_one()
         if running >= limit:
             return "key", running
     if rate_key is not None:
-        c.exec_driver_sql(S.ADD_RATE.form(dialect), (rate_key, stamp))
-        allowed_at = c.exec_driver_sql(S.READ_RATE.form(dialect), (rate_key,)).scalar_one()
+        c.exec_driver_sql(statements.ADD_RATE.form(dialect), (rate_key, stamp))
+        allowed_at = c.exec_driver_sql(statements.READ_RATE.form(dialect), (rate_key,)).scalar_one()
         if allowed_at > stamp:
             return "rate", allowed_at
     claimed = claim(c, [task_id], owner, until, stamp)
@@ -84,7 +83,7 @@ def claim_limited(c: Connection, task_id: str, key: str | None, limit: int | Non
     if rate_key is not None:
         start = max(datetime.fromisoformat(allowed_at), datetime.fromisoformat(stamp))
         next_at = (start + timedelta(seconds=interval or 0.0)).isoformat(timespec="microseconds")
-        c.exec_driver_sql(S.MOVE_RATE.form(dialect), (rate_key, next_at, stamp))
+        c.exec_driver_sql(statements.MOVE_RATE.form(dialect), (rate_key, next_at, stamp))
     return "claimed", claimed[task_id]
 
 
@@ -98,7 +97,7 @@ def claim_limited(c: Connection, task_id: str, key: str | None, limit: int | Non
 # index condition in every plan), so the statement's one generic plan stays right however the
 # table grows (see statements.py on the claim, and PgPool's pass connection).
 # On a SQLAlchemy connection (pg_pass: the claim, fenced writes and end of an execution run
-# through TaskRepository.run) the same rows run one by one.
+# through TaskRepository.transact) the same rows run one by one.
 #
 # Claims in one set cannot see each other, where rows one by one would: that changes nothing,
 # because a task being claimed is `pending` in the one running execution of its tree, which
@@ -109,7 +108,7 @@ def claim_limited(c: Connection, task_id: str, key: str | None, limit: int | Non
 # and their values, a JSON column's as its json.dumps text (as the insert sends them, see
 # _pg_insert_tree). A column a write does not set keeps its value; a JSON column set to None
 # holds JSON 'null', as SQLAlchemy writes it. So writes of every shape are one set.
-_PG_BITS = {key: 1 << bit for bit, key in enumerate(S.PG_WRITABLE)}
+_PG_BITS = {key: 1 << bit for bit, key in enumerate(statements.PG_WRITABLE)}
 # The planner may join a row's writes to their tasks with a nested loop (its estimate of the
 # tasks matched is low), comparing every write with every task: bounded by this many per row.
 _PG_WRITES_PER_ROW = 64
@@ -144,14 +143,14 @@ def _pg_write_object(tid: str, epoch: int, values: Mapping[str, Any], row: Attem
     """One write as an object of the pass's JSON array; with `row`, the history row it ends."""
     obj = {**_pg_json_as_text(values), "_id": tid, "_epoch": epoch, "_mask": _pg_mask(tuple(values))}
     if row is not None:
-        obj.update(zip(S.PG_HISTORY_KEYS, row[1:]))
+        obj.update(zip(statements.PG_HISTORY_KEYS, row[1:]))
     return obj
 
 
 @functools.lru_cache(maxsize=64)
 def _pg_mask(keys: tuple[str, ...]) -> int:
     """The bits of the columns a write of this shape sets."""
-    unknown = set(keys).difference(S.PG_WRITABLE)
+    unknown = set(keys).difference(statements.PG_WRITABLE)
     if unknown:
         raise ValueError(f"not a column a fenced write sets: {', '.join(sorted(unknown))}")
     return sum(_PG_BITS[key] for key in set(keys))
@@ -196,7 +195,7 @@ def pg_pass(c: Connection, writes: Sequence[Write], claims: Sequence[str], owner
             history: Mapping[str, Attempt] | None = None) -> tuple[set[str], dict[str, Row], dict[str, str]]:
     """A pass (fenced writes, then claims, then ends) on a SQLAlchemy connection: the rows of
     statements.pass_statement one by one (the repository sends them all at once through asyncpg)."""
-    sql = S.pass_statement().postgresql
+    sql = statements.pass_statement().postgresql
     found: list[Any] = []
     for args in pg_step_params(writes, claims, owner, until, stamp, ends, history):
         found.extend(c.exec_driver_sql(sql, args))
@@ -290,18 +289,18 @@ def _sqlite_fenced_writes(c: Connection, groups: Mapping[tuple[str, ...], list[W
     cursor = c.connection.driver_connection.cursor()
     accepted: set[str] = set()
     for keys, group in groups.items():
-        sql = S.fenced_write(keys).sqlite
+        sql = statements.fenced_write(keys).sqlite
         params = [(*(_sqlite_value(k, values[k]) for k in keys), tid, owner, epoch) for tid, epoch, values in group]
-        cursor.execute(S.GROUP_SAVEPOINT)
+        cursor.execute(statements.GROUP_SAVEPOINT)
         cursor.executemany(sql, params)
         if cursor.rowcount == len(group):
-            cursor.execute(S.GROUP_RELEASE)
+            cursor.execute(statements.GROUP_RELEASE)
             accepted.update(tid for tid, _, _ in group)
             continue
         # Some write was refused, but not which: undo the group and try each write alone. Run
         # again on top of the group, a write it applied would be refused (its fence moved with it).
-        cursor.execute(S.GROUP_UNDO)
-        cursor.execute(S.GROUP_RELEASE)
+        cursor.execute(statements.GROUP_UNDO)
+        cursor.execute(statements.GROUP_RELEASE)
         for (tid, _, _), row in zip(group, params):
             cursor.execute(sql, row)
             if cursor.rowcount:
@@ -309,17 +308,17 @@ def _sqlite_fenced_writes(c: Connection, groups: Mapping[tuple[str, ...], list[W
     return accepted
 
 
-_ROW_VALUES = operator.itemgetter(*S.TASK_COLUMNS)
+_ROW_VALUES = operator.itemgetter(*statements.TASK_COLUMNS)
 
 
 def _execution_values(execution: Mapping[str, Any]) -> list[Any]:
-    return [json.dumps(execution[key]) if key == "webhooks" else execution[key] for key in S.EXECUTION_COLUMNS]
+    return [json.dumps(execution[key]) if key == "webhooks" else execution[key] for key in statements.EXECUTION_COLUMNS]
 
 
 def _sqlite_insert_tree(c: Connection, rows: Sequence[Mapping[str, Any]], execution: Mapping[str, Any]) -> None:
     """The execution, and its full rows (`with_defaults`) as SQLAlchemy's executemany would store
     them: the same values and JSON text (json.dumps, which `dependents()` matches with LIKE)."""
-    json_at = [i for i, key in enumerate(S.TASK_COLUMNS) if key in JSON_COLUMNS]
+    json_at = [i for i, key in enumerate(statements.TASK_COLUMNS) if key in JSON_COLUMNS]
     params = []
     memo: dict[Any, str] = {}
     for row in rows:
@@ -327,9 +326,9 @@ def _sqlite_insert_tree(c: Connection, rows: Sequence[Mapping[str, Any]], execut
         for i in json_at:
             values[i] = _json_text(values[i], memo)
         params.append(values)
-    sql = S.insert_tasks().sqlite
+    sql = statements.insert_tasks().sqlite
     try:
-        c.connection.driver_connection.execute(S.insert_tree().sqlite, _execution_values(execution))
+        c.connection.driver_connection.execute(statements.insert_tree().sqlite, _execution_values(execution))
         c.connection.driver_connection.cursor().executemany(sql, params)
     except sqlite3.IntegrityError as exc:  # an id is taken: the same error the SQLAlchemy path raises
         raise IntegrityError(sql, None, exc) from exc
@@ -351,7 +350,8 @@ def _pg_insert_tree(c: Connection, rows: Sequence[Mapping[str, Any]], execution:
                             for key, value in row.items()} for row in rows])
     args = [text, *_execution_values(execution), *(() if quota is None else (quota.adding, quota.limit)),
             *(() if quota is None or quota.owner is None else (quota.owner,))]
-    sql = S.insert_tree(as_text, None if quota is None else "nobody" if quota.owner is None else "user").postgresql
+    owner_kind = None if quota is None else "nobody" if quota.owner is None else "user"
+    sql = statements.insert_tree(as_text, owner_kind).postgresql
     try:
         return int(await_(c.connection.driver_connection.fetchval(sql, *args)) or 0)
     except asyncpg.IntegrityConstraintViolationError as exc:  # an id is taken: what the SQLAlchemy path raises
@@ -363,7 +363,7 @@ def _sqlite_claim(c: Connection, ids: Sequence[str], owner: str, until: str, sta
     claimed: dict[str, Row] = {}
     for start in range(0, len(ids), 500):
         chunk = ids[start:start + 500]
-        sql = S.claim(len(chunk)).sqlite
+        sql = statements.claim(len(chunk)).sqlite
         for tid, epoch, attempt, checkpoint in cursor.execute(sql, (stamp, owner, until, *chunk)):
             claimed[tid] = {"lease_epoch": epoch, "attempt": attempt,
                             "checkpoint": None if checkpoint in (None, "null") else json.loads(checkpoint)}
@@ -458,8 +458,7 @@ class Quota(NamedTuple):
 
 
 class OverQuota(Exception):
-    """`quota` had no room: the owner already has `unfinished` tasks (counted up to the limit).
-    Nothing was stored."""
+    """`quota` had no room: the owner already has `unfinished` tasks (counted up to the limit). Nothing was stored."""
 
     def __init__(self, quota: Quota, unfinished: int) -> None:
         super().__init__(quota, unfinished)
@@ -469,7 +468,7 @@ class OverQuota(Exception):
 
 def count_unfinished(c: Connection, owner: str | None, at_most: int) -> int:
     """Pending and in-progress tasks of `owner` (None: tasks without one), counted up to `at_most`."""
-    statement, args = S.unfinished_of(owner, at_most)
+    statement, args = statements.unfinished_of(owner, at_most)
     # On the driver's own connection, as the inserts are: SQLAlchemy's execution path costs more
     # than the count itself (measured: 30 of a one-task create's 40 us for it).
     if c.dialect.name == "sqlite":
@@ -509,7 +508,8 @@ def end_execution(c: Connection, execution_id: str, owner: str, version: str, st
     # SQLAlchemy builds the result's column metadata anew on every call (no compiled cache for
     # driver SQL), measured at 3-4 % of a one-task create.
     # fetchall: the statement runs to its end (no statement left open inside the transaction).
-    rows = c.connection.driver_connection.execute(S.END_EXECUTION.sqlite, (execution_id, owner, version, stamp)).fetchall()
+    rows = c.connection.driver_connection.execute(statements.END_EXECUTION.sqlite,
+                                                  (execution_id, owner, version, stamp)).fetchall()
     return rows[0][1] if rows else None
 
 

@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from taskgrove.storage import attempts, executions, logs
 from taskgrove.storage.attempts import Attempt
-from taskgrove.storage import statements as S
+from taskgrove.storage import statements
 from taskgrove.storage import usage as stored_usage
 from taskgrove.storage.connections import Connections
 from taskgrove.storage.models import tasks_table as T
@@ -73,19 +73,19 @@ class TaskRepository:
         what others committed. SQLite: a write first, which takes the one write lock before this
         transaction reads anything (so its reads are current). Called before any other statement
         of the transaction."""
-        await conn.exec_driver_sql(S.SERIALISE_TREE.form(conn.dialect.name), (task_id,))
+        await conn.exec_driver_sql(statements.SERIALISE_TREE.form(conn.dialect.name), (task_id,))
 
-    async def run(self, fn: Callable[..., Any], *args: Any, inline: bool = False) -> Any:
+    async def transact(self, fn: Callable[..., Any], *args: Any, inline: bool = False) -> Any:
         """Run `fn(sync_connection, *args)` in a transaction of its own (storage/executions.py).
         `inline`: a few rows, so it may run on the event loop's own thread (Connections.run_here)."""
-        return await self.connections.run(fn, *args, inline=inline)
+        return await self.connections.transact(fn, *args, inline=inline)
 
     async def ping(self, fresh_within: float = 0.0) -> None:
         """Raise if the database does not answer; a transaction that committed within the last
         `fresh_within` seconds counts as an answer (health checks cost nothing under load)."""
         if time.monotonic() - self.connections.answered_at < fresh_within:
             return
-        await self.connections.run(lambda c: c.execute(select(1)))
+        await self.connections.transact(lambda c: c.execute(select(1)))
 
     # --- reads ----------------------------------------------------------------------------
     # A read outside a caller's transaction is one plain prepared statement: on SQLite (a file)
@@ -96,7 +96,7 @@ class TaskRepository:
 
     async def get(self, task_id: str, conn: AsyncConnection | None = None) -> Row | None:
         if conn is None:
-            found = await self.connections.fast(S.TASK_BY_ID, (task_id,))
+            found = await self.connections.fast(statements.TASK_BY_ID, (task_id,))
             if found is not None:
                 return found[0] if found else None
 
@@ -114,7 +114,7 @@ class TaskRepository:
     async def get_many(self, ids: Iterable[str], conn: AsyncConnection | None = None) -> dict[str, Row]:
         wanted = list(dict.fromkeys(ids))
         if conn is None and len(wanted) <= _CHUNK:
-            found_rows = await self.connections.fast(S.tasks_by_ids(len(wanted)), wanted) if wanted else []
+            found_rows = await self.connections.fast(statements.tasks_by_ids(len(wanted)), wanted) if wanted else []
             if found_rows is not None:
                 return {row["id"]: row for row in found_rows}
 
@@ -129,7 +129,7 @@ class TaskRepository:
 
     async def tree(self, tree_id: str, conn: AsyncConnection | None = None) -> list[Row]:
         if conn is None:
-            found = await self.connections.fast(S.TASK_TREE, (tree_id,))
+            found = await self.connections.fast(statements.TASK_TREE, (tree_id,))
             if found is not None:
                 return found
         return await self.connections.read_run(read_tree, tree_id, conn=conn)
@@ -153,7 +153,7 @@ class TaskRepository:
         it through ix_tasks_user_created, ix_tasks_roots_* or ix_tasks_created_at, whatever came before)."""
         if not root_only and search is None and waiting is None:
             filters = tuple(value for value in (user_id, status, *(after or ())) if value is not None)
-            listing = S.task_listing(user_id is not None, status is not None, after is not None)
+            listing = statements.task_listing(user_id is not None, status is not None, after is not None)
             found = await self.connections.fast(listing, (*filters, limit, offset))
             if found is not None:
                 return found
@@ -183,7 +183,7 @@ class TaskRepository:
         """The `usage` of every task of a tree that has one (storage/usage.py's tree_usages), read
         as one JSON value on the plain paths: a `tasks.get` of a root pays one small read, not an
         SQLAlchemy query and a row per task."""
-        statement = S.TREE_USAGES
+        statement = statements.TREE_USAGES
         found: Any = None
         if self.connections.reader is not None:
             found = self.connections.reader.scalar(statement.sqlite, (tree_id,))
@@ -199,7 +199,7 @@ class TaskRepository:
         tasks.get shows. One read on PostgreSQL (statements.TASK_WITH_TREE_USAGES), where a
         second would cost a round trip; two plain reads on SQLite, where it costs microseconds."""
         if self.connections.pg is not None:
-            found = await self.connections.fast(S.TASK_WITH_TREE_USAGES, (task_id,))
+            found = await self.connections.fast(statements.TASK_WITH_TREE_USAGES, (task_id,))
             if found is not None:
                 if not found:
                     return None, None
@@ -215,7 +215,7 @@ class TaskRepository:
         counted up to `at_most` only: two ranges of ix_tasks_status_user, so the cost is bounded
         by the quota however many tasks the user ever had (SERVICE_MAX_PENDING_PER_USER). A create
         that executes counts inside its own insert instead (executions.insert_tree)."""
-        statement, args = S.unfinished_of(user_id, at_most)
+        statement, args = statements.unfinished_of(user_id, at_most)
         if self.connections.reader is not None:
             # On the loop's thread even while the database thread is busy (unlike Connections.read): a count
             # a write or two behind is as good a quota check, and a request must not queue behind the
@@ -237,7 +237,7 @@ class TaskRepository:
             lambda c: {status: int(c.execute(query).scalar_one()) for status, query in queries})
 
     async def children(self, parent_id: str) -> list[Row]:
-        found = await self.connections.fast(S.TASK_CHILDREN, (parent_id,))
+        found = await self.connections.fast(statements.TASK_CHILDREN, (parent_id,))
         if found is not None:
             return found
         query = select(T).where(T.c.parent_id == parent_id).order_by(T.c.created_at, T.c.id)
@@ -268,7 +268,7 @@ class TaskRepository:
                 found.extend(_rows(c, select(T).where(T.c.id.in_(chunk))))
             return found
 
-        rows = await self.connections.run(by_like if len(wanted) <= _CHUNK else by_scan, conn=conn)
+        rows = await self.connections.transact(by_like if len(wanted) <= _CHUNK else by_scan, conn=conn)
         return [r for r in rows if any(isinstance(d, dict) and d.get("id") in wanted for d in r["dependencies"] or ())]
 
     async def log_lines(self, task_id: str, *, attempt: int | None = None, after: int | None = None,
@@ -282,11 +282,11 @@ class TaskRepository:
     async def insert(self, rows: Sequence[Mapping[str, Any]], conn: AsyncConnection | None = None) -> None:
         if rows:
             full = [with_defaults(row) for row in rows]
-            await self.connections.run(lambda c: c.execute(insert(T), full), conn=conn)
+            await self.connections.transact(lambda c: c.execute(insert(T), full), conn=conn)
 
     async def add_log_lines(self, lines: Sequence[Mapping[str, Any]]) -> list[int]:
         """Store a batch of log lines in one transaction; their `seq`s, in order."""
-        return await self.connections.run(logs.insert_lines, lines)
+        return await self.connections.transact(logs.insert_lines, lines)
 
     async def update(
         self,
@@ -309,7 +309,7 @@ class TaskRepository:
                 attempts.insert_rows(c, [history])
             return changed
 
-        return await self.connections.run(op, conn=conn)
+        return await self.connections.transact(op, conn=conn)
 
     async def update_many(
         self,
@@ -321,7 +321,7 @@ class TaskRepository:
     ) -> list[str]:
         """Compare-and-set on many tasks at once; returns the ids that actually changed."""
         status = tuple(only_status) if only_status is not None else None
-        return await self.connections.run(lambda c: _update_many(c, list(ids), values, status), conn=conn)
+        return await self.connections.transact(lambda c: _update_many(c, list(ids), values, status), conn=conn)
 
     async def write_pass(self, writes: Sequence[tuple[str, int, Mapping[str, Any]]], claims: Sequence[str],
                          owner: str, until: str, stamp: str, ends: Sequence[tuple[str, str]] = (),
@@ -341,7 +341,7 @@ class TaskRepository:
             ended = {eid: executions.end_execution(c, eid, owner, version, stamp) for eid, version in ends}
             return accepted, claimed, ended
 
-        return await self.connections.run(op, inline=len(writes) + len(claims) + len(ends) <= SMALL_PASS)
+        return await self.connections.transact(op, inline=len(writes) + len(claims) + len(ends) <= SMALL_PASS)
 
     async def _pg_write_pass(self, writes: Sequence[tuple[str, int, Mapping[str, Any]]], claims: Sequence[str],
                              owner: str, until: str, stamp: str, ends: Sequence[tuple[str, str]],
@@ -350,7 +350,7 @@ class TaskRepository:
         """PostgreSQL: the whole pass in one round trip (statements.pass_statement)."""
         assert self.connections.pg is not None
         rows = executions.pg_step_params(writes, claims, owner, until, stamp, ends, history)
-        found = await self.connections.pg.fetchmany(S.pass_statement().postgresql, rows) if rows else []
+        found = await self.connections.pg.fetchmany(statements.pass_statement().postgresql, rows) if rows else []
         self.connections.answered_at = time.monotonic()
         accepted, claimed, ended = executions.pg_step_results(found)
         return accepted, claimed, {eid: ended.get(eid) for eid, _ in ends}
@@ -371,7 +371,7 @@ class TaskRepository:
                 deleted += len(gone)
             return deleted
 
-        return await self.connections.run(op, conn=conn)
+        return await self.connections.transact(op, conn=conn)
 
 
 def list_query(*, user_id: str | None = None, status: str | None = None, limit: int = 100, offset: int = 0,
@@ -406,7 +406,7 @@ def _rows(c: Connection, query: Any) -> list[Row]:
 def read_tree(c: Connection, tree_id: str) -> list[Row]:
     """The tasks of a tree, oldest first, in the caller's transaction (TaskRepository.tree reads
     through it when the plain path does not answer; storage/schedules.py reads templates)."""
-    return [dict(row._mapping) for row in c.execute(S.TREE_QUERY, {"tree_id": tree_id})]
+    return [dict(row._mapping) for row in c.execute(statements.TREE_QUERY, {"tree_id": tree_id})]
 
 
 def _filtered(query: Any, **equal: Any) -> Any:

@@ -34,7 +34,7 @@ from taskgrove.storage.status import FINISHED_STATUSES, TaskStatus
 from taskgrove.storage.models import events_table as E
 from taskgrove.storage.models import executions_table as X
 from taskgrove.storage.models import idempotency_table as K
-from taskgrove.storage.models import schedules_table as S
+from taskgrove.storage.models import schedules_table
 from taskgrove.storage.models import tasks_table as T
 
 RUNNING = "running"  # an execution's status while it runs (storage/executions.py)
@@ -59,7 +59,7 @@ def surplus_runs(c: Connection, keep: int) -> list[str]:
     """The trees of schedules' runs beyond each schedule's newest `keep` (deletable once ended,
     whatever their age). A run's root is a copy of the template's root naming its schedule: one
     read of the roots copied from any template (ix_tasks_roots_created), newest first."""
-    templates = sorted({row.task_id for row in c.execute(select(S.c.task_id))})
+    templates = sorted({row.task_id for row in c.execute(select(schedules_table.c.task_id))})
     kept: dict[str, int] = {}
     found: list[str] = []
     for start in range(0, len(templates), 500):
@@ -103,7 +103,7 @@ def _templates(c: Connection, tree_ids: set[str]) -> set[str]:
     """Which of `tree_ids` hold a schedule's template: never deleted by retention."""
     if not tree_ids:
         return set()
-    query = (select(T.c.task_tree_id).join(S, S.c.task_id == T.c.id)
+    query = (select(T.c.task_tree_id).join(schedules_table, schedules_table.c.task_id == T.c.id)
              .where(T.c.task_tree_id.in_(list(tree_ids))))
     return {row[0] for row in c.execute(query)}
 

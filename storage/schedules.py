@@ -1,4 +1,4 @@
-"""The statements of schedules (the service runs them through `TaskRepository.run`).
+"""The statements of schedules (the service runs them through `TaskRepository.transact`).
 
 A schedule's `next_run_at` is the slot its next run is due at. `claim_slot` consumes a slot with
 one compare-and-set (`UPDATE schedules ... WHERE id = :id AND next_run_at = :slot AND enabled`)
@@ -22,7 +22,7 @@ from taskgrove.storage import trees
 from taskgrove.storage.attempts import ms_between
 from taskgrove.storage.models import executions_table as X
 from taskgrove.storage.repository import read_tree
-from taskgrove.storage.models import schedules_table as S
+from taskgrove.storage.models import schedules_table
 from taskgrove.storage.models import tasks_table as T
 
 Row = dict[str, Any]
@@ -55,43 +55,47 @@ def runs_of(c: Connection, schedule: Mapping[str, Any], limit: int) -> list[Row]
 
 
 def insert_schedule(c: Connection, row: Mapping[str, Any]) -> None:
-    c.execute(insert(S), dict(row))
+    c.execute(insert(schedules_table), dict(row))
 
 
 def get_schedule(c: Connection, schedule_id: str) -> Row | None:
-    found = c.execute(select(S).where(S.c.id == schedule_id)).first()
+    found = c.execute(select(schedules_table).where(schedules_table.c.id == schedule_id)).first()
     return dict(found._mapping) if found else None
 
 
 def list_schedules(c: Connection, user_id: str | None, task_id: str | None, limit: int, offset: int) -> list[Row]:
-    query = select(S)
+    query = select(schedules_table)
     if user_id is not None:
-        query = query.where(S.c.user_id == user_id)
+        query = query.where(schedules_table.c.user_id == user_id)
     if task_id is not None:
-        query = query.where(S.c.task_id == task_id)
-    query = query.order_by(S.c.created_at.desc(), S.c.id).limit(limit).offset(offset)
+        query = query.where(schedules_table.c.task_id == task_id)
+    query = query.order_by(schedules_table.c.created_at.desc(), schedules_table.c.id)
+    query = query.limit(limit).offset(offset)
     return [dict(r._mapping) for r in c.execute(query)]
 
 
 def update_schedule(c: Connection, schedule_id: str, values: Mapping[str, Any]) -> Row | None:
-    c.execute(update(S).where(S.c.id == schedule_id).values(**values))
+    c.execute(update(schedules_table).where(schedules_table.c.id == schedule_id).values(**values))
     return get_schedule(c, schedule_id)
 
 
 def delete_schedule(c: Connection, schedule_id: str) -> bool:
-    return c.execute(delete(S).where(S.c.id == schedule_id)).rowcount > 0
+    return c.execute(delete(schedules_table).where(schedules_table.c.id == schedule_id)).rowcount > 0
 
 
 def due(c: Connection, now: str, limit: int = 100) -> list[Row]:
     """Enabled schedules whose slot has come, the most overdue first."""
-    query = (select(S).where(S.c.enabled.is_(True), S.c.next_run_at.is_not(None), S.c.next_run_at <= now)
-             .order_by(S.c.next_run_at).limit(limit))
+    columns = schedules_table.c
+    query = (select(schedules_table).where(columns.enabled.is_(True), columns.next_run_at.is_not(None),
+                                           columns.next_run_at <= now)
+             .order_by(columns.next_run_at).limit(limit))
     return [dict(r._mapping) for r in c.execute(query)]
 
 
 def earliest(c: Connection) -> str | None:
     """The earliest slot of any enabled schedule (when the scheduler must look again)."""
-    return c.execute(select(func.min(S.c.next_run_at)).where(S.c.enabled.is_(True))).scalar()
+    columns = schedules_table.c
+    return c.execute(select(func.min(columns.next_run_at)).where(columns.enabled.is_(True))).scalar()
 
 
 def template_rows(c: Connection, task_id: str) -> list[Row] | None:
@@ -117,23 +121,24 @@ def claim_slot(c: Connection, schedule: Mapping[str, Any], slot: str | None, nex
     copies: list[Row] = []
     template = template_rows(c, schedule["task_id"]) if run and not busy else None
     values: dict[str, Any] = {"updated_at": stamp}
+    columns = schedules_table.c
     if template is not None:
         copies = _copies(template, schedule["task_id"], schedule["id"], slot)
-        values.update(runs=S.c.runs + 1, last_run_at=stamp, last_slot=slot, last_root_task_id=copies[0]["id"])
-        ends = and_(S.c.max_runs.is_not(None), S.c.runs + 1 >= S.c.max_runs)
+        values.update(runs=columns.runs + 1, last_run_at=stamp, last_slot=slot, last_root_task_id=copies[0]["id"])
+        ends = and_(columns.max_runs.is_not(None), columns.runs + 1 >= columns.max_runs)
     else:  # consumed without a run; a template that is gone stops the schedule
-        values.update(skipped=S.c.skipped + 1, last_skipped_at=stamp)
+        values.update(skipped=columns.skipped + 1, last_skipped_at=stamp)
         ends = literal(run and not busy)
     if slot is not None:
         values["next_run_at"] = case((ends, null()), else_=literal(next_run_at) if next_run_at else null())
-        where = and_(S.c.id == schedule["id"], S.c.next_run_at == slot, S.c.enabled.is_(True),
-                     (S.c.max_runs.is_(None)) | (S.c.runs < S.c.max_runs))
+        where = and_(columns.id == schedule["id"], columns.next_run_at == slot, columns.enabled.is_(True),
+                     (columns.max_runs.is_(None)) | (columns.runs < columns.max_runs))
     else:
-        values["next_run_at"] = case((ends, null()), else_=S.c.next_run_at)
-        where = S.c.id == schedule["id"]
+        values["next_run_at"] = case((ends, null()), else_=columns.next_run_at)
+        where = columns.id == schedule["id"]
     if template is None and run and not busy:
         values["enabled"] = False
-    claimed = c.execute(update(S).where(where).values(**values).returning(*S.c)).first()
+    claimed = c.execute(update(schedules_table).where(where).values(**values).returning(*columns)).first()
     if claimed is None:
         return None
     execution = None

@@ -1,6 +1,6 @@
 """LLM usage per user and UTC day, and users' daily budgets (docs/costs.md).
 
-Functions of a sync connection, run through `TaskRepository.run` (one transaction each). The
+Functions of a sync connection, run through `TaskRepository.transact` (one transaction each). The
 daily row is an upsert (INSERT ... ON CONFLICT DO UPDATE, which SQLite and PostgreSQL both have)
 so two instances counting calls of the same user on the same day add up instead of racing.
 """

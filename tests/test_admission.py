@@ -519,14 +519,14 @@ async def test_two_users_on_a_real_service(tmp_path: Path) -> None:
 async def test_the_pending_count_reads_one_index_and_never_the_table(client: Client, db_url: str) -> None:
     """The quota's count must stay bounded by the quota whatever a user's history: both statements
     are ranges of ix_tasks_status_user, covering (SQLite) / index-only (PostgreSQL), on both backends."""
-    from taskgrove.storage import statements as S
+    from taskgrove.storage import statements
 
     if db_url.startswith("sqlite"):
         import sqlite3
 
         conn = sqlite3.connect(db_url.removeprefix("sqlite:///"))
         try:
-            for statement, args in ((S.UNFINISHED_OF_USER, ("u", 5)), (S.UNFINISHED_OF_NOBODY, (5,))):
+            for statement, args in ((statements.UNFINISHED_OF_USER, ("u", 5)), (statements.UNFINISHED_OF_NOBODY, (5,))):
                 plan = " | ".join(row[-1] for row in conn.execute(f"EXPLAIN QUERY PLAN {statement.sqlite}", args))
                 assert "USING COVERING INDEX ix_tasks_status_user" in plan, plan
         finally:
@@ -541,7 +541,7 @@ async def test_the_pending_count_reads_one_index_and_never_the_table(client: Cli
         async with conn.transaction():
             await conn.execute("SET LOCAL enable_seqscan = off")
             await conn.execute("DROP INDEX ix_tasks_user_created")
-            for statement, args in ((S.UNFINISHED_OF_USER, ("u", 5)), (S.UNFINISHED_OF_NOBODY, (5,))):
+            for statement, args in ((statements.UNFINISHED_OF_USER, ("u", 5)), (statements.UNFINISHED_OF_NOBODY, (5,))):
                 plan = " | ".join(r[0] for r in await conn.fetch(f"EXPLAIN {statement.postgresql}", *args))
                 assert "Index Only Scan using ix_tasks_status_user" in plan, plan
             raise _RolledBack

@@ -291,7 +291,7 @@ async def _crash_leftover(client: Client, task_id: str) -> None:
         c.execute(executions.update(executions.X).values(owner="dead-instance", lease_expires_at=None,
                                                          status="running", final_status=None, ended_at=None))
 
-    await client.services.repo.run(own)
+    await client.services.repo.transact(own)
 
 
 @pytest.mark.parametrize("attempts", [1, 2])
@@ -477,7 +477,7 @@ async def test_health_reports_a_database_that_stops_answering(client: Client, mo
     async def down(*_args: Any, **_kw: Any) -> Any:
         raise OSError("connection refused")
 
-    monkeypatch.setattr(repo.connections, "run", down)
+    monkeypatch.setattr(repo.connections, "transact", down)
     monkeypatch.setattr(system, "HEALTH_FRESH_SECONDS", 0.0)
     sick = await client.result("system.health", path="/system")
     assert sick["status"] == "unhealthy" and sick["message"] == "Database unreachable: OSError"

@@ -57,7 +57,7 @@ async def test_a_dependent_is_claimed_in_the_pass_that_completes_its_dependency(
         stored = {r.id: dict(r._mapping) for r in c.execute(executions.T.select())}
         return accepted, claimed, stored
 
-    accepted, claimed, stored = await client.services.repo.run(scenario)
+    accepted, claimed, stored = await client.services.repo.transact(scenario)
     assert ("a" in accepted) == (epoch_offset == 0)
     assert "x" in accepted and stored["x"]["progress"] == 0.5 and stored["x"]["status"] == "in_progress"
     assert ("b" in claimed) == claimed_b

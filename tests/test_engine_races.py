@@ -225,14 +225,14 @@ async def test_a_tree_started_while_leases_are_renewed_is_not_dropped(client: Cl
 
     engine = client.services.engine
     gate = asyncio.Event()
-    real = engine.repo.run
+    real = engine.repo.transact
 
     async def held(fn: Any, *args: Any, **options: Any) -> Any:
         if fn is executions.renew:
             await gate.wait()
         return await real(fn, *args, **options)
 
-    engine.repo.run = held  # type: ignore[method-assign]
+    engine.repo.transact = held  # type: ignore[method-assign]
     await store(client, task("a", method="sleep_executor", inputs={"seconds": 1}))
     await client.result("tasks.execute", {"task_id": "a"})
     await client.wait_status("a", ("in_progress",))

@@ -35,7 +35,7 @@ def sse(text: str) -> list[dict[str, Any]]:
 
 
 async def stored_status(client: Client, root: str) -> str:
-    execution = await client.services.engine.repo.run(executions.latest_execution, root)
+    execution = await client.services.engine.repo.transact(executions.latest_execution, root)
     assert execution is not None and execution["status"] != "running"
     return str(execution["final_status"])
 

@@ -428,10 +428,10 @@ def schedule_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 
 
 async def post_schedule_call(world: World, message: dict[str, Any]) -> None:
-    stored = await world.server.services.repo.run(_all_schedules)
+    stored = await world.server.services.repo.transact(_all_schedules)
     if not stored:  # something for get, update, trigger and delete to work on
         await world.server.rpc("schedules.create", {"task_id": "a1", "interval_seconds": 60}, world.alice)
-        stored = await world.server.services.repo.run(_all_schedules)
+        stored = await world.server.services.repo.transact(_all_schedules)
     before = len(stored)
     body = encode(message).replace(EXISTING.encode(), (stored[0]["id"] if stored else "missing").encode())
     response = await world.server.http.post("/tasks", content=body, headers={**world.alice,
@@ -439,16 +439,16 @@ async def post_schedule_call(world: World, message: dict[str, Any]) -> None:
     assert response.status_code < 500, response.text
     answer = response.json()
     check_envelope(answer)
-    after = await world.server.services.repo.run(_all_schedules)
+    after = await world.server.services.repo.transact(_all_schedules)
     if "error" in answer:
         assert len(after) == before, f"stored on an error: {answer}"
     assert all(row["user_id"] == "alice" for row in after), "a schedule on another user's template"
 
 
 def _all_schedules(c: Any) -> list[dict[str, Any]]:
-    from taskgrove.storage import schedules as ss
+    from taskgrove.storage import schedules
 
-    return ss.list_schedules(c, None, None, 10_000, 0)
+    return schedules.list_schedules(c, None, None, 10_000, 0)
 
 
 @st.composite

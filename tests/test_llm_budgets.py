@@ -431,7 +431,7 @@ async def test_an_attempt_that_lost_its_task_makes_no_more_calls_and_counts_each
         await c.result("tasks.create", [held_crew("c", None, steps=4)])
         await arrived(fake_llm, 2)
         engine = c.services.engine
-        await engine.repo.run(take_over, "c")
+        await engine.repo.transact(take_over, "c")
         fake_llm.release("second")
         deadline = asyncio.get_running_loop().time() + 10
         while "c" in engine.running:  # the stale attempt ends (its outcome is not written)

@@ -52,7 +52,7 @@ async def test_health_and_readiness(client: Client, monkeypatch: Any) -> None:
     async def down(*_a: Any, **_k: Any) -> Any:
         raise OSError("refused")
 
-    monkeypatch.setattr(client.services.repo.connections, "run", down)
+    monkeypatch.setattr(client.services.repo.connections, "transact", down)
     monkeypatch.setattr(operations, "READY_DB_FRESH_SECONDS", 0.0)
     not_ready = await client.http.get("/readyz")
     assert not_ready.status_code == 503

@@ -43,12 +43,12 @@ async def test_the_asyncpg_pass_decides_what_the_sqlalchemy_pass_decides(
     def stored(c: Any) -> dict[str, Any]:
         return {r.id: dict(r._mapping) for r in c.execute(executions.T.select())}
 
-    execution_id, epoch = await repo.run(setup)
+    execution_id, epoch = await repo.transact(setup)
     progress = {"progress": 0.5, "updated_at": STAMP}
     accepted, claimed, ended = await repo.write_pass(
         [("a", epoch + epoch_offset, outcome(status)), ("x", 1, progress)], ["b"], OWNER, UNTIL, STAMP,
         [(execution_id, STAMP)])
-    rows = await repo.run(stored)
+    rows = await repo.transact(stored)
     assert ("a" in accepted) == (epoch_offset == 0)
     assert "x" in accepted and rows["x"]["progress"] == 0.5 and rows["x"]["status"] == "in_progress"
     assert set(claimed) == ({"b"} if claimed_b else set())
@@ -66,7 +66,7 @@ async def test_the_asyncpg_pass_decides_what_the_sqlalchemy_pass_decides(
     accepted, claimed, ended = await repo.write_pass(last, [], OWNER, UNTIL, STAMP, [(execution_id, STAMP)])
     assert accepted == {tid for tid, _, _ in last} and claimed == {}
     assert ended == {execution_id: "completed" if status == "completed" else "failed"}
-    execution = await repo.run(executions.get_execution, execution_id)
+    execution = await repo.transact(executions.get_execution, execution_id)
     assert execution["status"] == "ended" and execution["final_status"] == ended[execution_id]
 
 
@@ -103,13 +103,13 @@ async def test_json_values_are_stored_as_written_and_the_rest_as_typed(client: C
         found = c.exec_driver_sql("SELECT id, result::text, progress, token_success, error, status FROM tasks")
         return {r[0]: tuple(r[1:]) for r in found}
 
-    epoch = await repo.run(setup)
+    epoch = await repo.transact(setup)
     result = {"z": "a\tb", "a": [1, 2.5, None], "\u00e9": {"k": True}}
     values = {**outcome("completed"), "result": result, "progress": 0.75, "token_success": 7}
     plain = {**outcome("failed"), "error": "it \"broke\"\n\u00e9", "progress": 0.25}
     accepted, _, _ = await repo.write_pass([("a", epoch, values), ("b", epoch, plain)], [], OWNER, UNTIL, STAMP)
     assert accepted == {"a", "b"}
-    stored = await repo.run(raw)
+    stored = await repo.transact(raw)
     assert stored["a"] == (json.dumps(result), 0.75, 7, None, "completed")
     assert stored["b"] == ("null", 0.25, 0, "it \"broke\"\n\u00e9", "failed")
 
@@ -132,7 +132,7 @@ async def test_a_pass_of_many_writes_and_claims_decides_each_task(client: Client
     def stored(c: Any) -> dict[str, Any]:
         return {r.id: dict(r._mapping) for r in c.execute(executions.T.select())}
 
-    epochs = await repo.run(setup)
+    epochs = await repo.transact(setup)
     assert len(epochs) == count
     progress = [(f"t{i}", epochs[f"t{i}"], {"progress": 0.5, "updated_at": STAMP}) for i in range(count)]
     outcomes = [(f"t{i}", epochs[f"t{i}"] + (i == 7), outcome("completed" if i % 3 else "failed"))
@@ -141,7 +141,7 @@ async def test_a_pass_of_many_writes_and_claims_decides_each_task(client: Client
     writes = [write for i in range(count) for write in (progress[i], checkpoints[i], outcomes[i])]
     accepted, claimed, _ = await repo.write_pass(writes, [f"d{i}" for i in range(count)],
                                                  OWNER, UNTIL, STAMP)
-    rows = await repo.run(stored)
+    rows = await repo.transact(stored)
     assert accepted == {f"t{i}" for i in range(count)}
     assert rows["t7"]["status"] == "in_progress" and rows["t7"]["progress"] == 0.5
     assert all(rows[f"t{i}"]["checkpoint"] == {"step": i} for i in range(count))
@@ -195,7 +195,7 @@ async def test_the_pass_plan_made_on_an_empty_table_finds_tasks_by_key(client: C
     explain = f"EXPLAIN EXECUTE probe({', '.join(_literal(merged[name]) for name in statements.PASS_ARGS)})"
     try:
         await conn.fetch(explain)  # the generic plan is made now, on an empty table
-        await repo.run(lambda c: executions.insert_tree(
+        await repo.transact(lambda c: executions.insert_tree(
             c, [row("a")] + [row(f"t{i}") for i in range(3000)], None, OWNER, UNTIL, STAMP))
         await conn.execute("ANALYZE tasks")
         plan = [r[0] for r in await conn.fetch(explain)]
@@ -276,7 +276,8 @@ async def test_a_task_with_its_tree_usages_is_what_the_two_reads_give(client: Cl
                                          {"id": "b", "name": "b", "parent_id": "r"}])
     await client.runs_ended()
     spent = {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7, "cost_usd": None, "calls": 1}
-    await repo.run(lambda c: c.execute(update(tasks_table).where(tasks_table.c.id.in_(["a", "b"])).values(usage=spent)))
+    spend = update(tasks_table).where(tasks_table.c.id.in_(["a", "b"])).values(usage=spent)
+    await repo.transact(lambda c: c.execute(spend))
     for tid in ("r", "a"):
         row, usages = await repo.get_with_tree_usages(tid)
         assert row == await repo.get(tid)

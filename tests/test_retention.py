@@ -29,12 +29,12 @@ def noop_tree(root: str, size: int = 3) -> list[dict[str, Any]]:
 
 async def count(client: Client, table: Any, *where: Any) -> int:
     query = select(func.count()).select_from(table).where(*where)
-    return await client.services.repo.run(lambda c: int(c.execute(query).scalar_one()))
+    return await client.services.repo.transact(lambda c: int(c.execute(query).scalar_one()))
 
 
 async def tree_ids(client: Client) -> set[str]:
     query = select(tasks_table.c.task_tree_id).distinct()
-    return await client.services.repo.run(lambda c: {row[0] for row in c.execute(query)})
+    return await client.services.repo.transact(lambda c: {row[0] for row in c.execute(query)})
 
 
 async def until(check: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -168,7 +168,7 @@ async def emit_answer(client: Client, name: str, payload: dict[str, Any], user_i
 
 async def event_ids(client: Client) -> set[str]:
     query = select(events_table.c.id)
-    return await client.services.repo.run(lambda c: {row[0] for row in c.execute(query)})
+    return await client.services.repo.transact(lambda c: {row[0] for row in c.execute(query)})
 
 
 async def _waiting(client: Client, task_id: str) -> bool:
@@ -275,4 +275,4 @@ async def test_one_sweeper_at_a_time(backend: str, db_url: str,
 async def _execution_ended(client: Client, tree_id: str) -> bool:
     query = select(func.count()).select_from(executions_table).where(
         executions_table.c.task_tree_id == tree_id, executions_table.c.status != "running")
-    return bool(await client.services.repo.run(lambda c: int(c.execute(query).scalar_one())))
+    return bool(await client.services.repo.transact(lambda c: int(c.execute(query).scalar_one())))

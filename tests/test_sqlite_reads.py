@@ -138,7 +138,7 @@ async def inserted_three_ways(client: Client, column_text: str, fast_insert: Any
         assert c.execute(shown, {"id": execution["id"]}).all() == by_sqlalchemy != []
         return fast, usual, c.execute(listing).all()
 
-    return await client.services.repo.run(compare)
+    return await client.services.repo.transact(compare)
 
 
 async def test_the_sqlite_tree_insert_stores_what_sqlalchemy_stores(client: Client) -> None:

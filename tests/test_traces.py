@@ -60,7 +60,7 @@ def test_otel_traces_exporter_is_read_once_and_checked() -> None:
 
 
 async def _stored(client: Client, tree_id: str) -> str | None:
-    execution = await client.services.repo.run(executions.latest_execution, tree_id)
+    execution = await client.services.repo.transact(executions.latest_execution, tree_id)
     return execution["traceparent"]
 
 

@@ -259,7 +259,7 @@ async def test_an_event_stored_just_before_the_wait_is_seen_finds_it(app_factory
         def late(tid: str, run: Any) -> None:  # an event arrives between the wait's start and its store
             row = run.rows[tid]
             wait = stored.read(row["waiting"])
-            asyncio.get_running_loop().create_task(services.repo.run(
+            asyncio.get_running_loop().create_task(services.repo.transact(
                 stored.add_event, None, "deployed", {"service": "late"}, wait["since"]))
             asyncio.get_running_loop().call_later(0.1, original, tid, run)
 

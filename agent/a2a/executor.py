@@ -225,7 +225,7 @@ class TaskTreeAgentExecutor(AgentExecutor):
                 datetime.now(timezone.utc) - task.status.timestamp.ToDatetime(timezone.utc) < SETTLE_AFTER:
             return task  # just started here or elsewhere: its own follower reports it
         repo = self._services.repo
-        execution = await repo.run(latest_execution, task.context_id)
+        execution = await repo.transact(latest_execution, task.context_id)
         if execution is None or execution["status"] == "running":
             return task  # still being carried out (resumed): stays working
         rows = await repo.tree(task.context_id)

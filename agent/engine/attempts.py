@@ -26,7 +26,7 @@ from taskgrove.agent.engine.logbook import AttemptLog, Logbook
 from taskgrove.agent.engine.publish import Publisher
 from taskgrove.agent.engine.retry import RetryPolicy, iso_in, stored_policy
 from taskgrove.agent.engine.schemas import compiled_schema
-from taskgrove.agent.engine.run import IN_PROGRESS, TreeRun
+from taskgrove.agent.engine.run import COMPLETED, FAILED, IN_PROGRESS, PENDING, TreeRun
 from taskgrove.agent.logs import current_task
 from taskgrove.agent.metrics import Metrics
 from taskgrove.agent.settings import Settings
@@ -113,7 +113,7 @@ def _add_unstored_usage(running: Running, values: dict[str, Any]) -> None:
 
 
 def _failure(row: Mapping[str, Any], error: str) -> dict[str, Any]:
-    return {"status": "failed", "progress": row.get("progress") or 0.0, "result": None, "error": _error_text(error)}
+    return {"status": FAILED, "progress": row.get("progress") or 0.0, "result": None, "error": _error_text(error)}
 
 
 class Attempts:
@@ -207,7 +207,7 @@ class Attempts:
                 raise ExecutorError(f"Timed out after {timeout:g}s (timeout_seconds)") from None
             result = await storable_async(result, max_depth=self.settings.max_result_depth,
                                           max_bytes=self.settings.max_result_bytes)
-            values: dict[str, Any] = {"status": "completed", "progress": 1.0, "result": result, "error": None}
+            values: dict[str, Any] = {"status": COMPLETED, "progress": 1.0, "result": result, "error": None}
         except asyncio.CancelledError:
             if running.cancelled:
                 return None
@@ -251,7 +251,7 @@ class Attempts:
         """What the pass loop writes for this attempt: its values, and a retry delay when it runs again."""
         row = running.row
         tokens = _tokens(running.executor)
-        ok = values["status"] == "completed"
+        ok = values["status"] == COMPLETED
         stamp = now_iso()
         if row.get("wait_answers") is not None:  # the next attempt waits afresh
             values["wait_answers"] = None
@@ -262,7 +262,7 @@ class Attempts:
         outcome: dict[str, Any] = {"id": running.task_id, "values": values}
         if not ok and retryable and running.attempt < policy.max_attempts:
             delay = policy.delay(running.attempt)
-            values.update(status="pending", next_attempt_at=iso_in(delay), progress=0.0)
+            values.update(status=PENDING, next_attempt_at=iso_in(delay), progress=0.0)
             outcome.update(delay=delay, message=(
                 f"attempt {running.attempt} of {policy.max_attempts} failed: {values['error']}; "
                 f"next attempt at {values['next_attempt_at']}"))
@@ -292,7 +292,7 @@ class Attempts:
         dep_results = {
             dep["id"]: run.rows[dep["id"]].get("result")
             for dep in row.get("dependencies") or ()
-            if dep["id"] in run.rows and run.rows[dep["id"]]["status"] == "completed"
+            if dep["id"] in run.rows and run.rows[dep["id"]]["status"] == COMPLETED
         }
 
         async def report(progress: float, message: str | None) -> None:
@@ -336,7 +336,7 @@ class Attempts:
                              max_bytes=self.settings.max_checkpoint_bytes, what="checkpoint")
         except Unstorable as exc:
             raise ExecutorError(f"The checkpoint cannot be stored: {exc}", retryable=False) from None
-        written = await self.repo.run(executions.fenced_writes, [(running.task_id, running.epoch,
+        written = await self.repo.transact(executions.fenced_writes, [(running.task_id, running.epoch,
                                                                   {"checkpoint": value, "updated_at": now_iso()})],
                                       self.instance_id)
         if not written:

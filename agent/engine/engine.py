@@ -157,7 +157,7 @@ class Engine:
         await attempts.logbook.stop()  # the lines of attempts cut off are kept
         try:
             stamp = now_iso()
-            await self.repo.run(executions.release, self.instance_id, [r.execution_id for r in self.runs.values()],
+            await self.repo.transact(executions.release, self.instance_id, [r.execution_id for r in self.runs.values()],
                                 stamp, SHUTDOWN_ERROR, self.settings.max_interruptions)
         except Exception:  # the database may be what is going away
             log.warning("could not hand back running executions at shutdown", exc_info=True)

@@ -39,7 +39,7 @@ async def follow_execution(repo: TaskRepository, subscription: Subscription, tre
             try:
                 event = await asyncio.wait_for(subscription.get(), check_every)
             except asyncio.TimeoutError:
-                if await repo.run(executions.running_execution, tree_id) is None:
+                if await repo.transact(executions.running_execution, tree_id) is None:
                     yield await stored_final(repo, tree_id)
                     return
                 continue
@@ -52,7 +52,7 @@ async def follow_execution(repo: TaskRepository, subscription: Subscription, tre
 
 async def stored_final(repo: TaskRepository, tree_id: str) -> dict[str, Any]:
     """A `final` engine event for the tree's latest execution, as the database has it."""
-    execution = await repo.run(executions.latest_execution, tree_id)
+    execution = await repo.transact(executions.latest_execution, tree_id)
     rows = await repo.tree(tree_id)
     return final_event(tree_id, execution, rows)
 

@@ -68,7 +68,7 @@ class LeaseKeeper:
         asked = list(engine.runs.values())  # only these were renewed: runs started meanwhile were not
         if not (task_ids or asked):
             return
-        tasks, renewed = await engine.repo.run(executions.renew, engine.instance_id, task_ids,
+        tasks, renewed = await engine.repo.transact(executions.renew, engine.instance_id, task_ids,
                                                [run.execution_id for run in asked], engine.lease_until())
         for run in asked:
             # Lost: still this instance's run, not ending by itself (an execution that ended while
@@ -89,9 +89,9 @@ class LeaseKeeper:
         """Settle attempts whose lease ran out, then take over executions whose owner is gone."""
         engine = self.engine
         stamp = now_iso()
-        for row in await engine.repo.run(executions.expired_tasks, None if everything else stamp):
+        for row in await engine.repo.transact(executions.expired_tasks, None if everything else stamp):
             await self._interrupt(row, stamp, restarted=everything)
-        taken = await engine.repo.run(executions.take_over, engine.instance_id, engine.lease_until(), stamp,
+        taken = await engine.repo.transact(executions.take_over, engine.instance_id, engine.lease_until(), stamp,
                                       not everything)
         for execution in taken:
             log.warning("continuing the execution of tree %s (previous owner %s)", execution["task_tree_id"],
@@ -130,11 +130,11 @@ class LeaseKeeper:
                           error=f"{why}; the task was interrupted {interruptions} times, more than "
                                 f"SERVICE_MAX_INTERRUPTIONS ({limit}) allows, so it is not run again")
             message, kind, status, outcome = values["error"], TASK_FAILED, TaskStatus.FAILED.value, "interrupted"
-        if not await engine.repo.run(executions.interrupt, row, values):
+        if not await engine.repo.transact(executions.interrupt, row, values):
             return  # settled meanwhile (it ended, or another instance got there first)
         engine.metrics.attempt_ended(engine.registry.wanted(row), outcome, None)
         if tracing.ENABLED and row.get("execution_id"):
-            execution = await engine.repo.run(executions.get_execution, row["execution_id"])
+            execution = await engine.repo.transact(executions.get_execution, row["execution_id"])
             tracing.interrupted(row, execution and execution.get("traceparent"), engine.registry.wanted(row), outcome)
         log.warning("task %s: %s", row["id"], values["error"],
                     extra={"task_id": row["id"], "root_task_id": row["task_tree_id"]})

@@ -28,7 +28,7 @@ from taskgrove.agent.engine.fair import FairQueue
 from taskgrove.agent.engine.limits import Limits, limits_of
 from taskgrove.agent.engine.publish import Publisher
 from taskgrove.agent.engine.retry import seconds_until
-from taskgrove.agent.engine.run import IN_PROGRESS, TreeRun
+from taskgrove.agent.engine.run import COMPLETED, FAILED, IN_PROGRESS, PENDING, TreeRun
 from taskgrove.agent.engine.runs import MAY_USE_LOOP_THREAD, RunKeeper
 from taskgrove.agent.metrics import Metrics
 from taskgrove.agent.settings import Settings
@@ -256,7 +256,7 @@ class PassLoop:
             return running
         run.rows[tid].update({k: values[k] for k in ("status", "progress", "result", "error", "completed_at",
                                                      "next_attempt_at") if k in values})
-        if values["status"] == "pending":
+        if values["status"] == PENDING:
             run.retry_later(tid)
             self.retry_at(tid, run.tree_id, outcome["delay"])
         else:
@@ -267,7 +267,7 @@ class PassLoop:
     def _publish_outcome(self, running: Running, outcome: dict[str, Any]) -> None:
         tid, run, values = running.task_id, running.run, outcome["values"]
         self.metrics.attempt_ended(running.executor_id, "parked" if "status" not in values else
-                                   "retry" if values["status"] == "pending" else values["status"],
+                                   "retry" if values["status"] == PENDING else values["status"],
                                    time.monotonic() - running.began)
         name = run.rows[tid]["name"]
         publish = self.publisher.publish
@@ -279,15 +279,15 @@ class PassLoop:
             if tid in run.parked:
                 self.waits.watch(tid, run)
             return
-        if values["status"] == "completed":
-            publish(run, TASK_COMPLETED, tid, status="completed", progress=1.0, attempt=running.attempt,
+        if values["status"] == COMPLETED:
+            publish(run, TASK_COMPLETED, tid, status=COMPLETED, progress=1.0, attempt=running.attempt,
                     result=values["result"], message=f"Task '{name}' completed")
-        elif values["status"] == "pending":
-            publish(run, PROGRESS, tid, status="pending", progress=0.0, attempt=running.attempt,
+        elif values["status"] == PENDING:
+            publish(run, PROGRESS, tid, status=PENDING, progress=0.0, attempt=running.attempt,
                     error=values["error"], next_attempt_at=values["next_attempt_at"],
                     message=outcome["message"], status_changed=True)
         else:
-            publish(run, TASK_FAILED, tid, status="failed", progress=values["progress"],
+            publish(run, TASK_FAILED, tid, status=FAILED, progress=values["progress"],
                     attempt=running.attempt, error=values["error"], message=values["error"])
 
     def settle(self, run: TreeRun) -> None:
@@ -412,7 +412,7 @@ class PassLoop:
     async def _claim_limited(self, tid: str, limits: Limits, stamp: str) -> tuple[str, Any]:
         """One limited claim in its own transaction; a database error leaves it for a later pass."""
         try:
-            return await self.repo.run(executions.claim_limited, tid, limits.key, limits.limit, limits.rate_key,
+            return await self.repo.transact(executions.claim_limited, tid, limits.key, limits.limit, limits.rate_key,
                                        limits.interval, self.instance_id, self.lease_until(), stamp,
                                        inline=MAY_USE_LOOP_THREAD)
         except Exception as exc:
@@ -467,7 +467,7 @@ class PassLoop:
             log.warning("outcome of task %s could not be stored: %s", tid, type(exc).__name__,
                         extra={"task_id": tid})
             error = f"The outcome could not be stored in the database ({type(exc).__name__})"
-        failed = {"status": "failed", "result": None, "error": error, "completed_at": stamp, "updated_at": stamp,
+        failed = {"status": FAILED, "result": None, "error": error, "completed_at": stamp, "updated_at": stamp,
                   "next_attempt_at": None, "lease_owner": None, "lease_expires_at": None}
         try:
             accepted, _, _ = await self.repo.write_pass(

@@ -15,8 +15,10 @@ from typing import Any
 
 from taskgrove.storage.status import TaskStatus
 
-# The statuses as plain text, for the per-pass loops below: a comparison with an enum member
-# looks the member up each time (about 60 ns), with a module constant it does not.
+# TaskStatus's values bound once as plain text, for the engine's per-task code (this module,
+# passes.py, attempts.py, history.py): `TaskStatus.PENDING` there looks the member up each time
+# (about 60 ns), a module constant does not; and a row or event holds the plain text. Not a
+# second list: everywhere else writes TaskStatus itself (docs/ARCHITECTURE.md).
 PENDING, IN_PROGRESS, COMPLETED, FAILED = (TaskStatus.PENDING.value, TaskStatus.IN_PROGRESS.value,
                                            TaskStatus.COMPLETED.value, TaskStatus.FAILED.value)
 

@@ -31,7 +31,7 @@ from taskgrove.storage.trees import now_iso
 
 log = logging.getLogger(__name__)
 
-# `TaskRepository.run(..., inline=...)`: a transaction of a few rows, which may run on the event
+# `TaskRepository.transact(..., inline=...)`: a transaction of a few rows, which may run on the event
 # loop's thread. The keyword is storage's; these say which value means what here.
 MAY_USE_LOOP_THREAD = True
 # A refresh the database could not answer tries again after this long, doubling up to the max.
@@ -104,7 +104,7 @@ class RunKeeper:
     async def _open_or_join(self, task_id: str, tree_id: str, fresh_rows: list[dict[str, Any]] | None,
                             call: dict[str, Any], webhook: Mapping[str, Any] | None) -> TreeRun:
         rows = {row["id"]: dict(row) for row in fresh_rows or await self.repo.tree(tree_id)}
-        execution = await self.repo.run(executions.running_execution, tree_id, inline=MAY_USE_LOOP_THREAD)
+        execution = await self.repo.transact(executions.running_execution, tree_id, inline=MAY_USE_LOOP_THREAD)
         live_ids = self._live_ids(rows, execution)
         if task_id in live_ids:
             raise AlreadyRunning(task_id)
@@ -113,7 +113,7 @@ class RunKeeper:
         if execution is not None and not chosen:  # everything it needs is already under way
             raise AlreadyRunning(task_id)
         stamp = now_iso()
-        execution, joined = await self.repo.run(self._open, tree_id, task_id, call, webhook,
+        execution, joined = await self.repo.transact(self._open, tree_id, task_id, call, webhook,
                                                 {tid: rows[tid]["status"] for tid in chosen}, stamp,
                                                 inline=may_use_loop_thread(len(chosen)))
         if chosen and not joined and self.runs.get(tree_id) is not None:
@@ -152,7 +152,7 @@ class RunKeeper:
         """Store a new tree and its execution in one transaction, then run it (see Engine)."""
         stamp = now_iso()
         # A new tree cannot be any run's yet: the insert needs no lock, so creates run side by side.
-        execution = await self.repo.run(executions.insert_tree, rows, call.get("user_id"), self.instance_id,
+        execution = await self.repo.transact(executions.insert_tree, rows, call.get("user_id"), self.instance_id,
                                         self.lease_until(), stamp, None, quota,
                                         tracing.stored_traceparent(call.get("traceparent")),
                                         inline=may_use_loop_thread(len(rows)))
@@ -265,7 +265,7 @@ class RunKeeper:
             run = self.runs.get(tree_id)
             if run is None:
                 return
-            execution = await self.repo.run(executions.get_execution, run.execution_id)
+            execution = await self.repo.transact(executions.get_execution, run.execution_id)
             if execution is None or execution["status"] != "running" or execution["owner"] != self.instance_id:
                 self.drop(run, "its execution is no longer ours")
                 return
@@ -313,7 +313,7 @@ class RunKeeper:
                 run.ending = False
                 return
             try:
-                status = await self.repo.run(executions.end_execution, run.execution_id, self.instance_id,
+                status = await self.repo.transact(executions.end_execution, run.execution_id, self.instance_id,
                                              run.version, now_iso(), inline=MAY_USE_LOOP_THREAD)
             except Exception:
                 log.warning("could not end the execution of tree %s; retrying", run.tree_id, exc_info=True)
@@ -347,7 +347,7 @@ class RunKeeper:
         run = self.runs.get(tree_id)
         if run is not None:
             return run
-        if await self.repo.run(executions.running_execution, tree_id) is not None:
+        if await self.repo.transact(executions.running_execution, tree_id) is not None:
             return RemoteRun(tree_id)
         return None
 
@@ -367,7 +367,7 @@ class RunKeeper:
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
             while True:
-                if await self.repo.run(executions.running_execution, run.tree_id) is None:
+                if await self.repo.transact(executions.running_execution, run.tree_id) is None:
                     return True
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:

@@ -84,7 +84,7 @@ class ScheduleLoop:
         """Claim and start every slot due at `now`; returns the seconds until the next look."""
         due: list[dict[str, Any]] = []
         if not self.engine.stopping:
-            due = await self.repo.run(schedules.due, iso(now), DUE_BATCH)
+            due = await self.repo.transact(schedules.due, iso(now), DUE_BATCH)
             clock = time.monotonic()
             for schedule in due:
                 if self._stopping:
@@ -100,7 +100,7 @@ class ScheduleLoop:
                     self._backoff[schedule["id"]] = time.monotonic() + FAILED_CLAIM_SECONDS
         if len(due) == DUE_BATCH and not self._backoff:
             return 0.0  # more are due than one pass takes
-        earliest = await self.repo.run(schedules.earliest)
+        earliest = await self.repo.transact(schedules.earliest)
         cap = IDLE_SECONDS if self.engine.sqlite else POLL_SECONDS
         if earliest is None:
             return cap
@@ -122,7 +122,7 @@ class ScheduleLoop:
         """Claim `slot` (None: a manual run) and start the run it inserted; None when the claim
         was lost, else the claim (updated schedule, execution, copies)."""
         engine = self.engine
-        claimed = await self.repo.run(schedules.claim_slot, schedule, slot, next_run_at, runs, now_iso(),
+        claimed = await self.repo.transact(schedules.claim_slot, schedule, slot, next_run_at, runs, now_iso(),
                                       engine.instance_id, engine.lease_until(), tracing.stored_traceparent(None))
         if claimed is None or claimed["execution"] is None:
             if claimed is not None:

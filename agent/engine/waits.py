@@ -139,7 +139,7 @@ class Waits:
 
     async def _look_for_event(self, tid: str, user_id: str | None, epoch: int, wait: Mapping[str, Any]) -> None:
         try:
-            found = await self.repo.run(stored.events_since, user_id, wait["event"], wait["since"])
+            found = await self.repo.transact(stored.events_since, user_id, wait["event"], wait["since"])
             for event in found:
                 if matches(wait, event["payload"]):
                     row = await self.repo.get(tid)
@@ -161,7 +161,7 @@ class Waits:
             raise NotWaiting(row["id"])
         answers = read(row.get("wait_answers")) or []
         answers = [*answers[: wait.get("index", len(answers))], value]
-        values = await self.repo.run(stored.answer, row["id"], row.get("lease_epoch") or 0, json.dumps(answers),
+        values = await self.repo.transact(stored.answer, row["id"], row.get("lease_epoch") or 0, json.dumps(answers),
                                      now_iso())
         if values is None:
             raise AlreadyAnswered(row["id"])
@@ -227,14 +227,14 @@ class Waits:
 
     async def _fail(self, row: Mapping[str, Any], error: str) -> None:
         stamp = now_iso()
-        if not await self.repo.run(stored.fail, row["id"], row.get("lease_epoch") or 0, error, stamp):
+        if not await self.repo.transact(stored.fail, row["id"], row.get("lease_epoch") or 0, error, stamp):
             return
         tid, tree_id = row["id"], row["task_tree_id"]
         self._looked.pop(tid, None)
         run = self.run_keeper.runs.get(tree_id)
         if run is None or tid not in run.parked:
             self.publisher.emit({"type": TASK_FAILED, "task_id": tid, "root_task_id": tree_id, "name": row.get("name"),
-                                 "user_id": row.get("user_id"), "timestamp": stamp, "status": "failed",
+                                 "user_id": row.get("user_id"), "timestamp": stamp, "status": TaskStatus.FAILED.value,
                                  "error": error, "message": error})
             if run is not None:
                 self.run_keeper.refresh_later(tree_id)
@@ -242,8 +242,8 @@ class Waits:
         run.rows[tid].update(status=TaskStatus.FAILED.value, error=error, waiting=None, wake_at=None,
                              wait_answers=None, completed_at=stamp)
         run.finished(tid, TaskStatus.FAILED.value)
-        self.publisher.publish(run, TASK_FAILED, tid, status="failed", progress=run.rows[tid].get("progress") or 0.0,
-                               error=error, message=error)
+        self.publisher.publish(run, TASK_FAILED, tid, status=TaskStatus.FAILED.value,
+                               progress=run.rows[tid].get("progress") or 0.0, error=error, message=error)
         self.passes.settle(run)
         self.passes.wake.set()
         self._reread_if_busy(tree_id)
@@ -254,9 +254,9 @@ class Waits:
         """Store the event, then answer every parked wait of `user_id` for `name` that began at
         or before it and whose match it meets. Returns {event_id, created_at, resumed}."""
         stamp = now_iso()
-        event_id = await self.repo.run(stored.add_event, user_id, name, payload, stamp)
+        event_id = await self.repo.transact(stored.add_event, user_id, name, payload, stamp)
         resumed: list[str] = []
-        for row in await self.repo.run(stored.parked_of_user, user_id):
+        for row in await self.repo.transact(stored.parked_of_user, user_id):
             wait = read(row["waiting"])
             if not isinstance(wait, dict) or wait.get("kind") != "event" or wait.get("event") != name \
                     or (wait.get("since") or "") > stamp or not matches(wait, payload):
