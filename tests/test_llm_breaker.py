@@ -3,6 +3,7 @@ clock the test moves, and the real app against the fake LLM's HTTP 500 answers."
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from taskgrove.llm.breaker import CLOSED, HALF_OPEN, OPEN, Breakers, LLMCircuitOpen
@@ -74,6 +75,37 @@ async def test_an_open_breaker_fails_fast_without_calling_the_provider(app_facto
         assert "circuit open" in errors[2]
         await c.result("tasks.create", [llm("other", "hello", model="m2")])  # another model is not held back
         assert (await c.result("tasks.get", {"task_id": "other"}))["status"] == "completed"
+
+
+async def test_the_breaker_of_the_running_service_closes_again_after_its_delay(app_factory, fake_llm):
+    """Through the app: 2 HTTP 500 answers open m's breaker; SERVICE_LLM_BREAKER_RESET_SECONDS
+    later a call goes through, its success closes the breaker, and later calls reach the provider
+    (one more failure does not open it again: the count started over). That the open breaker
+    fails fast is the test above; here the breaker object tells it opened, without a race
+    against its short delay."""
+    reset = 0.5
+    env = {"SERVICE_LLM_BASE_URL": fake_llm.base_url, "SERVICE_LLM_MAX_RETRIES": "0",
+           "SERVICE_LLM_BREAKER_FAILURES": "2", "SERVICE_LLM_BREAKER_RESET_SECONDS": str(reset)}
+    async with app_factory(env=env) as c:
+        breakers = c.services.engine.services["llm_breakers"]  # the service's own (agent/container.py)
+        for n in range(2):
+            await c.result("tasks.create", [llm(f"down-{n}", "[[error:500]]")])
+        assert len(fake_llm.requests) == 2
+        assert breakers.state("openai", "m") == OPEN
+        await asyncio.sleep(reset)  # the half-open delay passes
+        await c.result("tasks.create", [llm("trial", "hello")])
+        trial = await c.result("tasks.get", {"task_id": "trial"})
+        assert trial["status"] == "completed", trial["error"]
+        assert len(fake_llm.requests) == 3 and breakers.state("openai", "m") == CLOSED
+        await c.result("tasks.create", [llm("one-more-failure", "[[error:500]]")])
+        failed = await c.result("tasks.get", {"task_id": "one-more-failure"})
+        assert failed["status"] == "failed" and "circuit open" not in failed["error"]
+        assert breakers.state("openai", "m") == CLOSED  # 1 failure of 2
+        for n in range(3):
+            await c.result("tasks.create", [llm(f"after-{n}", "hello")])
+        later = [await c.result("tasks.get", {"task_id": f"after-{n}"}) for n in range(3)]
+    assert [t["status"] for t in later] == ["completed"] * 3
+    assert [r["model"] for r in fake_llm.requests] == ["m"] * 7, "every call after the trial reached the provider"
 
 
 async def test_a_429_is_retried_after_the_providers_retry_after(app_factory, fake_llm):

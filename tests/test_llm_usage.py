@@ -175,3 +175,37 @@ async def test_taskgrove_usage_show_for_people_and_scripts(tmp_path, fake_llm):
     assert shown.returncode == 0, shown.stderr
     assert "LLM usage of alice" in shown.stdout and "985 tokens" in shown.stdout
     assert "15" in shown.stdout
+
+
+def model_labels(text: str, name: str) -> dict[str, float]:
+    """The `model` label of each series of `name` in /metrics, with its value (summed over the
+    other labels)."""
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        match = re.match(rf'{name}\{{.*model="([^"]*)".*\}} (\S+)$', line)
+        if match:
+            found[match.group(1)] = found.get(match.group(1), 0.0) + float(match.group(2))
+    return found
+
+
+async def test_metrics_name_at_most_max_llm_models_and_count_the_rest_as_other(app_factory, fake_llm):
+    """Every model name a caller picks would be a new series: /metrics names the first
+    MAX_LLM_MODELS and adds the later ones' calls and tokens to `other` (docs/costs.md)."""
+    from taskgrove.agent.metrics import MAX_LLM_MODELS
+
+    extra = 3
+    models = [f"capped-model-{n:02d}" for n in range(MAX_LLM_MODELS + extra)]
+    tasks = [llm_task("root", None, models[0])] + [llm_task(f"t{n}", "root", m) for n, m in enumerate(models[1:])]
+    async with app_factory(env=llm_env(fake_llm)) as c:
+        await c.result("tasks.create", tasks)
+        root = await c.result("tasks.get", {"task_id": "root"})
+        assert root["status"] == "completed" and root["tree_usage"]["calls"] == len(models), root
+        text = (await c.http.get("/metrics")).text
+    assert sorted(r["model"] for r in fake_llm.requests) == models  # each model called once, by name
+    calls = model_labels(text, "taskgrove_llm_calls_total")
+    named = set(calls) - {"other"}
+    assert len(named) == MAX_LLM_MODELS and named <= set(models)
+    assert calls["other"] == extra and sum(calls.values()) == len(models)
+    tokens = model_labels(text, "taskgrove_llm_tokens_total")
+    assert set(tokens) == named | {"other"}
+    assert tokens["other"] == extra * 15  # 10 prompt + 5 completion tokens a call

@@ -3,6 +3,8 @@
 The caller's `traceparent` is stored with the execution on every surface, a malformed one is
 ignored (never an error), and with `OTEL_TRACES_EXPORTER=console` the spans are printed and every
 outgoing call of an attempt (rest_executor, webhooks) carries the attempt's or execution's context.
+An attempt's `wait_seconds` covers its wait for a slot, gRPC metadata is read like a header, and an
+execution resumed after a restart stays in the caller's trace.
 """
 
 from __future__ import annotations
@@ -11,10 +13,15 @@ import dataclasses
 import json
 import sqlite3
 import uuid
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import grpc
+import grpc.aio
 import pytest
+from a2a.types import a2a_pb2_grpc
+from a2a.types.a2a_pb2 import TaskState
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -27,8 +34,10 @@ from taskgrove.executors.llm import LLMExecutor
 from taskgrove.storage import executions
 from tests.conftest import Client
 from tests.processes import Service
-from tests.servers import Receiver, receiver, serve
+from tests.servers import Receiver, free_port, receiver, serve
+from tests.test_a2a_grpc import data_request
 from tests.test_a2a_wire import post, send_body
+from tests.test_a2a_wire import tree as a2a_tree  # a root aggregating two children
 from tests.test_llm_executors import make_context
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -219,3 +228,97 @@ async def test_llm_calls_carry_the_attempts_traceparent(fake_llm: Any, stream: b
     assert fake_llm.requests[-1]["traceparent"] == TRACEPARENT
     await LLMExecutor().execute({"prompt": "say hi", "stream": stream}, make_context(fake_llm))
     assert fake_llm.requests[-1]["traceparent"] is None  # traces off: nothing sent
+
+
+def _at(stamp: str) -> float:
+    """A printed span time (ISO 8601, UTC) in seconds."""
+    return datetime.fromisoformat(stamp).timestamp()
+
+
+def _attempts_of_tree(spans: list[dict[str, Any]], root_id: str) -> dict[str, dict[str, Any]]:
+    return {s["attributes"]["taskgrove.task_id"]: s for s in _spans_of(spans, "taskgrove attempt")
+            if s["attributes"]["taskgrove.root_task_id"] == root_id}
+
+
+async def test_wait_seconds_covers_the_wait_for_a_slot(app_factory: Any, capsys: Any) -> None:
+    """One slot, two independent sleeps: the second one waits for the first's whole run, and its
+    `wait_seconds` says so; no attempt waited less than nothing or longer than its execution."""
+    nap = {"schemas": {"method": "sleep_executor"}, "inputs": {"seconds": 0.3}, "parent_id": "slot-root"}
+    tree = [{"id": "slot-root", "name": "root", "dependencies": [{"id": "slot-a"}, {"id": "slot-b"}]},
+            {"id": "slot-a", "name": "a", **nap}, {"id": "slot-b", "name": "b", **nap}]
+    async with app_factory(env={"OTEL_TRACES_EXPORTER": "console", "SERVICE_MAX_CONCURRENCY": "1"}) as client:
+        assert (await client.result("tasks.create", tree))["status"] == "completed"
+        assert await client.runs_ended()
+    spans = _printed_spans(capsys.readouterr().out)
+    attempts = _attempts_of_tree(spans, "slot-root")
+    assert set(attempts) == {"slot-root", "slot-a", "slot-b"}
+    [execution] = [s for s in _spans_of(spans, "taskgrove execution")
+                   if s["attributes"]["taskgrove.root_task_id"] == "slot-root"]
+    for task_id, span in attempts.items():
+        waited = span["attributes"]["taskgrove.wait_seconds"]
+        assert waited >= 0, task_id
+        # Never longer than from the execution's start to the attempt's (1 ms: the printed times' rounding).
+        assert waited <= _at(span["start_time"]) - _at(execution["start_time"]) + 1e-3, (task_id, waited)
+    first, second = sorted((attempts["slot-a"], attempts["slot-b"]), key=lambda s: _at(s["start_time"]))
+    assert _at(second["start_time"]) >= _at(first["end_time"]), "one slot: the second started after the first"
+    first_ran = _at(first["end_time"]) - _at(first["start_time"])
+    assert first_ran >= 0.3
+    assert second["attributes"]["taskgrove.wait_seconds"] >= first_ran - 1e-3, "its wait covers the first's run"
+    assert second["attributes"]["taskgrove.wait_seconds"] > first["attributes"]["taskgrove.wait_seconds"]
+
+
+async def test_a_traceparent_in_grpc_metadata_is_stored_and_a_malformed_one_ignored(
+        app_factory: Any, capsys: Any) -> None:
+    """The A2A gRPC transport (SERVICE_GRPC_PORT) reads `traceparent` from the call's metadata as
+    the other surfaces read the header: the execution's spans are in the caller's trace."""
+    port = free_port()
+    traced, bad = a2a_tree(), a2a_tree()
+    env = {"SERVICE_API_HOST": "127.0.0.1", "SERVICE_GRPC_PORT": str(port), "OTEL_TRACES_EXPORTER": "console"}
+    async with app_factory(env=env) as client, grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        raw = a2a_pb2_grpc.A2AServiceStub(channel)
+        answer = await raw.SendMessage(data_request(traced), metadata=[("traceparent", TRACEPARENT)])
+        assert answer.task.status.state == TaskState.TASK_STATE_COMPLETED
+        assert await _stored(client, traced[0]["id"]) == TRACEPARENT
+        answer = await raw.SendMessage(data_request(bad), metadata=[("traceparent", f"00-{TRACE}-nonsense")])
+        assert answer.task.status.state == TaskState.TASK_STATE_COMPLETED, "a malformed header is not refused"
+        own = await _stored(client, bad[0]["id"])
+        assert own is not None and TRACE not in own, "traces on: a trace of its own, rooted at the execution"
+        assert own.split("-")[2] == "0" * 16
+        assert await client.runs_ended()
+    spans = _printed_spans(capsys.readouterr().out)
+    for tree, trace_id, parent in ((traced, TRACE, f"0x{CALLER_SPAN}"), (bad, own.split("-")[1], None)):
+        root_id = tree[0]["id"]
+        attempts = _attempts_of_tree(spans, root_id)
+        assert set(attempts) == {t["id"] for t in tree}
+        [execution] = [s for s in _spans_of(spans, "taskgrove execution")
+                       if s["attributes"]["taskgrove.root_task_id"] == root_id]
+        assert execution["parent_id"] == parent
+        assert {s["context"]["trace_id"] for s in [execution, *attempts.values()]} == {f"0x{trace_id}"}
+        assert {s["parent_id"] for s in attempts.values()} == {execution["context"]["span_id"]}
+
+
+async def test_an_execution_resumed_after_a_restart_continues_the_callers_trace(
+        app_factory: Any, capsys: Any) -> None:
+    """The service stops while the attempt runs; started again on the same database it resumes
+    the execution by itself, and what it reports is in the trace the caller began."""
+    env = {"SERVICE_CREATE_WAIT_TIMEOUT": "0", "OTEL_TRACES_EXPORTER": "console"}
+    sleeper = {"id": "cut", "name": "cut", "schemas": {"method": "sleep_executor"}, "inputs": {"seconds": 1.0}}
+    async with app_factory(env=env) as first:
+        await first.result("tasks.create", [sleeper], headers={"traceparent": TRACEPARENT})
+        await first.wait_status("cut", ("in_progress",))
+    before = _printed_spans(capsys.readouterr().out)
+    async with app_factory(env=env) as second:  # the same database; nothing is called
+        assert (await second.wait_status("cut", ("completed", "failed")))["status"] == "completed"
+        assert await second.runs_ended()
+    after = _printed_spans(capsys.readouterr().out)
+
+    # The attempt the stop cut off: `stopped` (docs/observability.md), not `cancelled` (no one cancelled it).
+    assert [s["attributes"]["taskgrove.outcome"] for s in _spans_of(before, "taskgrove attempt", "cut")] == ["stopped"]
+    assert not _spans_of(before, "taskgrove execution"), "the execution had not ended"
+    [resumed] = _spans_of(after, "taskgrove attempt", "cut")
+    assert resumed["attributes"]["taskgrove.outcome"] == "completed"
+    [execution] = _spans_of(after, "taskgrove execution")
+    assert execution["parent_id"] == f"0x{CALLER_SPAN}"
+    assert execution["attributes"]["taskgrove.outcome"] == "completed"
+    assert resumed["parent_id"] == execution["context"]["span_id"]
+    assert {s["context"]["trace_id"] for s in before + after} == {f"0x{TRACE}"}, "every span in the caller's trace"

@@ -57,6 +57,7 @@ class Running:
     executor: Executor | None = None
     job: asyncio.Task[None] | None = None
     cancelled: bool = False
+    stopped: bool = False  # detached by the service's stop, not a cancel: its span says `stopped`
     began: float = 0.0  # monotonic, for the duration metric
     log: AttemptLog | None = None  # its task log (engine/logbook.py); None when logs are off
     span: Any = None  # its trace span while traces are on (agent/tracing.py)
@@ -183,7 +184,7 @@ class Attempts:
         """Give the pass loop the attempt's outcome (None: the attempt was detached, its outcome
         is discarded), and end its span while traces are on."""
         if running.span is not None:
-            tracing.end_attempt(running.span, outcome, running.cancelled)
+            tracing.end_attempt(running.span, outcome, running.cancelled and not running.stopped)
         if outcome is not None:
             self.outcomes.append(outcome)
             self.wake.set()
@@ -345,11 +346,13 @@ class Attempts:
 
     # --- stopping attempts from outside ----------------------------------------------------
 
-    def detach(self, task_id: str) -> Running | None:
-        """Take a running task out of the engine's hands: its late outcome is discarded."""
+    def detach(self, task_id: str, *, shutdown: bool = False) -> Running | None:
+        """Take a running task out of the engine's hands: its late outcome is discarded.
+        `shutdown`: the service stops (the attempt is handed back, to run again), not a cancel."""
         running = self.running.pop(task_id, None)
         if running is not None:
             running.cancelled = True
+            running.stopped = shutdown
         return running
 
     async def stop(self, running: Running | None) -> dict[str, Any]:

@@ -152,7 +152,7 @@ class Engine:
             await self.notifier.stop()
         for job in self._tasks:
             job.cancel()
-        detached = [attempts.detach(tid) for tid in list(self.running)]
+        detached = [attempts.detach(tid, shutdown=True) for tid in list(self.running)]
         await asyncio.gather(*(attempts.stop(running) for running in detached))
         await attempts.logbook.stop()  # the lines of attempts cut off are kept
         try:
