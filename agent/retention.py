@@ -45,7 +45,7 @@ MIN_EVERY_SECONDS, MAX_EVERY_SECONDS = 0.5, 300.0  # how often the background lo
 
 @dataclass(slots=True)
 class Swept:
-    """What one sweep deleted (tasks.purge answers it; the metrics count trees and tasks)."""
+    """What one sweep deleted (tasks.purge answers it; the metrics count every kind of it)."""
 
     trees: int = 0
     tasks: int = 0
@@ -96,6 +96,7 @@ class Retention:
             before = max(cutoff, iso_in(-self.settings.idempotency_seconds))
             while (n := await self.repo.transact(retention.delete_idempotency, before, IDEMPOTENCY_BATCH)) > 0:
                 swept.idempotency_records += n
+                self.metrics.retention_deleted_records("idempotency_records", n)
                 await asyncio.sleep(BATCH_PAUSE_SECONDS)
             await self._sweep_events(cutoff, swept)
         return swept
@@ -116,7 +117,7 @@ class Retention:
         while True:
             deleted, after = await self.repo.transact(retention.delete_events, cutoff, floors, after, EVENTS_BATCH)
             swept.events += deleted
-            self.metrics.retention_deleted_events(deleted)
+            self.metrics.retention_deleted_records("events", deleted)
             if after is None:
                 return
             await asyncio.sleep(BATCH_PAUSE_SECONDS)

@@ -122,6 +122,7 @@ async def test_purge_deletes_ended_trees_and_nothing_else(make_settings: Callabl
         metrics = (await client.http.get("/metrics")).text
         assert f'taskgrove_retention_deleted_total{{kind="trees"}} {float(2 + len(ended))}' in metrics
         assert f'taskgrove_retention_deleted_total{{kind="tasks"}} {float(4 + answer["tasks"])}' in metrics
+        assert 'taskgrove_retention_deleted_total{kind="idempotency_records"} 2.0' in metrics
 
         # A sweep again finds nothing more to delete.
         again = await client.result("tasks.purge", {"older_than": "1s"})
