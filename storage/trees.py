@@ -13,7 +13,7 @@ import uuid
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, NamedTuple
 
 from taskgrove.storage import fields, jsonvalues, sharing
 from taskgrove.storage.jsonvalues import Unreadable
@@ -66,6 +66,20 @@ def label(task: Mapping[str, Any], index: int) -> str:
     return f"task {shown} (id '{_short(tid)}')" if isinstance(tid, str) and tid else f"task {shown}"
 
 
+class _Label(NamedTuple):
+    """A task's `label`, made only when an error message formats it: a valid create never needs
+    one, and making two a task up front was 0.8 of 10.3 ms of a 1000-task prepare_new_tree."""
+
+    task: Mapping[str, Any]
+    index: int
+
+    def __str__(self) -> str:
+        return label(self.task, self.index)
+
+
+Who = str | _Label  # how error messages name a task: its label, or a text of the caller's
+
+
 def _short(text: str, limit: int = 80) -> str:
     """Names and ids as error messages show them: a huge value is not echoed back whole, and text
     that is not valid Unicode is shown escaped (an error message must itself be sendable)."""
@@ -81,7 +95,7 @@ def check_value(field: str, value: Any) -> str | None:
     return fields.problem(field, value)
 
 
-def normalize_dependencies(value: Any, who: str) -> list[dict[str, Any]]:
+def normalize_dependencies(value: Any, who: Who) -> list[dict[str, Any]]:
     """Accept `[{"id": ..., "required": bool}]` or plain id strings; `required` defaults to true."""
     if value is None:
         return []
@@ -161,7 +175,7 @@ def prepare_new_tree(raw_tasks: list[dict[str, Any]], default_user: str | None =
     rows: list[dict[str, Any]] = []
     seen: dict[str, int] = {}
     for index, raw in enumerate(raw_tasks):
-        who = label(raw, index)
+        who = _Label(raw, index)
         if not values_checked:
             check_values(raw, who)
         _check_given(raw, who)
@@ -177,7 +191,7 @@ def prepare_new_tree(raw_tasks: list[dict[str, Any]], default_user: str | None =
     ids = set(seen)
     roots = [row for row in rows if row["parent_id"] is None]
     for index, row in enumerate(rows):
-        who = label(row, index)
+        who = _Label(row, index)
         if row["parent_id"] is not None and row["parent_id"] not in ids:
             raise TreeError(f"{who}: parent_id '{row['parent_id']}' is not one of the submitted tasks")
         for dep in row["dependencies"]:
@@ -209,7 +223,7 @@ def prepare_new_tree(raw_tasks: list[dict[str, Any]], default_user: str | None =
     return _root_first(rows, root)
 
 
-def check_values(task: Mapping[str, Any], who: str) -> None:
+def check_values(task: Mapping[str, Any], who: Who) -> None:
     """The one gate for JSON values (storage.jsonvalues) over every field of one task, whichever
     surface it came from: non-finite numbers, lone surrogates and over-deep values are refused
     with the field named, before anything is written."""
@@ -225,7 +239,7 @@ def check_values(task: Mapping[str, Any], who: str) -> None:
 _NULL_IS_EMPTY = frozenset({"inputs", "params", "schemas"})
 
 
-def _check_given(raw: Mapping[str, Any], who: str) -> None:
+def _check_given(raw: Mapping[str, Any], who: Who) -> None:
     """Every field the client gave, checked by its rule in storage.fields. Only given fields: an
     absent one takes its default, which its rule accepts (a task usually sends 3-5 of the ~20)."""
     rules = fields.RULES
@@ -242,7 +256,7 @@ _PENDING = TaskStatus.PENDING.value  # read once: an enum member's .value is two
 _NO_LIMITS: Mapping[str, Any] = {"concurrency": None, "rate_limit": None, "concurrency_key": None}
 
 
-def _row_from_input(raw: Mapping[str, Any], task_id: str, who: str) -> dict[str, Any]:
+def _row_from_input(raw: Mapping[str, Any], task_id: str, who: Who) -> dict[str, Any]:
     """One task's row from fields already checked by _check_given, defaults filled in."""
     status = raw.get("status", _PENDING)
     if status == TaskStatus.IN_PROGRESS:  # only the engine puts a task in progress, by claiming it
