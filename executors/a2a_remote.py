@@ -67,6 +67,7 @@ from taskgrove.executors.a2a_lenient import LenientTransport
 from taskgrove.executors.base import ExecutionContext, Executor, ExecutorError
 from taskgrove.executors.netguard import UnsafeURLError, ensure_public_url, redact_url, request_guard
 from taskgrove.executors.struct_values import restore_ints
+from taskgrove.executors import tls
 
 log = logging.getLogger(__name__)
 
@@ -247,7 +248,9 @@ class RemoteAgentCall(Executor):
             follow_redirects=True,
             event_hooks={"request": [request_guard(allow_private)]},
             trust_env=False,
-            transport=LenientTransport(),  # tolerated deviations put right before the SDK parses
+            # tolerated deviations put right before the SDK parses
+            transport=LenientTransport(httpx.AsyncHTTPTransport(verify=tls.shared_context(trust_env=False),
+                                                                 trust_env=False)),
         )
         try:
             async with asyncio.timeout(timeout):

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from taskgrove.executors.base import ExecutionContext, Executor, ExecutorError
 from taskgrove.executors.netguard import UnsafeURLError, ensure_public_url, redact_url, request_guard
+from taskgrove.executors import tls
 
 # httpx is imported where a request is made: at module level it would load with the executor
 # registry at start-up, and with it rich, click and pygments (httpx._main, ~4 MB).
@@ -164,6 +165,7 @@ class RestExecutor(Executor):
             follow_redirects=bool(inputs.get("follow_redirects", True)),
             event_hooks={"request": [request_guard(allow_private)]},
             trust_env=False,
+            verify=tls.shared_context(trust_env=False),
         )
         try:
             for attempt in range(retries + 1):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -26,6 +27,9 @@ BIN = Path(sys.executable).parent / "taskgrove"
 # task is the tests' stand-in for slow work held in a slot, so it never parks as a durable timer;
 # tests/test_waits.py sets the setting itself.
 IN_PROCESS_SLEEPS = "86400"
+# Every call here is plain HTTP to a local server, yet a new httpx client builds a TLS context
+# (30 ms: it loads the CA bundle); made once, it is shared by every client of the tests' calls.
+TLS = ssl.create_default_context()
 
 
 class Service:
@@ -64,7 +68,7 @@ class Service:
         while True:
             try:
                 httpx.post(f"{self.url}/system", json={"jsonrpc": "2.0", "id": 1, "method": "system.health"},
-                           timeout=1)
+                           timeout=1, verify=TLS)
                 return self
             except httpx.HTTPError:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -105,7 +109,7 @@ class Service:
 
     async def call(self, method: str, params: Any = None, path: str = "/tasks", timeout: float = 60) -> dict[str, Any]:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        async with httpx.AsyncClient(timeout=timeout) as http:
+        async with httpx.AsyncClient(timeout=timeout, verify=TLS) as http:
             response = await http.post(f"{self.url}{path}", headers=headers, json={
                 "jsonrpc": "2.0", "id": 1, "method": method, **({"params": params} if params is not None else {})})
         assert response.status_code == 200, response.text

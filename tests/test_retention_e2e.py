@@ -204,8 +204,9 @@ async def test_one_instance_sweeps_at_a_time(tmp_path: Path) -> None:
     and says so; A, resumed, finishes its sweep; every tree is deleted exactly once."""
     async with postgres_database() as url, instances(tmp_path, url, {}) as (a, b), Database(url) as db:
         trees = 600  # twelve batches of 50 with a pause between: a sweep long enough to stop A inside it
-        for n in range(trees):
-            await a.rpc("tasks.create", [{"id": f"old{n}", "name": "old", "status": "completed"}])
+        for first_n in range(0, trees, 50):  # 50 creates at a time
+            await asyncio.gather(*(a.rpc("tasks.create", [{"id": f"old{n}", "name": "old", "status": "completed"}])
+                                   for n in range(first_n, first_n + 50)))
         await asyncio.sleep(0.05)
         first = asyncio.create_task(a.call("tasks.purge", {"older_than": 0.01}))
         await wait_until(db.sweeper_lock_held, 30, "A's sweep taking the lock")

@@ -20,6 +20,7 @@ from taskgrove.agent.engine.stream import run_summary, wire_event
 from taskgrove.agent.errors import invalid_params
 from taskgrove.agent.settings import Settings
 from taskgrove.executors.netguard import UnsafeURLError, ensure_public_url, log_url
+from taskgrove.executors import tls
 
 if TYPE_CHECKING:  # pragma: no cover
     import httpx
@@ -91,7 +92,8 @@ async def deliver_webhooks(events: AsyncIterable[Mapping[str, Any]] | Subscripti
     import httpx  # lazy: loads rich, click and pygments (httpx._main); not needed until a webhook is sent
 
     headers = {**config.headers, "traceparent": traceparent} if traceparent else config.headers
-    async with httpx.AsyncClient(timeout=config.timeout, follow_redirects=False) as client:
+    async with httpx.AsyncClient(timeout=config.timeout, follow_redirects=False,
+                                 verify=tls.shared_context(trust_env=True)) as client:
         try:
             async for event in events:
                 await post_with_retries(client, config.method, config.url, webhook_payload(event), headers,
