@@ -155,14 +155,18 @@ class Attempts:
             running.span = tracing.start_attempt(row, run.execution_id, run.traceparent, running.executor_id,
                                                  tracing.ready_since(row, run.rows, run.began))
         self.metrics.attempt_started(running.executor_id)
-        started = f"Task '{row['name']}' started" + (f" (attempt {claim['attempt']})" if claim["attempt"] > 1 else "")
+        if self.publisher.listened:
+            self._publish_start(run, tid, row["name"], claim["attempt"])
+        running.job = asyncio.create_task(self._run_executor(running), name=f"task-{tid}")
+
+    def _publish_start(self, run: TreeRun, tid: str, name: str, attempt: int) -> None:
+        started = f"Task '{name}' started" + (f" (attempt {attempt})" if attempt > 1 else "")
         publish = self.publisher.publish
-        publish(run, TASK_START, tid, status=IN_PROGRESS, progress=0.0, attempt=claim["attempt"], message=started)
+        publish(run, TASK_START, tid, status=IN_PROGRESS, progress=0.0, attempt=attempt, message=started)
         # SPEC.md: the move to in_progress is shown by a progress event too (SSE `progress`, /ws
         # `task_progress`), whatever the executor reports afterwards.
-        publish(run, PROGRESS, tid, status=IN_PROGRESS, progress=0.0, attempt=claim["attempt"],
-                message=started, status_changed=True)
-        running.job = asyncio.create_task(self._run_executor(running), name=f"task-{tid}")
+        publish(run, PROGRESS, tid, status=IN_PROGRESS, progress=0.0, attempt=attempt, message=started,
+                status_changed=True)
 
     async def _run_executor(self, running: Running) -> None:
         """The attempt's whole life: its executor under the timeout, its log lines stored, then its

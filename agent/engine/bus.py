@@ -74,5 +74,9 @@ class EventBus:
             sub.offer(event)
 
     @property
+    def has_subscribers(self) -> bool:
+        return bool(self._subscribers)
+
+    @property
     def subscriber_count(self) -> int:
         return len(self._subscribers)

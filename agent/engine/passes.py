@@ -279,6 +279,8 @@ class PassLoop:
             if tid in run.parked:
                 self.waits.watch(tid, run)
             return
+        if not self.publisher.listened:  # nobody to tell: no event built (engine/publish.py)
+            return
         if values["status"] == COMPLETED:
             publish(run, TASK_COMPLETED, tid, status=COMPLETED, progress=1.0, attempt=running.attempt,
                     result=values["result"], message=f"Task '{name}' completed")

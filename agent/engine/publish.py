@@ -21,8 +21,17 @@ class Publisher:
         # instances (engine/notify.py).
         self.notifier: PgNotifier | None = None
 
+    @property
+    def listened(self) -> bool:
+        """Whether an event would reach anyone: a subscriber here (a stream, a webhook, a waiting
+        A2A call, ...) or another instance. Nobody listens to most of a plain create's events;
+        building them cost ~3 us each, three a task (hot callers ask first, publish() too)."""
+        return self.bus.has_subscribers or (self.notifier is not None and self.notifier.peers)
+
     def publish(self, run: TreeRun, kind: str, tid: str, **data: Any) -> None:
         """An event about task `tid` of `run`."""
+        if not self.listened:
+            return
         row = run.rows.get(tid, {})
         event = {
             "type": kind,
