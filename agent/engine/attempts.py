@@ -80,6 +80,9 @@ def _tokens(executor: Executor | None) -> int:
     return int(usage.get("total_tokens") or 0)
 
 
+_ANY_OBJECT = {"type": "object"}  # an executor's schema that every task's inputs (an object) meet
+
+
 @functools.lru_cache(maxsize=256)
 def _class_validator(cls: type[Executor]) -> Any:
     """An executor's declared input schema, found by its class: not encoded again for every task."""
@@ -290,7 +293,7 @@ class Attempts:
         own_schema = (row.get("schemas") or {}).get("input_schema")
         if own_schema:
             _validate_inputs(inputs, own_schema)
-        elif cls.input_schema:
+        elif cls.input_schema and cls.input_schema != _ANY_OBJECT:  # inputs is an object: nothing to check
             _validate_inputs(inputs, cls.input_schema, declared_by=cls)
         executor = cls(params=row.get("params") or {})
         running.executor = executor
