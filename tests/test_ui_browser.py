@@ -381,13 +381,17 @@ def test_the_form_follows_the_schema(services: dict[str, Service], page: Page) -
         expect(page.get_by_test_id("answer-prompt")).to_have_text(f"give {name}", timeout=WAIT_MS)
         return page.get_by_test_id("answer-form")
 
-    def answer(form: Any) -> None:
+    def answer(form: Any, name: str | None = None) -> None:
+        """Send the form; with `name`, an answer the service takes: wait until its node shows the task
+        completed (the page follows /ws) before the next form is opened."""
         form.get_by_test_id("answer-send").click()
+        if name is not None:
+            expect(node(page, f"form-{name}")).to_have_attribute("data-status", "completed", timeout=WAIT_MS)
 
     form = open_form("text")
     expect(form.get_by_test_id("answer-value")).to_have_attribute("type", "text")
     form.get_by_test_id("answer-value").fill("hello")
-    answer(form)
+    answer(form, "text")
     form = open_form("count")
     expect(form.get_by_test_id("answer-value")).to_have_attribute("type", "number")
     answer(form)  # empty: null, refused by the service (-32602), said on the form
@@ -396,22 +400,22 @@ def test_the_form_follows_the_schema(services: dict[str, Service], page: Page) -
     answer(form)
     expect(page.get_by_test_id("answer-error")).to_contain_text("minimum", timeout=WAIT_MS)
     form.get_by_test_id("answer-value").fill("7")
-    answer(form)
+    answer(form, "count")
     form = open_form("ratio")
     form.get_by_test_id("answer-value").fill("0.25")
-    answer(form)
+    answer(form, "ratio")
     form = open_form("flag")
     expect(form.get_by_test_id("answer-value")).to_have_attribute("type", "checkbox")
     form.get_by_test_id("answer-value").check()
-    answer(form)
+    answer(form, "flag")
     form = open_form("plan")
     expect(form.get_by_test_id("answer-value")).to_have_js_property("tagName", "SELECT")
     form.get_by_test_id("answer-value").select_option(label='{"c":1}')
-    answer(form)
+    answer(form, "plan")
     form = open_form("free")
     expect(form.get_by_test_id("answer-value")).to_have_js_property("tagName", "TEXTAREA")
     form.get_by_test_id("answer-value").fill('[1, "two", null]')
-    answer(form)
+    answer(form, "free")
 
     for name in schemas:
         expect(node(page, f"form-{name}")).to_have_attribute("data-status", "completed", timeout=WAIT_MS)

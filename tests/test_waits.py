@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import pytest
-
 from taskgrove.executors.base import ExecutionContext, Executor
 from taskgrove.executors.registry import ExecutorRegistry
 from tests.conftest import Client, running_app
@@ -164,58 +162,6 @@ async def test_cancel_ends_a_wait_at_once(app_factory: Any) -> None:
         assert (await client.error("tasks.respond", {"task_id": "c1-approve", "value": {"approved": True}}))
 
 
-async def test_a_thousand_waits_hold_no_slot(app_factory: Any) -> None:
-    """1,000 tasks wait at once (500 for input, 500 for an event) while SERVICE_MAX_CONCURRENCY is
-    4: a tree of 200 noop tasks runs to its end meanwhile and no wait takes a slot from it; then
-    the answers (tasks.respond for each input, one events.emit for every event) end all 1,000.
-    "Full speed" is shown, not timed: the other tree completes while all 1,000 still wait."""
-    half, busy_count = 500, 200
-    count = 2 * half
-    async with app_factory(env={"SERVICE_CREATE_WAIT_TIMEOUT": "0", "SERVICE_MAX_CONCURRENCY": "4"}) as client:
-        engine = client.services.engine
-        waits = [{"id": "many", "name": "many", "schemas": {"method": "aggregate_results_executor"},
-                  "dependencies": [{"id": f"w{n}", "required": True} for n in range(count)]}]
-        waits += [{**waiter(f"w{n}"), "parent_id": "many"} for n in range(half)]
-        waits += [{**event_waiter(f"w{n}", match={"batch": "many"}), "parent_id": "many"}
-                  for n in range(half, count)]
-        await client.result("tasks.create", waits)
-        deadline = asyncio.get_running_loop().time() + 60
-        while len(await client.result("tasks.list", {"waiting": True, "limit": 1000})) < count:
-            assert asyncio.get_running_loop().time() < deadline, "the 1,000 tasks never all waited"
-            await asyncio.sleep(0.1)
-        assert (await client.result("tasks.running.count", {}))["count"] == 0
-        busy = [{"id": "busy", "name": "busy", "schemas": {"method": "aggregate_results_executor"},
-                 "dependencies": [{"id": f"n{n}", "required": True} for n in range(busy_count)]}]
-        busy += [{"id": f"n{n}", "name": f"n{n}", "parent_id": "busy", "schemas": {"method": "noop_executor"}}
-                 for n in range(busy_count)]
-        await client.result("tasks.create", busy)
-        seen_running: set[str] = set()
-        deadline = asyncio.get_running_loop().time() + 30
-        while (await client.result("tasks.get", {"task_id": "busy"}))["status"] not in ("completed", "failed"):
-            seen_running.update(engine.running)
-            assert asyncio.get_running_loop().time() < deadline, "the busy tree did not end while the waits waited"
-            await asyncio.sleep(0.01)
-        assert (await client.result("tasks.get", {"task_id": "busy"}))["status"] == "completed"
-        assert not {tid for tid in seen_running if tid.startswith("w")}, "a waiting task took a slot"
-        # all 1,000 still wait, holding nothing
-        assert len(await client.result("tasks.list", {"waiting": True, "limit": 1000})) == count
-        assert (await client.result("tasks.running.count", {}))["count"] == 0
-        metrics = (await client.http.get("/metrics")).text
-        assert f'taskgrove_parked_tasks{{kind="input"}} {half}.0' in metrics
-        assert f'taskgrove_parked_tasks{{kind="event"}} {half}.0' in metrics
-        for first in range(0, half, 50):
-            answers = await asyncio.gather(*(client.result("tasks.respond", {"task_id": f"w{n}", "value": n})
-                                             for n in range(first, first + 50)))
-            assert all(answer["status"] == "resumed" for answer in answers)
-        emitted = await client.result("events.emit", {"name": "deployed", "payload": {"batch": "many"}})
-        assert emitted["resumed"] == half
-        done = await client.wait_status("many", ("completed", "failed"), timeout=60)
-        assert done["status"] == "completed" and done["result"]["count"] == count
-        assert await client.result("tasks.list", {"waiting": True}) == []
-        assert (await client.result("tasks.get", {"task_id": "w7"}))["result"] == 7
-        assert (await client.result("tasks.get", {"task_id": f"w{count - 1}"}))["result"] == {"batch": "many"}
-
-
 def event_waiter(tid: str, **inputs: Any) -> dict[str, Any]:
     return {"id": tid, "name": tid, "schemas": {"method": "event_wait_executor"}, "inputs": {"event": "deployed",
                                                                                             **inputs}}
@@ -333,6 +279,11 @@ def test_respond_and_emit_params_property(tmp_path: Any) -> None:
                                                    headers={"content-type": "application/json"}))
             assert response.status_code == 200, response.text
             answer = response.json()
+            try:  # NaN and Infinity are no JSON: such a body is refused whole, before any method
+                jsonlib.dumps(params, allow_nan=False)
+            except ValueError:
+                assert answer["error"]["code"] == -32700, answer
+                return
             if "error" in answer:
                 assert answer["error"]["code"] in (-32602, -32600, -32001), answer
             else:
