@@ -94,6 +94,59 @@ def test_depth_is_measured_without_recursion(depth: int) -> None:
     assert isinstance(stored, Unreadable) == (depth > jsonvalues.STORED_MAX_DEPTH)
 
 
+def _nesting(value: Any) -> int:
+    """How deep a parsed document nests (an object or array is one level)."""
+    if isinstance(value, dict):
+        return 1 + max(map(_nesting, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_nesting, value), default=0)
+    return 0
+
+
+@FAST
+@given(st.recursive(st.none() | st.integers() | st.text(alphabet='ab[]{}()"\\', max_size=4),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+                        st.text(alphabet='k[{"\\', max_size=3), inner, max_size=3), max_leaves=40),
+       st.integers(min_value=0, max_value=8))
+def test_depth_of_a_document_is_its_nesting(value: Any, limit: int) -> None:
+    """Brackets and quotes inside strings (escaped or not) never count; every level outside does."""
+    text = json.dumps(value).encode()
+    assert jsonvalues.too_deep(text, limit) == (_nesting(value) > limit)
+
+
+@FAST
+@given(st.binary(max_size=60).map(lambda raw: bytes(b'[]{}()\\"a,'[b % 10] for b in raw)),
+       st.integers(min_value=0, max_value=8))
+def test_depth_of_any_text_follows_the_string_grammar(text: bytes, limit: int) -> None:
+    """Malformed texts too (unbalanced brackets, a literal left open, a stray escape): the rule
+    that cuts literals out is the JSON string grammar, whichever way it is computed."""
+    assert jsonvalues.too_deep(text, limit) == (_depth_by_grammar(text) > limit)
+
+
+def _depth_by_grammar(text: bytes) -> int:
+    """The deepest running bracket count outside string literals, found one byte at a time by
+    the JSON string grammar (an escape hides the byte after it); a quote whose literal never
+    closes opens none (the bytes after it count)."""
+    depth = deepest = 0
+    i = 0
+    while i < len(text):
+        byte = text[i]
+        if byte == ord('"'):
+            end = i + 1
+            while end < len(text) and text[end] != ord('"'):
+                end += 2 if text[end] == ord("\\") else 1
+            if end < len(text):  # a complete literal: skipped
+                i = end + 1
+                continue
+        elif byte in b"[{(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in b"]})":
+            depth -= 1
+        i += 1
+    return deepest
+
+
 def test_deep_values_are_encoded_and_walked_without_recursion() -> None:
     deep: Any = "leaf"
     for _ in range(50_000):
