@@ -291,6 +291,11 @@ def _sqlite_fenced_writes(c: Connection, groups: Mapping[tuple[str, ...], list[W
     for keys, group in groups.items():
         sql = statements.fenced_write(keys).sqlite
         params = [(*(_sqlite_value(k, values[k]) for k in keys), tid, owner, epoch) for tid, epoch, values in group]
+        if len(group) == 1:  # applied or refused whole: nothing to undo, so no savepoint (a chain's every pass)
+            cursor.execute(sql, params[0])
+            if cursor.rowcount:
+                accepted.add(group[0][0])
+            continue
         cursor.execute(statements.GROUP_SAVEPOINT)
         cursor.executemany(sql, params)
         if cursor.rowcount == len(group):
