@@ -9,6 +9,7 @@ a new, empty SQLite database gets the newest schema without Alembic (storage/sql
 from __future__ import annotations
 
 import re
+import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,11 +31,28 @@ def is_sqlite(url: str) -> bool:
     return url.startswith("sqlite")
 
 
+def bind_cheaply() -> None:
+    """Give Python's sqlite3 module an adapter for None and for bools, so binding them is a
+    dictionary hit and a C call.
+
+    Why: sqlite3 binds only exact int, float and str without asking for an adapter. For any other
+    value (None, a bool) it looks one up, and with none registered it asks the value's protocol
+    for `__adapt__`, which raises and swallows an AttributeError, message formatted: about a
+    microsecond a value, and a task row binds some twenty NULLs on its way through a create and
+    a pass (3 % of a 1000-task chain's instructions). What is stored does not change: None is
+    still NULL (`{}.get` answers None for any value, at C speed), a bool still the integer 0 or 1.
+    Process-wide and idempotent; the adapters of other types are untouched.
+    """
+    sqlite3.register_adapter(type(None), {}.get)
+    sqlite3.register_adapter(bool, int)
+
+
 def create_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
     """An async engine for `url` (already in its async spelling, see Settings)."""
     # Stored JSON is read with read_stored, which never raises: one bad row (NaN, a lone
     # surrogate, text written by hand) is reported on that task instead of failing a whole read.
     if is_sqlite(url):
+        bind_cheaply()
         engine = create_async_engine(url, connect_args={"timeout": 30}, json_deserializer=read_stored)
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
@@ -59,6 +77,7 @@ def create_loop_engine(url: str) -> Engine | None:
 def _sync_engine(url: str, *pragmas: str) -> Engine | None:
     if not is_sqlite(url):
         return None
+    bind_cheaply()
     engine = sa_create_engine(url.replace("sqlite+aiosqlite://", "sqlite://", 1),
                               connect_args={"check_same_thread": False}, json_deserializer=read_stored)
 
