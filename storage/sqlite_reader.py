@@ -36,8 +36,11 @@ def _row_builder(processors: Sequence[tuple[str, Callable[[Any], Any]]],
         value = f"v[{index[name]}]"
         processor = calls.get(name)
         if processor is _stored_json:  # inlined: the call is most of its cost; JSON null (most
-            # stored `result`, `checkpoint`, `concurrency`, `rate_limit`...) needs no parser either
-            item = f"None if {value} is None or {value} == 'null' else read_stored({value})"
+            # stored `result`, `checkpoint`, `concurrency`, `rate_limit`...) needs no parser either,
+            # nor an empty object or array (most `inputs`, `params`, `dependencies`...): a new one
+            # each, as the parser would give
+            item = (f"None if {value} is None or {value} == 'null' else {{}} if {value} == '{{}}' "
+                    f"else [] if {value} == '[]' else read_stored({value})")
         elif processor is _stored_boolean:
             item = f"None if {value} is None else bool({value})"
         elif processor is not None:

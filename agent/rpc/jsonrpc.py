@@ -123,7 +123,7 @@ def parse_body(body: bytes, max_depth: int = jsonvalues.DEFAULT_MAX_DEPTH) -> js
 def valid_id(value: Any) -> bool:
     """JSON-RPC 2.0: a string, a number or null; we add finite (NaN and 1e400 are no JSON) and
     valid Unicode (an id is echoed back, so it must be sendable)."""
-    if value is None:
+    if value is None or type(value) is int:  # most ids, at once (a bool's type is bool)
         return True
     if isinstance(value, bool):
         return False
