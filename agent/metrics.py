@@ -26,6 +26,9 @@ REFUSAL_REASONS = ("pending", "rate")
 RETENTION_KINDS = ("trees", "tasks", "events", "idempotency_records")
 MAX_LLM_MODELS = 50  # models named in the taskgrove_llm_* series; later ones are counted as `other`
 TOP_USERS = 20  # users named in taskgrove_user_tasks; the rest are summed as `other`
+# (path, method, status) triples whose HTTP series are remembered (Metrics.http_series): the
+# paths a service answers are few, and a flood of distinct ones only stops the remembering.
+MAX_HTTP_KEYS = 1_000
 
 
 class Metrics:
@@ -95,6 +98,8 @@ class Metrics:
         self._known_executors: frozenset[str] = frozenset()
         # The children of the labelled series, looked up once (labels() takes a lock every call).
         self._children: dict[tuple[Any, ...], Any] = {}
+        # The two series of HTTP requests by (path, method, status): see http_series.
+        self._http: dict[tuple[str, str, int], tuple[Any, Any]] = {}
 
     def know_executors(self, ids: list[str]) -> None:
         self._known_executors = frozenset(ids)
@@ -139,6 +144,20 @@ class Metrics:
         """One JSON-RPC call answered (agent/rpc/jsonrpc.py call_one): `method` is already
         bounded (a known name or `other`), `outcome` is `ok` or `error`."""
         self.child(self.rpc_latency, method, outcome).observe(seconds)
+
+    def http_series(self, path: str, method: str, status: int) -> tuple[Any, Any]:
+        """The request counter and latency histogram an HTTP request counts in (HttpMetrics): its
+        surface from the path's first segment (SURFACES, else `other`), its method (HTTP_METHODS,
+        else `other`) and status code. Remembered per (path, method, status), up to MAX_HTTP_KEYS:
+        every request would otherwise cut its path up and look up two children again."""
+        series = self._http.get((path, method, status))
+        if series is None:
+            surface = SURFACES.get(path.strip("/").split("/", 1)[0], "other")
+            verb = method if method in HTTP_METHODS else "other"
+            series = (self.child(self.requests, surface, verb, str(status)), self.child(self.latency, surface, verb))
+            if len(self._http) < MAX_HTTP_KEYS:
+                self._http[(path, method, status)] = series
+        return series
 
     def retention_deleted(self, trees: int, tasks: int) -> None:
         """One retention batch deleted `trees` trees holding `tasks` tasks (agent/retention.py)."""
@@ -225,7 +244,6 @@ class HttpMetrics:
         try:
             await self.app(scope, receive, record)
         finally:
-            surface = SURFACES.get(scope["path"].strip("/").split("/", 1)[0], "other")
-            method = scope["method"] if scope["method"] in HTTP_METHODS else "other"
-            self.metrics.child(self.metrics.requests, surface, method, str(status)).inc()
-            self.metrics.child(self.metrics.latency, surface, method).observe(time.perf_counter() - started)
+            requests, latency = self.metrics.http_series(scope["path"], scope["method"], status)
+            requests.inc()
+            latency.observe(time.perf_counter() - started)

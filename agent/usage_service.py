@@ -42,7 +42,11 @@ def daily_usage(row: Mapping[str, Any]) -> dict[str, Any]:
 
 def tree_total(usages: Iterable[Any]) -> dict[str, Any]:
     """The usage of a whole tree as answers show it: the sum of its tasks' (zero calls when none
-    used an LLM)."""
+    used an LLM). Most trees used none (tasks.get of a root reads an empty list): their answer
+    is a fresh empty sum at once, which is what summing nothing shows (total_of is None, and an
+    empty sum has nothing for shown() to drop)."""
+    if isinstance(usages, list) and not usages:
+        return llm_usage.empty()
     return stored_usage.shown(llm_usage.total_of(usages) or llm_usage.empty())
 
 

@@ -25,6 +25,7 @@ from taskgrove.storage.attempts import Attempt
 from taskgrove.storage import statements
 from taskgrove.storage import usage as stored_usage
 from taskgrove.storage.connections import Connections
+from taskgrove.storage.jsonvalues import read_stored
 from taskgrove.storage.models import tasks_table as T
 from taskgrove.storage.models import with_defaults
 from taskgrove.storage.status import TASK_STATUSES
@@ -196,15 +197,16 @@ class TaskRepository:
 
     async def get_with_tree_usages(self, task_id: str) -> tuple[Row | None, list[Any] | None]:
         """A task and, for a root, the usages of its tree (tree_usages; None for a child): what
-        tasks.get shows. One read on PostgreSQL (statements.TASK_WITH_TREE_USAGES), where a
-        second would cost a round trip; two plain reads on SQLite, where it costs microseconds."""
-        if self.connections.pg is not None:
-            found = await self.connections.fast(statements.TASK_WITH_TREE_USAGES, (task_id,))
-            if found is not None:
-                if not found:
-                    return None, None
-                usages = found[0].pop("tree_usages")
-                return found[0], None if usages is None else _usages(usages)
+        tasks.get shows, in one read on both backends (statements.TASK_WITH_TREE_USAGES): a
+        round trip fewer on PostgreSQL, a statement fewer on SQLite. When the plain path does not
+        answer: the row, then for a root its tree's usages, each by its own usual path."""
+        found = await self.connections.fast(statements.TASK_WITH_TREE_USAGES, (task_id,))
+        if found is not None:
+            if not found:
+                return None, None
+            row = found[0]
+            usages = row.pop("tree_usages")
+            return row, None if usages is None else _usages(usages)
         row = await self.get(task_id)
         if row is None or row["parent_id"] is not None:
             return row, None
@@ -437,5 +439,11 @@ def _update_many_statement(keys: tuple[str, ...], only_status: tuple[str, ...] |
 
 
 def _usages(text: str) -> list[Any]:
-    """The usages of a tree from the JSON array TREE_USAGES makes."""
-    return [usage for usage in json.loads(text) if isinstance(usage, dict)]
+    """The usages of a tree from the JSON array TREE_USAGES (or TASK_WITH_TREE_USAGES) makes.
+    Most trees used no LLM: their empty array needs no parser; the others are read by the
+    storage's own reader (orjson where it reads as json does)."""
+    if text == "[]":
+        return []
+    found = read_stored(text)
+    # The database wrote the array (json_group_array, json_agg): never anything but a list here.
+    return [usage for usage in found if isinstance(usage, dict)] if isinstance(found, list) else []

@@ -22,9 +22,12 @@ from taskgrove.storage.statements import TASK_COLUMNS
 Row = dict[str, Any]
 
 
-def _row_builder(processors: Sequence[tuple[str, Callable[[Any], Any]]]) -> Callable[[Sequence[Any]], Row]:
+def _row_builder(processors: Sequence[tuple[str, Callable[[Any], Any]]],
+                 extra: Sequence[str] = ()) -> Callable[[Sequence[Any]], Row]:
     """A function from a DB-API tuple to the row dict, every processor applied: written out as
-    one dict display (a third of the cost of a zip and a loop over the processors)."""
+    one dict display (a third of the cost of a zip and a loop over the processors). `extra`:
+    the names of columns a statement selects after TASK_COLUMNS (a value it computes, such as
+    TASK_WITH_TREE_USAGES' `tree_usages`), kept as the driver gives them."""
     index = {name: i for i, name in enumerate(TASK_COLUMNS)}
     calls = dict(processors)
     scope: dict[str, Any] = {"read_stored": read_stored}
@@ -33,8 +36,11 @@ def _row_builder(processors: Sequence[tuple[str, Callable[[Any], Any]]]) -> Call
         value = f"v[{index[name]}]"
         processor = calls.get(name)
         if processor is _stored_json:  # inlined: the call is most of its cost; JSON null (most
-            # stored `result`, `checkpoint`, `concurrency`, `rate_limit`...) needs no parser either
-            item = f"None if {value} is None or {value} == 'null' else read_stored({value})"
+            # stored `result`, `checkpoint`, `concurrency`, `rate_limit`...) needs no parser either,
+            # nor an empty object or array (most `inputs`, `params`, `dependencies`...): a new one
+            # each, as the parser would give
+            item = (f"None if {value} is None or {value} == 'null' else {{}} if {value} == '{{}}' "
+                    f"else [] if {value} == '[]' else read_stored({value})")
         elif processor is _stored_boolean:
             item = f"None if {value} is None else bool({value})"
         elif processor is not None:
@@ -43,6 +49,7 @@ def _row_builder(processors: Sequence[tuple[str, Callable[[Any], Any]]]) -> Call
         else:
             item = value
         items.append(f"{name!r}: {item}")
+    items.extend(f"{name!r}: v[{i}]" for i, name in enumerate(extra, len(TASK_COLUMNS)))
     exec(f"def row(v):\n    return {{{', '.join(items)}}}", scope)  # noqa: S102 - our own column names
     return scope["row"]
 
@@ -69,6 +76,7 @@ class SqliteReader:
     cursor is closed), so no read transaction stays open; values are decoded by SQLAlchemy's own
     result processors for each column (JSON through jsonvalues.read_stored, booleans), so a row
     is exactly what the SQLAlchemy path returns, bad stored values reported the same way.
+    A statement may select columns after TASK_COLUMNS: they come last in the row, undecoded.
     `rows` returns None, having changed nothing, when the read should take the usual path
     instead: the database is busy (no waiting on the event loop: busy_timeout 0), any error
     (the usual path raises it as it always did), or more than INLINE_ROWS rows (large reads
@@ -81,6 +89,8 @@ class SqliteReader:
         self.path = path
         self._processors = processors
         self._row = _row_builder(processors)
+        # Row functions of the statements that select columns after TASK_COLUMNS, by their text.
+        self._wider: dict[str, Callable[[Sequence[Any]], Row]] = {}
         # One connection per thread (the app's event loop; tests may run loops in other threads).
         self._connections: dict[int, sqlite3.Connection] = {}
         self._lock = threading.Lock()
@@ -118,10 +128,13 @@ class SqliteReader:
         return conn
 
     def rows(self, sql: str, args: Sequence[Any]) -> list[Row] | None:
+        row = self._row
         try:
             cursor = self._connection().execute(sql, args)
             try:
                 raw = cursor.fetchmany(self.INLINE_ROWS + 1)
+                if raw and len(raw[0]) > len(TASK_COLUMNS):
+                    row = self._wider.get(sql) or self._wider_row(sql, cursor.description)
             finally:
                 cursor.close()
         except Exception:  # busy, or anything else: the usual path, which raises what it always did
@@ -129,9 +142,16 @@ class SqliteReader:
         if len(raw) > self.INLINE_ROWS:
             return None
         try:
-            return list(map(self._row, raw))
+            return list(map(row, raw))
         except Exception:  # a value no processor expected: the usual path decides what happens
             return None
+
+    def _wider_row(self, sql: str, description: Sequence[Sequence[Any]]) -> Callable[[Sequence[Any]], Row]:
+        """The row function of a statement that selects more than TASK_COLUMNS, made on its
+        first read (the names of its further columns from the cursor's description)."""
+        extra = tuple(column[0] for column in description[len(TASK_COLUMNS):])
+        row = self._wider[sql] = _row_builder(self._processors, extra)
+        return row
 
     def scalar(self, sql: str, args: Sequence[Any]) -> Any:
         """The first value of the first row of a read; None when it should take the usual path."""

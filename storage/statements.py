@@ -130,9 +130,11 @@ TREE_USAGES = Statement(
     "WHERE task_tree_id = $1 AND usage IS NOT NULL AND usage::text <> 'null'")
 
 TASK_WITH_TREE_USAGES = Statement(
-    "PostgreSQL: TASK_BY_ID and, for a root, TREE_USAGES of its tree as `tree_usages` (NULL for a child): "
-    "tasks.get in one round trip. Args: id.",
-    None,
+    "TASK_BY_ID and, for a root, TREE_USAGES of its tree as `tree_usages` (NULL for a child): tasks.get in "
+    "one read (one round trip on PostgreSQL; on SQLite one statement instead of two). Args: id.",
+    f"SELECT {', '.join(TASK_COLUMNS)}, CASE WHEN parent_id IS NULL THEN "
+    "(SELECT json_group_array(json(u.usage)) FROM tasks u WHERE u.task_tree_id = t.task_tree_id "
+    "AND u.usage IS NOT NULL AND u.usage <> 'null') END AS tree_usages FROM tasks t WHERE id = ?1",
     f"SELECT {', '.join(TASK_COLUMNS)}, CASE WHEN parent_id IS NULL THEN "
     "(SELECT coalesce(json_agg(u.usage), '[]'::json)::text FROM tasks u WHERE u.task_tree_id = t.task_tree_id "
     "AND u.usage IS NOT NULL AND u.usage::text <> 'null') END AS tree_usages FROM tasks t WHERE id = $1")

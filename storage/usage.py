@@ -28,7 +28,7 @@ PRICED_COST = "priced_cost_usd"
 
 def shown(usage: Any) -> Any:
     """A usage sum as answers show it (without PRICED_COST); anything else (None) as it is."""
-    if isinstance(usage, Mapping) and PRICED_COST in usage:
+    if usage is not None and isinstance(usage, Mapping) and PRICED_COST in usage:  # None: most tasks
         return {key: value for key, value in usage.items() if key != PRICED_COST}
     return usage
 

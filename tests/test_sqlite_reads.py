@@ -92,6 +92,38 @@ async def test_large_results_and_errors_take_the_sqlalchemy_path(client: Client,
     assert shown(await every_read(repo)) == expected
 
 
+async def test_a_task_with_its_tree_usages_is_what_the_usual_reads_give(client: Client) -> None:
+    """tasks.get's one plain read (statements.TASK_WITH_TREE_USAGES, a column after the task's):
+    the row and, for a root, its tree's usages, as the SQLAlchemy path reads them (None for a
+    child, nothing for a missing id; an empty list for a tree without LLM work)."""
+    from sqlalchemy import update
+
+    from taskgrove.storage.models import tasks_table
+
+    repo = client.services.repo
+    await client.result("tasks.create", [{"id": "r", "name": "r"}, {"id": "a", "name": "a", "parent_id": "r"},
+                                         {"id": "b", "name": "b", "parent_id": "r"}])
+    await client.result("tasks.create", [{"id": "plain", "name": "plain"}])
+    await client.runs_ended()
+    spent = {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7, "cost_usd": None, "calls": 1}
+    spend = update(tasks_table).where(tasks_table.c.id.in_(["a", "b"])).values(usage=spent)
+    await repo.transact(lambda c: c.execute(spend))
+    assert repo.connections.reader is not None
+    ids = ("r", "a", "plain", "missing")
+    fast = [await repo.get_with_tree_usages(tid) for tid in ids]
+    saved, repo.connections.reader = repo.connections.reader, None
+    try:
+        usual = [await repo.get_with_tree_usages(tid) for tid in ids]
+    finally:
+        repo.connections.reader = saved
+    assert shown(fast) == shown(usual)
+    assert [usages for _row, usages in fast] == [[spent, spent], None, [], None]
+    assert fast[0][0] == await repo.get("r") and "tree_usages" not in fast[0][0]
+    assert (await client.result("tasks.get", {"task_id": "r"}))["tree_usage"]["total_tokens"] == 14
+    assert (await client.result("tasks.get", {"task_id": "plain"}))["tree_usage"] == {
+        "prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0, "cost_usd": 0.0, "calls": 0}
+
+
 async def test_a_read_sees_what_was_just_committed(client: Client) -> None:
     await client.result("tasks.create", {"tasks": [{"id": "t", "name": "t"}]})
     for n in range(20):

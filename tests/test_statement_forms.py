@@ -337,13 +337,39 @@ def test_a_trees_usages_read_alike(twin: Twin) -> None:
     assert twin.alike(read("nobody")) == []
 
 
+def test_a_task_with_its_trees_usages_reads_alike(twin: Twin) -> None:
+    """TASK_WITH_TREE_USAGES: the row TASK_BY_ID reads and, for a root only, the array TREE_USAGES
+    reads (NULL for a child, no row for a missing id)."""
+    usage = {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7, "cost_usd": None, "calls": 1}
+    twin.both(tree([task("root"), task("a", usage=usage), task("b"), task("c", usage={**usage, "calls": 2})]))
+
+    def read(task_id: str) -> Callable[[Any], list[Any]]:
+        def run(c: Any) -> list[Any]:
+            found = []
+            for row in c.exec_driver_sql(statements.TASK_WITH_TREE_USAGES.form(c.dialect.name), (task_id,)):
+                *columns, usages = row
+                alone = c.exec_driver_sql(statements.TASK_BY_ID.form(c.dialect.name), (task_id,)).one()
+                assert _decoded(columns) == _decoded(alone)
+                found.append([_decoded(columns), None if usages is None else sorted(json.loads(usages), key=repr)])
+            return found
+        return run
+
+    assert twin.alike(read("root"))[0][1] == [usage, {**usage, "calls": 2}]
+    assert twin.alike(read("a"))[0][1] is None
+    assert twin.alike(read("nobody")) == []
+    twin.both(lambda c: c.execute(T.update().values(usage=None)))
+    assert twin.alike(read("root"))[0][1] == []
+
+
 def test_every_named_statement_of_two_forms_is_checked_here() -> None:
     """A statement added to storage/statements.py with both forms must be run by a test above."""
     both = {name for name, value in vars(statements).items()
             if isinstance(value, statements.Statement) and value.sqlite and value.postgresql}
     checked = {name for name, value in vars(statements).items() if any(value is s for s, _ in READS)}
-    # test_limited_claims_decide_alike, test_serialising_a_tree_changes_nothing_alike, test_a_trees_usages_read_alike
-    assert both - checked == {"ADD_RATE", "READ_RATE", "MOVE_RATE", "SERIALISE_TREE", "TREE_USAGES"}
+    # test_limited_claims_decide_alike, test_serialising_a_tree_changes_nothing_alike, test_a_trees_usages_read_alike,
+    # test_a_task_with_its_trees_usages_reads_alike
+    assert both - checked == {"ADD_RATE", "READ_RATE", "MOVE_RATE", "SERIALISE_TREE", "TREE_USAGES",
+                              "TASK_WITH_TREE_USAGES"}
 
 
 statuses = st.sampled_from(["pending", "in_progress", "completed", "failed", "cancelled"])

@@ -100,8 +100,10 @@ class JsonReply(Response):
 
     def __init__(self, content: Any, status_code: int = 200, headers: Mapping[str, str] | None = None) -> None:
         # An answer that is nothing but quota refusals is the HTTP 429 of the quota (docs/sharing.md,
-        # "Quotas and 429"): one check here for every JSON-RPC surface.
-        retry_after = quota_retry_after(content) if status_code == 200 else None
+        # "Quotas and 429"): one check here for every JSON-RPC surface. A single answer without an
+        # error (most of them) is none: it needs no look.
+        retry_after = quota_retry_after(content) \
+            if status_code == 200 and (type(content) is not dict or "error" in content) else None
         if retry_after is not None:
             status_code, headers = 429, {**(headers or {}), "Retry-After": str(retry_after)}
         super().__init__(content, status_code, headers)
@@ -121,7 +123,7 @@ def parse_body(body: bytes, max_depth: int = jsonvalues.DEFAULT_MAX_DEPTH) -> js
 def valid_id(value: Any) -> bool:
     """JSON-RPC 2.0: a string, a number or null; we add finite (NaN and 1e400 are no JSON) and
     valid Unicode (an id is echoed back, so it must be sendable)."""
-    if value is None:
+    if value is None or type(value) is int:  # most ids, at once (a bool's type is bool)
         return True
     if isinstance(value, bool):
         return False
