@@ -8,7 +8,8 @@ the figures are medians over the rounds of each build's per-round medians, with 
     .venv/bin/python bench/ab.py ../old . --rounds 8
 
 Per round and build: one-task trees (wall time a create), 1000-task fan-out, chain and diamond
-(wall time and the server's CPU from /proc), `tasks.get` and 5-task trees driven by wrk.
+(wall time and the server's CPU from /proc), `tasks.get`, `system.health` and 5-task trees driven
+by wrk.
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ def one_round(checkout: Path, args: argparse.Namespace) -> dict[str, float]:
         asyncio.run(wire._seed(server.url))
         figures["tasks.get req/s"] = wire.wrk(server.url + "/tasks", {
             "jsonrpc": "2.0", "id": 1, "method": "tasks.get", "params": {"task_id": "seed"}}, args.duration)
+        figures["system.health req/s"] = wire.wrk(server.url + "/system", {
+            "jsonrpc": "2.0", "id": 1, "method": "system.health"}, args.duration)
         figures["5-task trees tasks/s"], _ = wire.small_trees_wrk(server.url, args.duration, uuid.uuid4().hex[:6])
         return figures
     finally:
