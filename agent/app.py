@@ -20,7 +20,7 @@ from starlette.routing import Route
 from taskgrove.agent.a2a.front import LazySurface, a2a_routes
 from taskgrove.agent.bodylimit import BodyLimit
 from taskgrove.agent.container import Services
-from taskgrove.agent.edge import internal_error, rpc_endpoint
+from taskgrove.agent.edge import DirectRoutes, internal_error, rpc_endpoint
 from taskgrove.agent.metrics import HttpMetrics
 from taskgrove.agent.operations import operations_routes
 from taskgrove.agent.settings import Settings
@@ -50,11 +50,10 @@ def build_app(settings: Settings, *, registry: ExecutorRegistry | None = None) -
             await services.stop()
             tracing.shutdown()  # after the engine stopped: its last spans are flushed too
 
-    routes: list[Any] = [
-        Route("/tasks", rpc_endpoint(services, services.task_methods, "jsonrpc"), methods=["POST"]),
-    ]
+    rpc_routes = [Route("/tasks", rpc_endpoint(services, services.task_methods, "jsonrpc"), methods=["POST"])]
     if settings.enable_system_routes:
-        routes.append(Route("/system", rpc_endpoint(services, services.system_methods, "jsonrpc"), methods=["POST"]))
+        rpc_routes.append(Route("/system", rpc_endpoint(services, services.system_methods, "jsonrpc"), methods=["POST"]))
+    routes: list[Any] = [*rpc_routes]
     routes.append(ws_route(services))
     if settings.api_protocol == "graphql":
         from taskgrove.agent.graphql import graphql_routes  # lazy: strawberry loads only when enabled
@@ -69,6 +68,8 @@ def build_app(settings: Settings, *, registry: ExecutorRegistry | None = None) -
     routes.extend(operations_routes(services))
     routes.extend(a2a_routes(agent))
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={Exception: internal_error})
+    # Innermost: POST /tasks and /system past Starlette's ExceptionMiddleware and router (edge.DirectRoutes).
+    app.add_middleware(DirectRoutes, router=app.router, routes=rpc_routes)
     # In front of every route, ours and the A2A SDK's: body size and JSON depth.
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes, max_depth=settings.max_json_depth)
     # Outermost: every request counted and timed, refused ones included.

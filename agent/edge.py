@@ -9,11 +9,13 @@ header); `rpc_endpoint` is the POST endpoint of a JSON-RPC method table (/tasks,
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from starlette.requests import ClientDisconnect, HTTPConnection, Request
 from starlette.responses import Response
+from starlette.routing import Match, Route, Router
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from taskgrove.agent.auth import AuthError, authenticate
@@ -56,20 +58,40 @@ def content_type_problem(headers: Mapping[str, str]) -> RpcError | None:
     return RpcError(INVALID_REQUEST, detail, detail)
 
 
+# What one JSON-RPC call is told when it has been answered: Metrics.rpc_call (CallContext.observe).
+Observe = Callable[[str, str, float], None]
+# The cookies handed to authentication while JWT is off: it never reads them then (agent.auth.authenticate).
+_NO_COOKIES: Mapping[str, str] = MappingProxyType({})
+
+
 def call_context(request: Request, services: Services, surface: str,
-                 headers: Mapping[str, str] | None = None) -> CallContext | AuthError:
+                 headers: Mapping[str, str] | None = None, *, jwt_enabled: bool | None = None,
+                 envelope: Limits | None = None, observe: Observe | None = None) -> CallContext | AuthError:
     """Who is calling and with which LLM key; an AuthError is returned, not raised, so public
     methods can still be answered. A malformed X-LLM-API-KEY header raises RpcError (-32602).
-    `headers`: the request's, when the caller has them already (request_headers)."""
+    `headers`: the request's, when the caller has them already (request_headers); `jwt_enabled`,
+    `envelope`, `observe`: what the settings and metrics give, when the caller made them once
+    already (_RpcEndpoint does, per app, instead of per request)."""
     if headers is None:
         headers = request_headers(request.scope)
-    return header_context(headers, _Cookies(request), services, surface, request)
+    if jwt_enabled is None:
+        jwt_enabled = services.settings.jwt_enabled
+    return header_context(headers, request_cookies(request, jwt_enabled), services, surface, request,
+                          envelope=envelope, observe=observe)
+
+
+def request_cookies(request: HTTPConnection, jwt_enabled: bool) -> Mapping[str, str]:
+    """The cookies authentication is given: none while JWT is off, since agent.auth.authenticate
+    answers ANONYMOUS then without looking at them (a _Cookies a request is not worth building)."""
+    return _Cookies(request) if jwt_enabled else _NO_COOKIES
 
 
 def header_context(headers: Mapping[str, str], cookies: Mapping[str, str], services: Services, surface: str,
-                   request: Request | None = None) -> CallContext | AuthError:
+                   request: Request | None = None, *, envelope: Limits | None = None,
+                   observe: Observe | None = None) -> CallContext | AuthError:
     """call_context from headers alone (lower-case names): what gRPC metadata carries, too. A
-    malformed `traceparent` is dropped (the execution starts a trace of its own), never refused."""
+    malformed `traceparent` is dropped (the execution starts a trace of its own), never refused.
+    `envelope` and `observe`: limits(services) and services.metrics.rpc_call, unless given."""
     try:
         caller = authenticate(headers, cookies, services.settings)
     except AuthError as exc:
@@ -77,7 +99,8 @@ def header_context(headers: Mapping[str, str], cookies: Mapping[str, str], servi
     provider, key = _llm_key(headers)
     traceparent = headers.get("traceparent")
     return CallContext(caller=caller, surface=surface, llm_api_key=key, llm_provider=provider, request=request,
-                       limits=limits(services), observe=services.metrics.rpc_call,
+                       limits=limits(services) if envelope is None else envelope,
+                       observe=services.metrics.rpc_call if observe is None else observe,
                        traceparent=None if traceparent is None else tracing.parse_traceparent(traceparent))
 
 
@@ -210,6 +233,10 @@ class _RpcEndpoint:
         self.services = services
         self.methods = methods
         self.surface = surface
+        # Made once here, not per request: the settings are frozen and Metrics lives as long as the app.
+        self.envelope = limits(services)
+        self.observe: Observe = services.metrics.rpc_call
+        self.jwt_enabled = services.settings.jwt_enabled
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive, send)
@@ -224,14 +251,14 @@ class _RpcEndpoint:
         if refused is not None:
             return error_reply(body, refused, UNSUPPORTED_MEDIA_TYPE)
         try:
-            ctx = call_context(request, services, surface, headers)
+            ctx = call_context(request, services, surface, headers, jwt_enabled=self.jwt_enabled,
+                               envelope=self.envelope, observe=self.observe)
         except RpcError as exc:
             return error_reply(body, exc)
         if isinstance(ctx, AuthError):
             if not _only_public(body):
                 return unauthorized(ctx)
-            ctx = CallContext(surface=surface, request=request, limits=limits(services),
-                              observe=services.metrics.rpc_call)
+            ctx = CallContext(surface=surface, request=request, limits=self.envelope, observe=self.observe)
         elif (refusal := services.admission.admit_request(ctx, body)) is not None:
             return error_reply(body, refusal)  # every call refused: HTTP 429 (JsonReply)
         return await dispatch(body, self.methods, ctx)
@@ -260,3 +287,46 @@ async def read_body(request: Request) -> bytes:
 def rpc_endpoint(services: Services, methods: Mapping[str, Handler], surface: str) -> ASGIApp:
     """The POST endpoint of `methods` (a Route takes it as an ASGI app: see _RpcEndpoint)."""
     return _RpcEndpoint(services, methods, surface)
+
+
+class DirectRoutes:
+    """ASGI middleware, innermost of the app's own: a POST to exactly the path of one of `routes`
+    goes straight to that route's app, as the router would send it, with the scope keys the router
+    and route would set (`router`, `route`, `endpoint`, `path_params`); anything else goes on to
+    Starlette's ExceptionMiddleware and router unchanged.
+
+    Why: those two built a Request, wrapped the app and each send in closures and matched the path
+    against the routes one by one, on every call of /tasks and /system, for nothing: a JSON-RPC
+    endpoint (_RpcEndpoint) raises no HTTPException, the only thing ExceptionMiddleware answers,
+    and every other exception still reaches the app's server-error handler (internal_error) as it
+    did. A request with a root_path (a proxy's prefix) takes the router's way, which strips it.
+    """
+
+    def __init__(self, app: ASGIApp, router: Router, routes: Iterable[Route]) -> None:
+        self.app = app
+        self.router = router
+        self.routes = {route.path: route for route in routes
+                       if not route.param_convertors and _routed_first(router, route)}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        route = self.routes.get(scope["path"]) if scope["type"] == "http" else None
+        if route is None or scope["method"] != "POST" or scope.get("root_path"):
+            await self.app(scope, receive, send)
+            return
+        if "router" not in scope:
+            scope["router"] = self.router
+        scope["route"] = route
+        scope["endpoint"] = route.endpoint
+        scope["path_params"] = dict(scope.get("path_params", {}))  # what Route.matches hands on
+        await route.app(scope, receive, send)
+
+
+def _routed_first(router: Router, route: Route) -> bool:
+    """Whether the router sends a POST to exactly route.path to `route` (the first route matching
+    it fully) and the route takes POST: only then may DirectRoutes take the router's place."""
+    probe = {"type": "http", "path": route.path, "root_path": "", "method": "POST"}
+    for candidate in router.routes:
+        match, _ = candidate.matches(probe)
+        if match is Match.FULL:  # the router's choice; a partial match only counts when none is full
+            return candidate is route
+    return False
