@@ -50,17 +50,26 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        message = await receive()
-        if message["type"] == "http.request" and not message.get("more_body", False):
-            body = message.get("body", b"")  # the whole body in one message, as most are
-            if len(body) > self.max_bytes:
-                await self._too_large(scope, send)  # nothing more to drain
+        announced = _content_length(scope)
+        if announced is not None and announced > self.max_bytes * DRAIN_FACTOR:
+            await self._too_large(scope, send)  # not worth reading: the connection is cut
+            return
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return  # the client left before sending its body: nobody to answer
+            chunk = message.get("body", b"")
+            more = message.get("more_body", False)
+            size += len(chunk)
+            if size > self.max_bytes:
+                await self._drain(receive, size, more)
+                await self._too_large(scope, send)
                 return
-        else:
-            read = await self._read(scope, message, receive, send)
-            if read is None:
-                return
-            body = read
+            chunks.append(chunk)
+        body = b"".join(chunks)
         if jsonvalues.too_deep(body, self.max_depth):
             detail = (f"body is not valid JSON: it is nested deeper than {self.max_depth} levels "
                       "(the limit is SERVICE_MAX_JSON_DEPTH)")
@@ -68,31 +77,6 @@ class BodyLimit:
             await _answer(send, status, refusal(scope["path"], PARSE_ERROR, "Parse error", detail))
             return
         await self.app(scope, replaying(body, receive), send)
-
-    async def _read(self, scope: Scope, message: Message, receive: Receive, send: Send) -> bytes | None:
-        """The body that did not come in one message (`message` is the first), or None once
-        answered (413) or left by the client. Content-Length is looked at only here: a body in
-        one message is all in memory already, and its size is known without it."""
-        announced = _content_length(scope)
-        if announced is not None and announced > self.max_bytes * DRAIN_FACTOR:
-            await self._too_large(scope, send)  # not worth reading: the connection is cut
-            return None
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            if message["type"] == "http.disconnect":
-                return None  # the client left before sending its body: nobody to answer
-            chunk = message.get("body", b"")
-            more = message.get("more_body", False)
-            size += len(chunk)
-            if size > self.max_bytes:
-                await self._drain(receive, size, more)
-                await self._too_large(scope, send)
-                return None
-            chunks.append(chunk)
-            if not more:
-                return b"".join(chunks)
-            message = await receive()
 
     async def _drain(self, receive: Receive, size: int, more: bool) -> None:
         """Read and discard the rest of an oversized body, up to DRAIN_FACTOR times the limit."""
