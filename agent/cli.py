@@ -83,6 +83,7 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> None:
     configure_logging(settings.log_format, settings.log_level)
     app = build_app(settings)
     freeze_long_lived_objects()
+    keep_freed_memory()
     # uvicorn re-raises the signal that stopped it once shutdown is complete, to the handler in
     # place before it started: make that one a no-op, so a drained SIGTERM exits with status 0.
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -112,6 +113,33 @@ def freeze_long_lived_objects() -> None:
     gc.freeze()
     _, older, oldest = gc.get_threshold()
     gc.set_threshold(YOUNG_GC_THRESHOLD, older, oldest)
+
+
+# glibc malloc: freed memory at the top of the heap is kept up to this much before it is given back
+# to the system, and the heap grows by this much more than it needs (mallopt M_TRIM_THRESHOLD and
+# M_TOP_PAD). With the defaults (128 kB, adjusted as memory is freed) a 1000-task tree's answer and
+# reads gave their memory back and faulted it in again: ~700 page faults a fan-out tree on a server
+# that had served a few hundred small trees, against ~5 for 23da58d (bench/README.md, fifth round).
+KEEP_FREED_BYTES = 64 * 1024 * 1024
+GROW_BY_BYTES = 16 * 1024 * 1024
+_M_TRIM_THRESHOLD, _M_TOP_PAD = -1, -2  # glibc's <malloc.h>
+
+
+def keep_freed_memory() -> None:
+    """Tell glibc's malloc to keep freed memory (KEEP_FREED_BYTES, GROW_BY_BYTES) instead of
+    returning it to the system after every large request. Memory stays at what the busiest moment
+    needed, plus at most KEEP_FREED_BYTES. Once per process, at the entry point; nothing on a C
+    library without mallopt (musl, macOS)."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        mallopt = ctypes.CDLL(name).mallopt
+    except (OSError, AttributeError, TypeError):
+        return
+    mallopt(_M_TRIM_THRESHOLD, KEEP_FREED_BYTES)
+    mallopt(_M_TOP_PAD, GROW_BY_BYTES)
 
 
 def _run_remote(url: str, token: str | None, path: Path, as_json: bool, timeout: float | None) -> int:
