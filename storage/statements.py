@@ -121,23 +121,27 @@ GROUP_RELEASE = "RELEASE fenced_group"
 GROUP_UNDO = "ROLLBACK TO fenced_group"
 
 
+# The usages of the tree `tree` names, as one JSON array made by the database (`label`: its column
+# name, if any): written once per dialect, used alone (TREE_USAGES) and inside tasks.get's read
+# (TASK_WITH_TREE_USAGES).
+_SQLITE_USAGES_OF = ("SELECT json_group_array(json(u.usage)){label} FROM tasks AS u "
+                     "WHERE u.task_tree_id = {tree} AND u.usage IS NOT NULL AND u.usage <> 'null'")
+_PG_USAGES_OF = ("SELECT coalesce(json_agg(u.usage), '[]'::json)::text{label} FROM tasks AS u "
+                 "WHERE u.task_tree_id = {tree} AND u.usage IS NOT NULL AND u.usage::text <> 'null'")
+
 TREE_USAGES = Statement(
     "The `usage` of every task of a tree that has one, as one JSON array made by the database (one value "
     "to read, not a row per task; tasks.get shows their sum on a root). Args: task_tree_id.",
-    "SELECT json_group_array(json(usage)) AS usages FROM tasks "
-    "WHERE task_tree_id = ?1 AND usage IS NOT NULL AND usage <> 'null'",
-    "SELECT coalesce(json_agg(usage), '[]'::json)::text AS usages FROM tasks "
-    "WHERE task_tree_id = $1 AND usage IS NOT NULL AND usage::text <> 'null'")
+    _SQLITE_USAGES_OF.format(tree="?1", label=" AS usages"),
+    _PG_USAGES_OF.format(tree="$1", label=" AS usages"))
 
 TASK_WITH_TREE_USAGES = Statement(
     "TASK_BY_ID and, for a root, TREE_USAGES of its tree as `tree_usages` (NULL for a child): tasks.get in "
     "one read (one round trip on PostgreSQL; on SQLite one statement instead of two). Args: id.",
     f"SELECT {', '.join(TASK_COLUMNS)}, CASE WHEN parent_id IS NULL THEN "
-    "(SELECT json_group_array(json(u.usage)) FROM tasks u WHERE u.task_tree_id = t.task_tree_id "
-    "AND u.usage IS NOT NULL AND u.usage <> 'null') END AS tree_usages FROM tasks t WHERE id = ?1",
+    f"({_SQLITE_USAGES_OF.format(tree='t.task_tree_id', label='')}) END AS tree_usages FROM tasks AS t WHERE id = ?1",
     f"SELECT {', '.join(TASK_COLUMNS)}, CASE WHEN parent_id IS NULL THEN "
-    "(SELECT coalesce(json_agg(u.usage), '[]'::json)::text FROM tasks u WHERE u.task_tree_id = t.task_tree_id "
-    "AND u.usage IS NOT NULL AND u.usage::text <> 'null') END AS tree_usages FROM tasks t WHERE id = $1")
+    f"({_PG_USAGES_OF.format(tree='t.task_tree_id', label='')}) END AS tree_usages FROM tasks AS t WHERE id = $1")
 
 SERIALISE_TREE = Statement(
     "Make the transaction the only one changing a task's tree until it commits. Args: task id.",
