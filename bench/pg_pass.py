@@ -54,7 +54,7 @@ async def measure(url: str, links: int, flush: bool) -> None:
     started, cpu = time.perf_counter(), time.process_time()
     for i in range(1, links):
         found = await one_pass([(f"t{i - 1}", epoch, outcome)], [f"t{i}"])
-        assert [row[0] for row in found] == ["w", "c"], found  # the outcome stored, the next link claimed
+        assert [row[0] for row in found] == ["written", "claimed"], found  # the outcome stored, the next link claimed
         epoch = found[1][2]
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu
     await conn.close()
