@@ -60,9 +60,14 @@ async def test_a_waiting_keyed_task_holds_no_slot(app_factory: Any) -> None:
                             "SERVICE_CONCURRENCY_LIMITS": "one=1"}) as client:
         kids = [nap(f"k{i}", "root", 0.4, concurrency={"key": "one"}) for i in range(4)]
         await client.result("tasks.create", fan("root", kids))
-        await asyncio.sleep(0.1)
-        waiting = [await client.result("tasks.get", {"task_id": k["id"]}) for k in kids]
-        reasons = [t.get("waiting_for") for t in waiting if t["status"] == "pending"]
+        # Each pass with a free slot tries a queued kid; refused for its key, it waits without a
+        # slot and says so (until it starts). On a busy machine that takes a few passes: look again.
+        for _ in range(100):
+            await asyncio.sleep(0.02)
+            waiting = [await client.result("tasks.get", {"task_id": k["id"]}) for k in kids]
+            reasons = [t.get("waiting_for") for t in waiting if t["status"] == "pending"]
+            if reasons and all(r == "concurrency key one (1/1)" for r in reasons):
+                break
         assert reasons and all(r == "concurrency key one (1/1)" for r in reasons), waiting
         await client.result("tasks.create", [nap("free", None, 0.01)])
         free = await client.wait_status("free", ("completed",), timeout=5)
