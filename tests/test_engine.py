@@ -544,3 +544,22 @@ async def test_tasks_claimed_with_their_insert_keep_within_the_slots(app_factory
         assert sorted(a["status"] for a in answers) == ["in_progress"] * 2 + ["pending"] * 4, answers
         rows = [await client.wait_status(f"s{i}", ("completed",)) for i in range(6)]
     assert most_at_once(rows) == 2
+
+
+async def test_a_create_claims_only_the_slots_no_queued_task_would_take(app_factory: Any) -> None:
+    """PassLoop.reserve_for_insert, the rule itself: of the free slots, those the tasks queued now
+    would take are left to them (fair order); only plain tasks (no dependencies, key or rate) are
+    taken; held slots count until released; nothing while an executor has a cap."""
+    new = [{"id": f"n{i}", "status": "pending", "priority": 1, "created_at": f"2026-01-01T00:00:0{i}"} for i in range(3)]
+    new += [{"id": "dep", "status": "pending", "priority": 0, "created_at": "2026-01-01", "dependencies": [{"id": "n0"}]},
+            {"id": "keyed", "status": "pending", "priority": 0, "created_at": "2026-01-01", "concurrency": {"key": "k"}}]
+    async with app_factory({"SERVICE_MAX_CONCURRENCY": "3"}) as client:
+        passes = client.services.engine.passes
+        passes.ready.push((1, "2026-01-01", "queued", "no-such-tree"), None)  # one task waits for a slot
+        assert passes.reserve_for_insert(new) == ["n0", "n1"]
+        assert passes.reserve_for_insert(new) == []  # every free slot is held or promised
+        passes.release(["n0", "n1"])
+        assert passes.reserve_for_insert([{**new[2], "priority": 0}, *new[:2]]) == ["n2", "n0"]
+        passes.release(["n2", "n0"])
+    async with app_factory({"SERVICE_EXECUTOR_CONCURRENCY": "noop_executor=1"}) as client:
+        assert client.services.engine.passes.reserve_for_insert(new) == []

@@ -413,13 +413,14 @@ class PassLoop:
     def reserve_for_insert(self, rows: list[dict[str, Any]]) -> list[str]:
         """Tasks of a tree about to be inserted that this instance's next pass would claim anyway:
         claimed with the insert instead (storage/executions.py claimed_at_insert), which saves
-        the tree one transaction and a pass before its first attempt starts. Only when nothing
-        else waits for a slot (fair order is then moot), no executor has a cap, and only tasks
-        a plain claim takes (pending, no dependencies, no concurrency key or rate). Their slots
-        are held until `release` (the caller: once they started or the insert failed)."""
-        if self.stopping or self.ready or self.settings.executor_concurrency:
+        the tree one transaction and a pass before its first attempt starts. Only slots the
+        next pass would have left after taking every task queued now (so fair order takes
+        nothing from anyone), only while no executor has a cap, and only tasks a plain claim
+        takes (pending, no dependencies, no concurrency key or rate). Their slots are held until
+        `release` (the caller: once they started or the insert failed)."""
+        if self.stopping or self.settings.executor_concurrency:
             return []
-        free = self.settings.max_concurrency - len(self.running) - self.reserved
+        free = self.settings.max_concurrency - len(self.running) - self.reserved - len(self.ready)
         if free <= 0:
             return []
         plain = [row for row in rows if row["status"] == PENDING and not row.get("dependencies")
