@@ -86,8 +86,9 @@ class LogService:
                         break
                 if finished:
                     return
-                try:
-                    await asyncio.wait_for(subscription.get(), POLL_SECONDS)
+                try:  # asyncio.timeout, not wait_for: a cancel (the client went away) must end the stream
+                    async with asyncio.timeout(POLL_SECONDS):
+                        await subscription.get()
                 except TimeoutError:
                     pass
                 while not subscription.queue.empty():  # one read covers every wake-up so far

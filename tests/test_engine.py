@@ -563,3 +563,19 @@ async def test_a_create_claims_only_the_slots_no_queued_task_would_take(app_fact
         passes.release(["n2", "n0"])
     async with app_factory({"SERVICE_EXECUTOR_CONCURRENCY": "noop_executor=1"}) as client:
         assert client.services.engine.passes.reserve_for_insert(new) == []
+
+
+async def test_the_engine_loop_ends_when_cancelled_just_as_it_is_woken(app_factory: Any) -> None:
+    """Shutdown cancels the pass loop, often just after waking it. On Python 3.11 a cancel that
+    arrives in the same tick as the event `asyncio.wait_for` waits on is swallowed: the loop ran
+    on and shutdown waited for it forever (a test's app took 300 s to stop)."""
+    async with app_factory({}) as client:
+        passes = client.services.engine.passes
+        passes.retry_at("nobody", "no-tree", 3600)  # the loop's wait now has a timeout
+        passes.wake.set()
+        await asyncio.sleep(0.05)  # one pass, then the loop waits again
+        loop = next(job for job in asyncio.all_tasks() if job.get_name() == "taskgrove-engine")
+        passes.wake.set()
+        loop.cancel()
+        done, _ = await asyncio.wait([loop], timeout=2)
+        assert done, "the engine loop went on after its cancel"

@@ -36,9 +36,10 @@ async def follow_execution(repo: TaskRepository, subscription: Subscription, tre
     """
     try:
         while True:
-            try:
-                event = await asyncio.wait_for(subscription.get(), check_every)
-            except asyncio.TimeoutError:
+            try:  # asyncio.timeout, not wait_for: a cancel (the client went away) must end the stream
+                async with asyncio.timeout(check_every):
+                    event = await subscription.get()
+            except TimeoutError:
                 if await repo.transact(executions.running_execution, tree_id) is None:
                     yield await stored_final(repo, tree_id)
                     return

@@ -94,9 +94,10 @@ class PgNotifier:
         checked = 0.0
         try:
             while True:
-                try:
-                    batch = [await asyncio.wait_for(self._outbox.get(), PEER_CHECK_SECONDS)]
-                except asyncio.TimeoutError:
+                try:  # asyncio.timeout, not wait_for: see PassLoop.loop (a stop's cancel must end this)
+                    async with asyncio.timeout(PEER_CHECK_SECONDS):
+                        batch = [await self._outbox.get()]
+                except TimeoutError:
                     batch = []
                 while not self._outbox.empty():
                     batch.append(self._outbox.get_nowait())

@@ -112,9 +112,13 @@ class PassLoop:
 
     async def loop(self) -> None:
         while True:
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancel that arrives
+            # in the tick its event is set (shutdown wakes the loop, then cancels it), and the
+            # loop would run on with shutdown waiting for it.
             try:
-                await asyncio.wait_for(self.wake.wait(), self._next_due())
-            except asyncio.TimeoutError:
+                async with asyncio.timeout(self._next_due()):
+                    await self.wake.wait()
+            except TimeoutError:
                 pass
             # Let executors that are about to finish do so first: one pass then writes them all.
             await asyncio.sleep(0)

@@ -37,9 +37,10 @@ async def _next_change(subscription: Subscription, service: TaskService, tid: st
     """The next status event, or the stored task once it has ended without its event arriving;
     None when the task is gone."""
     while True:
-        try:
-            return await asyncio.wait_for(subscription.get(), CHECK_EVERY)
-        except asyncio.TimeoutError:
+        try:  # asyncio.timeout, not wait_for: a cancel (the client went away) must end the wait
+            async with asyncio.timeout(CHECK_EVERY):
+                return await subscription.get()
+        except TimeoutError:
             stored = await service_call(service.get, GetTask(tid), ctx.call)
             if stored is None or TaskStatusEnum(stored["status"]) in TERMINAL:
                 return stored

@@ -195,9 +195,10 @@ class McpSurface:
             started = await self.services.task_methods["tasks.execute"](arguments, call)
             root = wanted[0] = started["root_task_id"]
             while True:
-                try:
-                    event = await asyncio.wait_for(sub.get(), FOLLOW_POLL_SECONDS)
-                except asyncio.TimeoutError:
+                try:  # asyncio.timeout, not wait_for: a cancel must end the follow
+                    async with asyncio.timeout(FOLLOW_POLL_SECONDS):
+                        event = await sub.get()
+                except TimeoutError:
                     if await self.services.engine.following(root) is None:
                         break  # no execution of this tree runs any more (its final was missed)
                     continue
