@@ -64,7 +64,11 @@ async def empty_database(url: str) -> None:
 
     TRUNCATE, not DELETE: a DELETE is some 10 times cheaper here, but leaves every row dead until
     a vacuum, and CI's PostgreSQL runs without autovacuum, so some 860 tests' dead rows would
-    pile up under the later tests' reads."""
+    pile up under the later tests' reads.
+
+    Only the tables that hold a row are truncated: TRUNCATE gives each table (and each of its
+    indexes) new files, some 70 ms for all 13 tables, while most tests fill only a few; which
+    ones do is one query (an EXISTS per table, well under a millisecond)."""
     import asyncpg
 
     conn = await asyncpg.connect(url)
@@ -72,7 +76,10 @@ async def empty_database(url: str) -> None:
         tables = [r["tablename"] for r in await conn.fetch(
             "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'alembic_version'")]
         if tables:
-            await conn.execute("TRUNCATE " + ", ".join(f'"{t}"' for t in tables) + " CASCADE")
+            filled = [r["name"] for r in await conn.fetch(" UNION ALL ".join(
+                f"SELECT '{t}' AS name WHERE EXISTS (SELECT 1 FROM \"{t}\")" for t in tables))]
+            if filled:
+                await conn.execute("TRUNCATE " + ", ".join(f'"{t}"' for t in filled) + " CASCADE")
     finally:
         await conn.close()
 

@@ -143,6 +143,24 @@ class Service:
         return found
 
 
+def start_together(*services: Service, timeout: float = 30.0) -> tuple[Service, ...]:
+    """Start `services` at the same moment and wait until each answers: their start-ups (a second
+    or two of imports and migrations each) overlap instead of adding up. Instances on one empty
+    database starting at once is what tests/test_durability_e2e.py's
+    test_two_instances_started_at_once_on_an_empty_database_both_come_up checks on its own.
+    If one does not come up, every one of them is stopped."""
+    for service in services:
+        service.launch()
+    try:
+        for service in services:
+            service.ready(timeout)
+    except BaseException:
+        for service in services:
+            service.stop()
+        raise
+    return services
+
+
 @contextmanager
 def plain_and_guarded(work: Path, secret: str) -> Iterator[dict[str, Service]]:
     """Two services started side by side: "plain" (no JWT) and "jwt" (JWT on with `secret`), each

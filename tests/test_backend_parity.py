@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import POSTGRES_URL, postgres_database
-from tests.processes import Service
+from tests.processes import Service, start_together
 
 pytestmark = pytest.mark.skipif(not POSTGRES_URL, reason="needs TASKGROVE_TEST_POSTGRES_URL")
 
@@ -81,8 +81,7 @@ async def test_sqlite_and_postgresql_answer_alike(tmp_path: Path) -> None:
     async with postgres_database() as url:
         postgres = Service(tmp_path / "pg", {"SERVICE_DATABASE_URL": url}, name="postgres")
         try:
-            sqlite.start()
-            postgres.start()
+            start_together(sqlite, postgres)
             on_sqlite = await answers(sqlite)
             on_postgres = await answers(postgres)
         finally:

@@ -31,7 +31,7 @@ import httpx
 import pytest
 
 from tests.conftest import POSTGRES_URL, postgres_database
-from tests.processes import Service, contradictions
+from tests.processes import Service, contradictions, start_together
 
 needs_postgres = pytest.mark.skipif(not POSTGRES_URL, reason="needs TASKGROVE_TEST_POSTGRES_URL (set by .ci/run)")
 
@@ -237,8 +237,7 @@ async def pg_rows(url: str) -> list[dict[str, Any]]:
 async def two_instances_at_work(tmp_path: Path, url: str, marker: Path, seconds: float,
                                 started: int) -> AsyncIterator[tuple[Service, Service]]:
     """Instances A and B on one database, three trees created on A, `started` tasks done."""
-    a = Service(tmp_path, pg_env(url), "a").start()
-    b = Service(tmp_path, pg_env(url), "b").start()
+    a, b = start_together(Service(tmp_path, pg_env(url), "a"), Service(tmp_path, pg_env(url), "b"))
     try:
         for tree in trees(marker, 3, 8, seconds):
             await a.rpc("tasks.create", tree)
@@ -398,8 +397,8 @@ async def test_creates_cut_off_by_a_crash_can_be_resent_to_the_survivor(tmp_path
 
     marker = tmp_path / "ran.txt"
     async with postgres_database() as url:
-        a = Service(tmp_path, pg_env(url, {"SERVICE_CREATE_WAIT_TIMEOUT": "30"}), "a").start()
-        b = Service(tmp_path, pg_env(url, {"SERVICE_CREATE_WAIT_TIMEOUT": "30"}), "b").start()
+        env = pg_env(url, {"SERVICE_CREATE_WAIT_TIMEOUT": "30"})
+        a, b = start_together(Service(tmp_path, env, "a"), Service(tmp_path, env, "b"))
         try:
             forest = trees(marker, 5, 6, 0.3)
             calls = [asyncio.create_task(a.call("tasks.create", tree)) for tree in forest]

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import POSTGRES_URL, postgres_database
-from tests.processes import Service
+from tests.processes import Service, start_together
 
 needs_postgres = pytest.mark.skipif(not POSTGRES_URL, reason="needs TASKGROVE_TEST_POSTGRES_URL (set by .ci/run)")
 
@@ -38,8 +38,7 @@ async def run_copies(url: str) -> list[dict[str, Any]]:
 async def test_two_instances_on_one_postgres_database_run_each_slot_exactly_once(tmp_path: Path) -> None:
     async with postgres_database() as url:
         env = {"SERVICE_DATABASE_URL": url, "SERVICE_CREATE_WAIT_TIMEOUT": "10", "SERVICE_LEASE_SECONDS": "2"}
-        a = Service(tmp_path, env, "a").start()
-        b = Service(tmp_path, env, "b").start()
+        a, b = start_together(Service(tmp_path, env, "a"), Service(tmp_path, env, "b"))
         try:
             ids = []
             for n in range(SCHEDULES):

@@ -30,7 +30,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from tests.conftest import postgres_database
-from tests.processes import Service
+from tests.processes import Service, start_together
 from tests.servers import serve
 from tests.test_durability_e2e import command_task, needs_postgres
 
@@ -124,11 +124,11 @@ async def test_one_trace_across_two_services_a_kill_9_and_a_takeover(tmp_path: P
     marker = tmp_path / "ran.txt"
     async with otlp_receiver() as (endpoint, receiver), postgres_database() as url:
         b = Service(tmp_path, {"SERVICE_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'b.db'}",
-                               **traced(endpoint, "B")}, "b").start()
+                               **traced(endpoint, "B")}, "b")
         shared = {"SERVICE_DATABASE_URL": url, "SERVICE_CREATE_WAIT_TIMEOUT": "0", "SERVICE_LEASE_SECONDS": "2",
                   "SERVICE_COMMAND_ALLOWLIST": "sh", **traced(endpoint, "A")}
-        a1 = Service(tmp_path, shared, "a1").start()
-        a2 = Service(tmp_path, shared, "a2").start()
+        a1, a2 = Service(tmp_path, shared, "a1"), Service(tmp_path, shared, "a2")
+        start_together(b, a1, a2)
         try:
             async with httpx.AsyncClient(timeout=30) as http:
                 answer = (await http.post(f"{a1.url}/tasks", headers={"traceparent": TRACEPARENT}, json={

@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from tests.conftest import postgres_database
-from tests.processes import Service
+from tests.processes import Service, start_together
 from tests.test_durability_e2e import command_task, needs_postgres, pg_rows, side_effects, sqlite_rows, wait_until
 
 
@@ -167,8 +167,7 @@ async def two_instances(tmp_path: Path, lease_seconds: str) -> AsyncIterator[tup
     async with postgres_database() as url:
         env = {"SERVICE_DATABASE_URL": url, "SERVICE_CREATE_WAIT_TIMEOUT": "0", "SERVICE_COMMAND_ALLOWLIST": "sh",
                "SERVICE_LEASE_SECONDS": lease_seconds}
-        a = Service(tmp_path, env, "a").start()
-        b = Service(tmp_path, env, "b").start()
+        a, b = start_together(Service(tmp_path, env, "a"), Service(tmp_path, env, "b"))
         try:
             yield url, a, b
         finally:
