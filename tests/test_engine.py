@@ -523,7 +523,7 @@ async def test_a_create_claims_its_first_tasks_with_its_insert(app_factory: Any)
     claims (attempt 1, this instance's lease), and each runs once."""
     async with app_factory({"SERVICE_CREATE_WAIT_TIMEOUT": "0"}) as client:
         tree = flatten(await client.result("tasks.create", [
-            task("root", deps=["first", "then"], method=None), nap("first", 0.3, "root"),
+            task("root", deps=["first", "then"], method=None), nap("first", 0.5, "root"),
             nap("then", 0.0, "root", deps=["first"])]))
         assert tree["first"]["status"] == "in_progress" and tree["first"]["attempt"] == 1, tree["first"]
         assert tree["first"]["started_at"] >= tree["first"]["created_at"]
@@ -540,7 +540,7 @@ async def test_tasks_claimed_with_their_insert_keep_within_the_slots(app_factory
     from tests.test_limits import most_at_once
 
     async with app_factory({"SERVICE_CREATE_WAIT_TIMEOUT": "0", "SERVICE_MAX_CONCURRENCY": "2"}) as client:
-        answers = await asyncio.gather(*(client.result("tasks.create", [nap(f"s{i}", 0.3)]) for i in range(6)))
+        answers = await asyncio.gather(*(client.result("tasks.create", [nap(f"s{i}", 0.5)]) for i in range(6)))
         assert sorted(a["status"] for a in answers) == ["in_progress"] * 2 + ["pending"] * 4, answers
         rows = [await client.wait_status(f"s{i}", ("completed",)) for i in range(6)]
     assert most_at_once(rows) == 2
