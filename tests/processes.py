@@ -169,10 +169,9 @@ def plain_and_guarded(work: Path, secret: str) -> Iterator[dict[str, Service]]:
     plain = Service(work, {**common, "SERVICE_DATABASE_URL": f"sqlite:///{work / 'plain.db'}"}, "plain")
     guarded = Service(work, {**common, "SERVICE_DATABASE_URL": f"sqlite:///{work / 'jwt.db'}",
                              "SERVICE_JWT_SECRET": secret}, "jwt")
-    plain.launch()
-    guarded.launch()
+    start_together(plain, guarded)
     try:
-        yield {"plain": plain.ready(), "jwt": guarded.ready()}
+        yield {"plain": plain, "jwt": guarded}
     finally:
         plain.stop()
         guarded.stop()

@@ -31,7 +31,7 @@ import pytest
 import yaml
 
 from tests.fakellm import FakeLLMServer
-from tests.processes import Service
+from tests.processes import Service, start_together
 
 REPO = Path(__file__).resolve().parent.parent
 SHELL_BLOCK = re.compile(r"^```(?:sh|bash)\n(.*?)^```$", re.S | re.M)
@@ -170,7 +170,7 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service
         db.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, customer TEXT, total REAL, created_at TEXT)")
         db.execute("INSERT INTO orders VALUES (42, 'ACME', 1250.0, '2025-03-01')")
     fake = FakeLLMServer(default_marker="[[tree:valid]]").start()
-    remote = Service(work, {"SERVICE_DATABASE_URL": f"sqlite:///{work}/remote.db"}, name="remote").launch()
+    remote = Service(work, {"SERVICE_DATABASE_URL": f"sqlite:///{work}/remote.db"}, name="remote")
     service = Service(work, {
         "SERVICE_DATABASE_URL": f"sqlite:///{work}/taskgrove.db",
         "SERVICE_API_PROTOCOL": "graphql",
@@ -178,9 +178,9 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service
         "SERVICE_DB_CONNECTIONS": json.dumps({"shop": {"url": f"sqlite:///{shop}"}}),
         "SERVICE_LLM_BASE_URL": fake.base_url,
         "SERVICE_SECRET_KEY": "docs-examples-secret-key-of-some-length",
-    }).launch()
+    })
     try:
-        yield service.ready(), remote.ready()
+        yield start_together(service, remote)
     finally:
         service.stop()
         remote.stop()

@@ -448,10 +448,9 @@ async def test_sigterm_lets_running_tasks_finish_then_exits_0_and_the_rest_resum
 @needs_postgres
 async def test_two_instances_started_at_once_on_an_empty_database_both_come_up(tmp_path: Path) -> None:
     async with postgres_database() as url:
-        services = [Service(tmp_path, pg_env(url), f"s{n}").launch() for n in range(2)]
+        # One migrates under the advisory lock, the other finds nothing to do.
+        services = start_together(*(Service(tmp_path, pg_env(url), f"s{n}") for n in range(2)))
         try:
-            for service in services:
-                service.ready()  # one migrated under the advisory lock, the other found nothing to do
             for n, service in enumerate(services):
                 await service.rpc("tasks.create", [{"id": f"t{n}", "name": "t", "schemas": {
                     "method": "noop_executor"}}], timeout=30)

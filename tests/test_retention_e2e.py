@@ -23,7 +23,7 @@ import pytest
 
 from taskgrove.storage import statements
 from tests.conftest import POSTGRES_URL, postgres_database
-from tests.processes import Service
+from tests.processes import Service, start_together
 from tests.test_durability_e2e import pg_env, wait_until
 
 pytestmark = pytest.mark.skipif(not POSTGRES_URL, reason="needs TASKGROVE_TEST_POSTGRES_URL (set by .ci/run)")
@@ -101,10 +101,9 @@ class Database:
 
 @contextlib.asynccontextmanager
 async def instances(tmp_path: Path, url: str, extra: dict[str, str]) -> AsyncIterator[tuple[Service, Service]]:
-    a = Service(tmp_path, pg_env(url, extra), "a").launch()
-    b = Service(tmp_path, pg_env(url, extra), "b").launch()
+    a, b = start_together(Service(tmp_path, pg_env(url, extra), "a"), Service(tmp_path, pg_env(url, extra), "b"))
     try:
-        yield a.ready(), b.ready()
+        yield a, b
     finally:
         a.stop()
         b.stop()
