@@ -358,6 +358,24 @@ def test_a_waiting_task_is_answered_from_its_form(services: dict[str, Service], 
     assert rpc(service, "tasks.get", {"task_id": "ask-approve"})["result"] == {"approved": True}
 
 
+def expect_node_status(page: Page, service: Service, task_id: str, status: str) -> None:
+    """Wait until the task's node shows `status`; when it never does, fail with what the page shows
+    (the node, the form's error line) beside what the service stored, so that a failure says
+    whether the page missed an event or the task itself is stuck."""
+    try:
+        expect(node(page, task_id)).to_have_attribute("data-status", status, timeout=WAIT_MS)
+    except AssertionError as exc:
+        stored = rpc(service, "tasks.get", {"task_id": task_id})
+        shown = node(page, task_id)
+        problem = page.get_by_test_id("answer-error")
+        raise AssertionError(
+            f"{exc}\nnode: data-status={shown.get_attribute('data-status')} "
+            f"data-waiting={shown.get_attribute('data-waiting')}; form error: "
+            f"{problem.inner_text() if problem.count() and problem.is_visible() else None}\nstored: "
+            f"{ {k: stored.get(k) for k in ('status', 'waiting', 'attempt', 'result', 'error', 'updated_at')} }"
+        ) from None
+
+
 def test_the_form_follows_the_schema(services: dict[str, Service], page: Page) -> None:
     service = services["plain"]
     schemas: dict[str, Any] = {
@@ -386,7 +404,7 @@ def test_the_form_follows_the_schema(services: dict[str, Service], page: Page) -
         completed (the page follows /ws) before the next form is opened."""
         form.get_by_test_id("answer-send").click()
         if name is not None:
-            expect(node(page, f"form-{name}")).to_have_attribute("data-status", "completed", timeout=WAIT_MS)
+            expect_node_status(page, service, f"form-{name}", "completed")
 
     form = open_form("text")
     expect(form.get_by_test_id("answer-value")).to_have_attribute("type", "text")
