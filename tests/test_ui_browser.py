@@ -7,6 +7,7 @@ the service (Service.wait_status polls): nothing is read right after an action a
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from collections.abc import Iterator
@@ -356,6 +357,46 @@ def test_a_waiting_task_is_answered_from_its_form(services: dict[str, Service], 
     expect(node(page, "ask-approve")).not_to_have_attribute("data-waiting", "input")
     expect(page.get_by_test_id("answer-form")).to_have_count(0, timeout=WAIT_MS)
     assert rpc(service, "tasks.get", {"task_id": "ask-approve"})["result"] == {"approved": True}
+
+
+def test_typing_into_the_form_keeps_its_focus_while_the_detail_fills_in(services: dict[str, Service],
+                                                                        page: Page) -> None:
+    """The detail draws at once and adds the attempts table when tasks.attempts answers. That answer
+    is held here until the person has begun typing: adding the table must not move the form, or the
+    field loses its focus and the rest of what they type goes nowhere (the form then sends null)."""
+    service = services["plain"]
+    rpc(service, "tasks.create", {"tasks": [
+        {"id": "typing", "name": "typing", "schemas": {"method": "human_input_executor"},
+         "inputs": {"prompt": "give a ratio", "schema": {"type": "number"}}}]})
+    wait_parked(service, "typing")
+    held: list[Any] = []
+
+    def hold_its_attempts(route: Any) -> None:
+        body = json.loads(route.request.post_data or "{}")
+        if body.get("method") == "tasks.attempts" and body.get("params") == {"task_id": "typing"}:
+            held.append(route)
+        else:
+            route.continue_()
+
+    page.route("**/tasks", hold_its_attempts)
+    page.goto(f"{service.url}/ui#/tree/typing")
+    node(page, "typing").click()
+    expect(page.get_by_test_id("answer-prompt")).to_have_text("give a ratio", timeout=WAIT_MS)
+    value = page.get_by_test_id("answer-value")
+    value.click()
+    page.keyboard.type("0.2")
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while not held:  # the detail's request for the attempts table, held since the detail was drawn
+        assert time.monotonic() < deadline, "the detail never asked for its attempts"
+        page.wait_for_timeout(50)
+    for route in held:
+        route.continue_()
+    expect(page.get_by_test_id("attempts")).to_be_visible(timeout=WAIT_MS)
+    page.keyboard.type("5")
+    expect(value).to_have_value("0.25")
+    expect(value).to_be_focused()
+    page.get_by_test_id("answer-send").click()
+    assert wait_status(service, "typing", ("completed",))["result"] == 0.25
 
 
 def expect_node_status(page: Page, service: Service, task_id: str, status: str) -> None:

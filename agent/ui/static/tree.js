@@ -106,12 +106,14 @@ export async function showTree(main, rootId, notify, go, current) {
       ? answerForm(task, () => { notify(`Answered ${task.name}`, "info"); if (selected === id) showDetail(id); })
       : null;
     const logs = logsSection(task);
-    detail.replaceChildren(h("h2", {}, task.name), answer, h("p", {class: "actions"}, buttons), fields, logs);
-    const durations = await attemptsTable(id).catch(() => null);
-    if (selected !== id) return;
     // (replaceChildren would show a null as the text "null": absent parts are left out)
-    detail.replaceChildren(...[h("h2", {}, task.name), answer, h("p", {class: "actions"}, buttons), fields, durations,
-                               logs].filter(Boolean));
+    detail.replaceChildren(...[h("h2", {}, task.name), answer, h("p", {class: "actions"}, buttons), fields, logs]
+      .filter(Boolean));
+    const durations = await attemptsTable(id).catch(() => null);
+    if (selected !== id || !durations) return;
+    // Put in place, not by drawing the detail again: moving the answer form would take the focus
+    // from whoever is typing into it, and their next keystrokes would go nowhere.
+    fields.after(durations);
   }
 
   main.replaceChildren(
