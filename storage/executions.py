@@ -23,7 +23,7 @@ import json
 import operator
 import sqlite3
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
@@ -483,15 +483,21 @@ def count_unfinished(c: Connection, owner: str | None, at_most: int) -> int:
 
 def insert_tree(c: Connection, rows: Sequence[Mapping[str, Any]], user_id: str | None, owner: str, until: str,
                 stamp: str, webhook: Mapping[str, Any] | None = None, quota: Quota | None = None,
-                traceparent: str | None = None) -> Row:
+                traceparent: str | None = None, claims: Collection[str] = ()) -> Row:
     """A new tree and its execution (in the trace `traceparent`, agent/tracing.py), atomically
     (IntegrityError when an id is taken: the tree's, or a running execution's of a tree with the
     same root id). With a `quota`, the owner's unfinished tasks are counted in the same call
-    (on PostgreSQL in the insert's own statement): OverQuota, nothing stored, when they would not fit."""
+    (on PostgreSQL in the insert's own statement): OverQuota, nothing stored, when they would not fit.
+
+    `claims`: ids of pending tasks without dependencies, stored already claimed by `owner`
+    (claimed_at_insert); the execution returned then holds their tokens under "claimed"."""
     root = rows[0]
     execution = _new_execution(root["task_tree_id"], root["id"], user_id, owner, until, stamp, webhook, traceparent)
     full = [with_defaults({**row, "execution_id": execution["id"]} if row["status"] == TaskStatus.PENDING else row)
             for row in rows]
+    if claims:
+        full = [claimed_at_insert(row, owner, until, stamp) if row["id"] in claims else row for row in full]
+        execution["claimed"] = {row["id"]: token_of(row) for row in full if row["id"] in claims}
     if c.dialect.name == "sqlite":
         unfinished = count_unfinished(c, quota.owner, quota.limit) if quota else 0
         if quota is None or unfinished + quota.adding <= quota.limit:
@@ -501,6 +507,24 @@ def insert_tree(c: Connection, rows: Sequence[Mapping[str, Any]], user_id: str |
     if quota is not None and unfinished + quota.adding > quota.limit:
         raise OverQuota(quota, unfinished)  # nothing was stored
     return execution
+
+
+def claimed_at_insert(row: Mapping[str, Any], owner: str, until: str, stamp: str) -> Row:
+    """A new task's full row as a claim by `owner` at `stamp` leaves it (the values statements.claim
+    and its PostgreSQL form set): the task is stored in progress, so its tree's first pass has
+    nothing to claim. Only for a pending task without dependencies of a tree being inserted with
+    its execution, which is what the claim's conditions then come to."""
+    assert row["status"] == TaskStatus.PENDING and not row["dependencies"] and row["next_attempt_at"] is None
+    return {**row, "status": TaskStatus.IN_PROGRESS.value, "progress": 0.0, "result": None, "error": None,
+            "started_at": stamp, "completed_at": None, "updated_at": stamp, "next_attempt_at": None,
+            "lease_owner": owner, "lease_expires_at": until, "lease_epoch": row["lease_epoch"] + 1,
+            "attempt": row["attempt"] + 1}
+
+
+def token_of(row: Mapping[str, Any]) -> Row:
+    """What a claim returns for a task it claimed (statements.claim's RETURNING): its fencing epoch,
+    the attempt and the checkpoint the attempt resumes from."""
+    return {"lease_epoch": row["lease_epoch"], "attempt": row["attempt"], "checkpoint": row["checkpoint"]}
 
 
 def end_execution(c: Connection, execution_id: str, owner: str, version: str, stamp: str) -> str | None:

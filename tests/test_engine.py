@@ -513,6 +513,58 @@ async def test_an_executor_sees_its_task_as_the_wire_shows_it_at_start(make_sett
     assert set(seen["task"]) >= {"id", "name", "status", "inputs", "params", "schemas", "dependencies"}
 
 
+def nap(tid: str, seconds: float, parent: str | None = None, deps: list[Any] | None = None) -> dict[str, Any]:
+    return task(tid, parent, deps, method="sleep_executor", inputs={"seconds": seconds})
+
+
+async def test_a_create_claims_its_first_tasks_with_its_insert(app_factory: Any) -> None:
+    """With a slot free, the tasks a tree may start at once are claimed in the create's own
+    transaction: the create's answer (at once here) shows them in progress, claimed as a pass
+    claims (attempt 1, this instance's lease), and each runs once."""
+    async with app_factory({"SERVICE_CREATE_WAIT_TIMEOUT": "0"}) as client:
+        tree = flatten(await client.result("tasks.create", [
+            task("root", deps=["first", "then"], method=None), nap("first", 0.5, "root"),
+            nap("then", 0.0, "root", deps=["first"])]))
+        assert tree["first"]["status"] == "in_progress" and tree["first"]["attempt"] == 1, tree["first"]
+        assert tree["first"]["started_at"] >= tree["first"]["created_at"]
+        assert tree["then"]["status"] == "pending" and tree["root"]["status"] == "pending"
+        done = await client.wait_status("root", ("completed",))
+        attempts = await client.result("tasks.attempts", {"task_id": "first"})
+    assert done["status"] == "completed"
+    assert [a["attempt"] for a in attempts] == [1], attempts
+
+
+async def test_tasks_claimed_with_their_insert_keep_within_the_slots(app_factory: Any) -> None:
+    """Creates arriving together each claim at most the slots still free (held until their
+    tasks start); the rest wait pending for a pass, as before."""
+    from tests.test_limits import most_at_once
+
+    async with app_factory({"SERVICE_CREATE_WAIT_TIMEOUT": "0", "SERVICE_MAX_CONCURRENCY": "2"}) as client:
+        answers = await asyncio.gather(*(client.result("tasks.create", [nap(f"s{i}", 0.5)]) for i in range(6)))
+        assert sorted(a["status"] for a in answers) == ["in_progress"] * 2 + ["pending"] * 4, answers
+        rows = [await client.wait_status(f"s{i}", ("completed",)) for i in range(6)]
+    assert most_at_once(rows) == 2
+
+
+async def test_a_create_claims_only_the_slots_no_queued_task_would_take(app_factory: Any) -> None:
+    """PassLoop.reserve_for_insert, the rule itself: of the free slots, those the tasks queued now
+    would take are left to them (fair order); only plain tasks (no dependencies, key or rate) are
+    taken; held slots count until released; nothing while an executor has a cap."""
+    new = [{"id": f"n{i}", "status": "pending", "priority": 1, "created_at": f"2026-01-01T00:00:0{i}"} for i in range(3)]
+    new += [{"id": "dep", "status": "pending", "priority": 0, "created_at": "2026-01-01", "dependencies": [{"id": "n0"}]},
+            {"id": "keyed", "status": "pending", "priority": 0, "created_at": "2026-01-01", "concurrency": {"key": "k"}}]
+    async with app_factory({"SERVICE_MAX_CONCURRENCY": "3"}) as client:
+        passes = client.services.engine.passes
+        passes.ready.push((1, "2026-01-01", "queued", "no-such-tree"), None)  # one task waits for a slot
+        assert passes.reserve_for_insert(new) == ["n0", "n1"]
+        assert passes.reserve_for_insert(new) == []  # every free slot is held or promised
+        passes.release(["n0", "n1"])
+        assert passes.reserve_for_insert([{**new[2], "priority": 0}, *new[:2]]) == ["n2", "n0"]
+        passes.release(["n2", "n0"])
+    async with app_factory({"SERVICE_EXECUTOR_CONCURRENCY": "noop_executor=1"}) as client:
+        assert client.services.engine.passes.reserve_for_insert(new) == []
+
+
 async def test_the_engine_loop_ends_when_cancelled_just_as_it_is_woken(app_factory: Any) -> None:
     """Shutdown cancels the pass loop, often just after waking it. On Python 3.11 a cancel that
     arrives in the same tick as the event `asyncio.wait_for` waits on is swallowed: the loop ran

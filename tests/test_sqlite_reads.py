@@ -208,7 +208,7 @@ async def test_small_transactions_run_on_the_event_loop_and_never_wait_there(cli
     while repo.connections._queued:  # the service's first looks at the database (schedules) are done
         await asyncio.sleep(0.01)
     await client.result("tasks.create", {"tasks": [{"id": "first", "name": "first"}]})
-    assert here and all(here)  # insert, claim, outcome: each on the loop's thread
+    assert here and all(here)  # the insert (with its task's claim), the outcome: each on the loop's thread
     # On the loop's thread a statement never waits for a lock: it fails at once instead.
     assert repo.connections.run_here(lambda c: c.exec_driver_sql("PRAGMA busy_timeout").scalar(), ()) == (True, 0)
 

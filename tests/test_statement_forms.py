@@ -183,6 +183,27 @@ def test_the_claim_decides_alike_on_leases_retries_and_owners(twin: Twin) -> Non
     twin.alike(stored)
 
 
+def test_a_task_claimed_with_its_trees_insert_is_stored_as_a_claim_leaves_it(twin: Twin) -> None:
+    """executions.insert_tree(claims=...) stores its claimed tasks as the claim statement would
+    have left them right after the insert, on both backends, and answers the same tokens."""
+    rows = [task("root", [{"id": "a"}, {"id": "b"}]), task("a", priority=0), task("b"), task("c", [{"id": "a"}])]
+
+    def insert_claiming(c: Any) -> dict[str, Any]:
+        execution = executions.insert_tree(c, rows, None, OWNER, UNTIL, STAMP, claims={"a", "b"})
+        c.execute(X.update().where(X.c.id == execution["id"]).values(id="e-root"))
+        c.execute(T.update().where(T.c.execution_id == execution["id"]).values(execution_id="e-root"))
+        return execution["claimed"]
+
+    tokens = twin.alike(insert_claiming)
+    assert tokens == {"a": {"lease_epoch": 1, "attempt": 1, "checkpoint": None},
+                      "b": {"lease_epoch": 1, "attempt": 1, "checkpoint": None}}
+    claimed_at_insert = twin.alike(stored)
+    twin.both(clear)
+    twin.both(tree(rows))
+    assert twin.alike(claim(["a", "b", "c"])) == tokens  # c waits for a
+    assert twin.alike(stored) == claimed_at_insert
+
+
 def test_a_claim_of_more_ids_than_one_list_holds_decides_alike(twin: Twin) -> None:
     rows = [task("root", status="completed")] + [task(f"t{i:04}", [{"id": f"t{i - 1:04}"}] if i % 2 else None)
                                                 for i in range(1100)]

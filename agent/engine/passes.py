@@ -101,6 +101,7 @@ class PassLoop:
         self._key_waiters: dict[str, set[tuple[str, str]]] = {}
         self.waiting_for: dict[str, str] = {}  # task id -> why it waits (tasks.get shows it)
         self.capped = 0  # ready tasks held back by SERVICE_EXECUTOR_CONCURRENCY in the last pass
+        self.reserved = 0  # slots held for tasks claimed with their tree's insert, until they start
         # Deadlines of parked tasks (engine/waits.py): (monotonic time, id, tree_id), and each
         # task's latest, so a rebuild that finds it parked again adds no second timer.
         self._wakes: list[tuple[float, str, str]] = []
@@ -377,7 +378,7 @@ class PassLoop:
         """As many runnable tasks as there are free slots, in fair order, within the executors' caps."""
         if self.stopping:
             return []  # shutting down: what has not started is left for the next start
-        free = self.settings.max_concurrency - len(self.running)
+        free = self.settings.max_concurrency - len(self.running) - self.reserved
         ready = self.ready
         if not ready or free <= 0:
             self.capped = 0
@@ -412,6 +413,31 @@ class PassLoop:
             self.ready.push(item, user_id)
         self.capped = len(deferred)  # these wait for a task of their executor to end, not for a pass
         return taken
+
+    def reserve_for_insert(self, rows: list[dict[str, Any]]) -> list[str]:
+        """Tasks of a tree about to be inserted that this instance's next pass would claim anyway:
+        claimed with the insert instead (storage/executions.py claimed_at_insert), which saves
+        the tree one transaction and a pass before its first attempt starts. Only slots the
+        next pass would have left after taking every task queued now (so fair order takes
+        nothing from anyone), only while no executor has a cap, and only tasks a plain claim
+        takes (pending, no dependencies, no concurrency key or rate). Their slots are held until
+        `release` (the caller: once they started or the insert failed)."""
+        if self.stopping or self.settings.executor_concurrency:
+            return []
+        free = self.settings.max_concurrency - len(self.running) - self.reserved - len(self.ready)
+        if free <= 0:
+            return []
+        plain = [row for row in rows if row["status"] == PENDING and not row.get("dependencies")
+                 and not row.get("next_attempt_at") and not row.get("concurrency") and not row.get("rate_limit")]
+        if len(plain) > free:  # the pass's order within a tree: priority, then creation
+            plain.sort(key=lambda row: (row["priority"], row["created_at"]))
+        ids = [row["id"] for row in plain[:free]]
+        self.reserved += len(ids)
+        return ids
+
+    def release(self, ids: list[str]) -> None:
+        """Slots held by reserve_for_insert are free again (their tasks started, or were never stored)."""
+        self.reserved -= len(ids)
 
     # --- writing --------------------------------------------------------------------------
 

@@ -193,6 +193,15 @@ class TreeRun:
         self._dirty.update(dependents)
         self._rescan.update(dependents)
 
+    def take(self, ids: Iterable[str]) -> list[str]:
+        """Of `ids`, the tasks that wait here, queued now to start at once: they were claimed
+        outside a pass (with their tree's insert)."""
+        taken = [tid for tid in ids if tid in self.waiting]
+        for tid in taken:
+            self.waiting.discard(tid)
+            self.queued.add(tid)
+        return taken
+
     def started(self, tid: str) -> None:
         self.queued.discard(tid)
         self.active.add(tid)

@@ -149,14 +149,20 @@ class RunKeeper:
 
     async def create_and_execute(self, rows: list[dict[str, Any]], call: Mapping[str, Any],
                                  quota: executions.Quota | None = None) -> TreeRun:
-        """Store a new tree and its execution in one transaction, then run it (see Engine)."""
+        """Store a new tree and its execution in one transaction, then run it (see Engine); the
+        tasks it may start at once are claimed in that transaction too (PassLoop.reserve_for_insert)."""
         stamp = now_iso()
-        # A new tree cannot be any run's yet: the insert needs no lock, so creates run side by side.
-        execution = await self.repo.transact(executions.insert_tree, rows, call.get("user_id"), self.instance_id,
-                                        self.lease_until(), stamp, None, quota,
-                                        tracing.stored_traceparent(call.get("traceparent")),
-                                        inline=may_use_loop_thread(len(rows)))
-        return await self.run_inserted(execution, rows, call)
+        # Its first runnable tasks are claimed with the insert when a slot is free for them anyway.
+        claims = self.passes.reserve_for_insert(rows)
+        try:
+            # A new tree cannot be any run's yet: the insert needs no lock, so creates run side by side.
+            execution = await self.repo.transact(executions.insert_tree, rows, call.get("user_id"), self.instance_id,
+                                                 self.lease_until(), stamp, None, quota,
+                                                 tracing.stored_traceparent(call.get("traceparent")), set(claims),
+                                                 inline=may_use_loop_thread(len(rows)))
+            return await self.run_inserted(execution, rows, call)
+        finally:
+            self.passes.release(claims)  # started by now (rebuild), or never stored
 
     async def run_inserted(self, execution: Mapping[str, Any], rows: list[dict[str, Any]],
                            call: Mapping[str, Any]) -> TreeRun:
@@ -181,10 +187,12 @@ class RunKeeper:
         is someone else's (about to be settled by the lease keeper) and is waited for.
         """
         async with self.passes.lock:  # no pass may claim or settle an attempt between our read and our view
-            return await self._read_run(execution, calls, fresh_rows)
+            return await self._read_run(execution, calls, fresh_rows, execution.get("claimed") or {})
 
     async def _read_run(self, execution: Mapping[str, Any], calls: Mapping[str, Mapping[str, Any]] | None,
-                        fresh_rows: list[dict[str, Any]] | None) -> TreeRun:
+                        fresh_rows: list[dict[str, Any]] | None, claimed: Mapping[str, Mapping[str, Any]]) -> TreeRun:
+        """`claimed`: tokens of the tasks claimed with the tree's insert (executions.insert_tree),
+        started here (`fresh_rows` still show them pending, as a pass's claim finds them)."""
         tree_id = execution["task_tree_id"]
         rows = {row["id"]: dict(row) for row in fresh_rows or await self.repo.tree(tree_id)}
         outside = {d["id"] for row in rows.values() for d in row["dependencies"]} - set(rows)
@@ -222,6 +230,9 @@ class RunKeeper:
                         and row.get("lease_epoch") == running.epoch:
                     run.active.add(tid)
                     running.run = run
+                elif tid in claimed and running is None and row.get("lease_owner") == self.instance_id \
+                        and row.get("lease_epoch") == claimed[tid]["lease_epoch"]:
+                    waiting.append(tid)  # claimed with its insert, read back before it started
                 else:
                     run.foreign.add(tid)
             else:
@@ -232,6 +243,9 @@ class RunKeeper:
                 self.attempts.stop_later(tid)
         run.add(waiting)
         self.runs[tree_id] = run
+        if claimed:  # before anything can queue them: started as a pass starts what it claimed
+            for tid in run.take(claimed):
+                self.attempts.start(tid, run, execution["created_at"], claimed[tid])
         for tid in parked:
             self.waits.watch(tid, run)
         self.passes.settle(run)
