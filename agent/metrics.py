@@ -8,7 +8,9 @@ it, after refreshing the gauges that are read from the database at scrape time.
 
 from __future__ import annotations
 
+import math
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -100,6 +102,10 @@ class Metrics:
         self._children: dict[tuple[Any, ...], Any] = {}
         # The two series of HTTP requests by (path, method, status): see http_series.
         self._http: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+        # The engine's per-attempt and per-pass series as plain functions (see _counting, _observing).
+        self._adders: dict[tuple[Any, ...], Callable[[float], None]] = {}
+        self._observe_queue_wait = _observing(self.queue_wait)
+        self._observe_pass = _observing(self.passes)
 
     def know_executors(self, ids: list[str]) -> None:
         self._known_executors = frozenset(ids)
@@ -117,16 +123,25 @@ class Metrics:
             child = self._children[(metric, *labels)] = metric.labels(*labels)
         return child
 
+    def _adder(self, metric: Any, *labels: str) -> Callable[[float], None]:
+        """The child's inc (a counter) or observe (a histogram) as a plain function, made once."""
+        add = self._adders.get((metric, *labels))
+        if add is None:
+            child = self.child(metric, *labels)
+            add = self._adders[(metric, *labels)] = \
+                _observing(child) if isinstance(metric, Histogram) else _counting(child)
+        return add
+
     def attempt_started(self, executor_id: str | None) -> None:
-        self.child(self.started, self._executor(executor_id)).inc()
+        self._adder(self.started, self._executor(executor_id))(1)
 
     def attempt_ended(self, executor_id: str | None, outcome: str, seconds: float | None) -> None:
         executor = self._executor(executor_id)
-        self.child(self.finished, executor, outcome).inc()
+        self._adder(self.finished, executor, outcome)(1)
         if outcome == "retry":
-            self.child(self.retries, executor).inc()
+            self._adder(self.retries, executor)(1)
         if seconds is not None:
-            self.child(self.duration, executor).observe(seconds)
+            self._adder(self.duration, executor)(seconds)
 
     def deferred(self, reason: str) -> None:
         self.child(self.deferrals, reason).inc()
@@ -138,7 +153,7 @@ class Metrics:
     def queue_waited(self, seconds: float | None) -> None:
         """An attempt started `seconds` after its task became runnable (engine/history.py)."""
         if seconds is not None:
-            self.queue_wait.observe(seconds)
+            self._observe_queue_wait(seconds)
 
     def rpc_call(self, method: str, outcome: str, seconds: float) -> None:
         """One JSON-RPC call answered (agent/rpc/jsonrpc.py call_one): `method` is already
@@ -187,7 +202,7 @@ class Metrics:
             self.child(self.llm_cost, provider, model).inc(cost_usd)
 
     def engine_pass(self, seconds: float) -> None:
-        self.passes.observe(seconds)
+        self._observe_pass(seconds)
 
     # --- scrape ---------------------------------------------------------------------------
 
@@ -219,6 +234,37 @@ class Metrics:
         if len(ranked) > TOP_USERS:
             for state, value in other.items():
                 self.user_tasks.labels("other", state).set(value)
+
+
+def _counting(child: Any) -> Callable[[float], None]:
+    """A counter child's `inc` for the engine's amounts (never negative, no exemplar): its value's
+    own inc. Why: `Counter.inc` first checks, in two more Python calls, that it is not a parent
+    with labels, which a child never is; the engine counts several times per attempt, and a
+    1000-task chain is 1000 attempts. Falls back to `inc` if the library keeps its value otherwise."""
+    inc = getattr(getattr(child, "_value", None), "inc", None)
+    return inc if callable(inc) else child.inc
+
+
+def _observing(histogram: Any) -> Callable[[float], None]:
+    """A histogram (child)'s `observe` without an exemplar: its sum, then the first bucket whose
+    bound is at least the amount (found by bisection, not a Python loop over the bounds), as
+    `Histogram.observe` does them; a NaN goes into no bucket, as there. Why: as `_counting`.
+    Falls back to `observe` if the library keeps its values otherwise."""
+    total = getattr(histogram, "_sum", None)
+    bounds = list(getattr(histogram, "_upper_bounds", None) or ())
+    buckets = getattr(histogram, "_buckets", None) or ()
+    if not callable(getattr(total, "inc", None)) or not bounds or len(bounds) != len(buckets) \
+            or bounds != sorted(bounds) or bounds[-1] != math.inf:
+        return histogram.observe
+    add_sum = total.inc
+    add_to = [bucket.inc for bucket in buckets]
+
+    def observe(amount: float) -> None:
+        add_sum(amount)
+        if amount <= math.inf:  # false only for NaN
+            add_to[bisect_left(bounds, amount)](1)
+
+    return observe
 
 
 class HttpMetrics:

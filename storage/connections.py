@@ -50,6 +50,31 @@ def is_transient(exc: BaseException) -> bool:
 CHECKPOINT_EVERY = 300
 
 
+def _commit(sync_conn: Connection) -> None:
+    """Commit what `sync_conn` did (SQLite). Statements run on the driver's own connection (an
+    engine pass) leave SQLAlchemy's connection outside any transaction of its own: sqlite3 began
+    one implicitly at the first write, and its commit is all SQLAlchemy's would do (pysqlite's
+    BEGIN and COMMIT are the driver's; no connection events are listened to), without the
+    transaction object and the dozen and a half Python calls around it (a chain link's every
+    pass). A statement run through SQLAlchemy began its transaction there: committed there.
+    A failed commit is raised as SQLAlchemy raises it (its DBAPIError kinds: is_transient)."""
+    if sync_conn.in_transaction():
+        sync_conn.commit()
+        return
+    try:
+        sync_conn.connection.driver_connection.commit()
+    except sqlite3.Error as exc:
+        raise DBAPIError.instance(None, None, exc, sqlite3.Error, dialect=sync_conn.dialect) from exc
+
+
+def _roll_back(sync_conn: Connection) -> None:
+    """Undo what `sync_conn` did after an error, whichever of the two began it (see _commit)."""
+    if sync_conn.in_transaction():
+        sync_conn.rollback()
+    if not sync_conn.closed and not sync_conn.invalidated:
+        sync_conn.connection.driver_connection.rollback()
+
+
 class Connections:
     """The engines, threads and plain connections a repository runs its statements on."""
 
@@ -138,12 +163,13 @@ class Connections:
         """
         sync_conn = self._loop_connection()
         try:
-            with sync_conn.begin():
-                result = fn(sync_conn, *args)
-        except (sqlite3.OperationalError, OperationalError) as exc:
-            if "locked" not in str(exc):
-                raise
-            return False, None
+            result = fn(sync_conn, *args)
+            _commit(sync_conn)
+        except BaseException as exc:
+            _roll_back(sync_conn)
+            if isinstance(exc, (sqlite3.OperationalError, OperationalError)) and "locked" in str(exc):
+                return False, None
+            raise
         self._loop_commits += 1
         if self._loop_commits >= CHECKPOINT_EVERY and not self._checkpointing:
             self._checkpoint_later()

@@ -23,7 +23,7 @@ import json
 import operator
 import sqlite3
 import uuid
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
@@ -50,7 +50,7 @@ def claim(c: Connection, ids: Sequence[str], owner: str, until: str, stamp: str)
         return {}
     if c.dialect.name == "postgresql":
         return pg_pass(c, (), ids, owner, until, stamp)[1]
-    return _sqlite_claim(c, ids, owner, until, stamp)
+    return _sqlite_claim(c.connection.driver_connection.cursor(), ids, owner, until, stamp)
 
 
 # --- limited claims: concurrency keys and rate limits ----------------------------------------
@@ -215,10 +215,34 @@ def fenced_writes(c: Connection, writes: Sequence[Write], owner: str,
     """
     if c.dialect.name == "postgresql":
         return pg_pass(c, writes, (), owner, history=history)[0]
-    accepted = _sqlite_fenced_writes(c, _by_shape(writes), owner)
+    accepted = _sqlite_fenced_writes(c.connection.driver_connection.cursor(), _by_shape(writes), owner)
     if history:
         history_rows.insert_rows(c, history_rows.rows_for(accepted, history))
     return accepted
+
+
+def sqlite_pass(c: Connection, writes: Sequence[Write], claims: Sequence[str], owner: str, until: str,
+                stamp: str, ends: Sequence[tuple[str, str]] = (), history: Mapping[str, Attempt] | None = None,
+                ) -> tuple[set[str], dict[str, Row], dict[str, str | None]]:
+    """SQLite: a whole engine pass (fenced_writes with their history, then claim, then
+    end_execution, in that order, in the caller's transaction) on one cursor of the driver's
+    connection. Why: each of the three steps found the driver's connection through SQLAlchemy's
+    pool wrappers (four Python calls) and opened a cursor of its own; a chain runs a pass per task.
+    The statements, their arguments and their order are those of the three functions."""
+    if c.dialect.name == "postgresql":  # (the repository sends a PostgreSQL pass through asyncpg itself)
+        accepted, claimed, done = pg_pass(c, writes, claims, owner, until, stamp, ends, history)
+        return accepted, claimed, {eid: done.get(eid) for eid, _ in ends}
+    cursor = c.connection.driver_connection.cursor()
+    accepted = _sqlite_fenced_writes(cursor, _by_shape(writes), owner) if writes else set()
+    if history and accepted:
+        rows = history_rows.rows_for(accepted, history)
+        if len(rows) == 1:  # a chain's every pass: one row, no executemany around it
+            cursor.execute(statements.INSERT_ATTEMPT.sqlite, rows[0])
+        elif rows:
+            cursor.executemany(statements.INSERT_ATTEMPT.sqlite, rows)
+    claimed = _sqlite_claim(cursor, claims, owner, until, stamp) if claims else {}
+    ended = {eid: _sqlite_end(cursor, eid, owner, version, stamp) for eid, version in ends}
+    return accepted, claimed, ended
 
 
 def _by_shape(writes: Sequence[Write]) -> dict[tuple[str, ...], list[Any]]:
@@ -235,10 +259,6 @@ def _by_shape(writes: Sequence[Write]) -> dict[tuple[str, ...], list[Any]]:
 # (_json_text serves the PostgreSQL statements above as well.)
 
 _EMPTY_JSON = {type(None): "null", dict: "{}", list: "[]"}  # most stored JSON values: json.dumps skipped
-
-
-def _sqlite_value(key: str, value: Any) -> Any:
-    return _json_text(value) if key in JSON_COLUMNS else value
 
 
 def _json_text(value: Any, memo: dict[Any, str] | None = None) -> str:
@@ -285,12 +305,31 @@ def _same_text(value: Any) -> tuple[Any, ...] | None:
     return None
 
 
-def _sqlite_fenced_writes(c: Connection, groups: Mapping[tuple[str, ...], list[Write]], owner: str) -> set[str]:
-    cursor = c.connection.driver_connection.cursor()
+@functools.lru_cache(maxsize=64)
+def _sqlite_write_shape(keys: tuple[str, ...]) -> tuple[str, Callable[[Mapping[str, Any]], Any], tuple[int, ...]]:
+    """For writes that set `keys`: the statement, a getter of their values in that order, and
+    the places of JSON columns among them (written as their text). Found once per shape, so a
+    write's arguments cost no Python call per value."""
+    getter = operator.itemgetter(*keys) if len(keys) > 1 else (lambda values, key=keys[0]: (values[key],))
+    return (statements.fenced_write(keys).sqlite, getter,
+            tuple(i for i, key in enumerate(keys) if key in JSON_COLUMNS))
+
+
+def _sqlite_write_params(getter: Callable[[Mapping[str, Any]], Any], json_at: tuple[int, ...], tid: str,
+                         owner: str, epoch: int, values: Mapping[str, Any]) -> list[Any]:
+    """One fenced write's arguments: its values (JSON columns as their text), id, owner, epoch."""
+    params = [*getter(values), tid, owner, epoch]
+    for i in json_at:
+        params[i] = _json_text(params[i])
+    return params
+
+
+def _sqlite_fenced_writes(cursor: sqlite3.Cursor, groups: Mapping[tuple[str, ...], list[Write]],
+                          owner: str) -> set[str]:
     accepted: set[str] = set()
     for keys, group in groups.items():
-        sql = statements.fenced_write(keys).sqlite
-        params = [(*(_sqlite_value(k, values[k]) for k in keys), tid, owner, epoch) for tid, epoch, values in group]
+        sql, getter, json_at = _sqlite_write_shape(keys)
+        params = [_sqlite_write_params(getter, json_at, tid, owner, epoch, values) for tid, epoch, values in group]
         if len(group) == 1:  # applied or refused whole: nothing to undo, so no savepoint (a chain's every pass)
             cursor.execute(sql, params[0])
             if cursor.rowcount:
@@ -363,8 +402,7 @@ def _pg_insert_tree(c: Connection, rows: Sequence[Mapping[str, Any]], execution:
         raise IntegrityError(sql, None, exc) from exc
 
 
-def _sqlite_claim(c: Connection, ids: Sequence[str], owner: str, until: str, stamp: str) -> dict[str, Row]:
-    cursor = c.connection.driver_connection.cursor()
+def _sqlite_claim(cursor: sqlite3.Cursor, ids: Sequence[str], owner: str, until: str, stamp: str) -> dict[str, Row]:
     claimed: dict[str, Row] = {}
     for start in range(0, len(ids), 500):
         chunk = ids[start:start + 500]
@@ -536,9 +574,12 @@ def end_execution(c: Connection, execution_id: str, owner: str, version: str, st
     # On the driver's own connection, as the pass's writes and claims are: through exec_driver_sql
     # SQLAlchemy builds the result's column metadata anew on every call (no compiled cache for
     # driver SQL), measured at 3-4 % of a one-task create.
+    return _sqlite_end(c.connection.driver_connection.cursor(), execution_id, owner, version, stamp)
+
+
+def _sqlite_end(cursor: sqlite3.Cursor, execution_id: str, owner: str, version: str, stamp: str) -> str | None:
     # fetchall: the statement runs to its end (no statement left open inside the transaction).
-    rows = c.connection.driver_connection.execute(statements.END_EXECUTION.sqlite,
-                                                  (execution_id, owner, version, stamp)).fetchall()
+    rows = cursor.execute(statements.END_EXECUTION.sqlite, (execution_id, owner, version, stamp)).fetchall()
     return rows[0][1] if rows else None
 
 

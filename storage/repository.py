@@ -337,13 +337,8 @@ class TaskRepository:
         if self.connections.pg is not None:
             return await self._pg_write_pass(writes, claims, owner, until, stamp, ends, history)
 
-        def op(c: Connection) -> tuple[set[str], dict[str, Row], dict[str, str | None]]:
-            accepted = executions.fenced_writes(c, writes, owner, history)
-            claimed = executions.claim(c, claims, owner, until, stamp)
-            ended = {eid: executions.end_execution(c, eid, owner, version, stamp) for eid, version in ends}
-            return accepted, claimed, ended
-
-        return await self.connections.transact(op, inline=len(writes) + len(claims) + len(ends) <= SMALL_PASS)
+        return await self.connections.transact(executions.sqlite_pass, writes, claims, owner, until, stamp, ends,
+                                               history, inline=len(writes) + len(claims) + len(ends) <= SMALL_PASS)
 
     async def _pg_write_pass(self, writes: Sequence[tuple[str, int, Mapping[str, Any]]], claims: Sequence[str],
                              owner: str, until: str, stamp: str, ends: Sequence[tuple[str, str]],

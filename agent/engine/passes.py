@@ -115,11 +115,17 @@ class PassLoop:
             # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancel that arrives
             # in the tick its event is set (shutdown wakes the loop, then cancels it), and the
             # loop would run on with shutdown waiting for it.
-            try:
-                async with asyncio.timeout(self._next_due()):
-                    await self.wake.wait()
-            except TimeoutError:
-                pass
+            # With nothing due (a tree that only runs), no timer: an asyncio.timeout made and
+            # left every pass cost about as much as the pass's own bookkeeping.
+            due = self._next_due()
+            if due is None:
+                await self.wake.wait()
+            else:
+                try:
+                    async with asyncio.timeout(due):
+                        await self.wake.wait()
+                except TimeoutError:
+                    pass
             # Let executors that are about to finish do so first: one pass then writes them all.
             await asyncio.sleep(0)
             self.wake.clear()
