@@ -143,9 +143,8 @@ def _unprefixed(value: Any, prefix: str) -> Any:
     return value
 
 
+@pytest.mark.parametrize("backend", ["sqlite"])  # sqlite_pass is SQLite's pass (PostgreSQL's is one statement)
 async def test_a_pass_on_one_cursor_stores_what_its_three_steps_store(client: Client) -> None:
-    if client.services.repo.engine.dialect.name != "sqlite":
-        pytest.skip("sqlite_pass is SQLite's pass (PostgreSQL's is one statement)")
     repo = client.services.repo
     apart = await repo.transact(_pass_of_tree("apart-", together=False))
     together = await repo.transact(_pass_of_tree("together-", together=True))
