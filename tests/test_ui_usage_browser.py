@@ -46,6 +46,12 @@ def guarded(tmp_path_factory: pytest.TempPathFactory, fake_llm_server: FakeLLMSe
     yield from started(tmp_path_factory, fake_llm_server, "usage-ui-jwt", SERVICE_JWT_SECRET=SECRET)
 
 
+# How long a service's first LLM task may take: it imports litellm (5-8 s of CPU here), which
+# on a machine loaded by other suites took past wait_status's 20 s. A ceiling, not a measure:
+# the wait ends as soon as the task has.
+FIRST_LLM_TASK_S = 90
+
+
 def llm_task(id_: str, parent: str, prompt: str, user: str) -> dict[str, Any]:
     return {"id": id_, "name": id_, "parent_id": parent, "user_id": user, "schemas": {"method": "llm_executor"},
             "inputs": {"prompt": prompt, "model": "gpt-4o-mini", "max_tokens": 10, "stream": False}}
@@ -59,7 +65,7 @@ def test_the_tree_page_shows_usage_and_budget_left_and_follows_a_call(service: S
         llm_task("u-first", "u-root", "hello", "carol"),
         {**llm_task("u-held", "u-root", "[[held]] hello", "carol"), "dependencies": [{"id": "u-first"}]},
     ]})
-    wait_status(service, "u-first", ("completed",))
+    wait_status(service, "u-first", ("completed",), timeout=FIRST_LLM_TASK_S)
     wait_status(service, "u-held", ("in_progress",))
     cost = rpc(service, "tasks.get", {"task_id": "u-root"})["tree_usage"]["cost_usd"]
     page.goto(f"{service.url}/ui#/tree/u-root")
@@ -83,7 +89,7 @@ def test_the_usage_page_shows_a_users_days_and_daily_budget(service: Service, pa
         {**llm_task("d-b", "d-root", "two", "dave"), "dependencies": [{"id": "d-a"}]},
         {**llm_task("d-c", "d-root", "three", "dave"), "dependencies": [{"id": "d-b"}]},
     ]})
-    wait_status(service, "d-c", ("completed",))
+    wait_status(service, "d-c", ("completed",), timeout=FIRST_LLM_TASK_S)
     today = rpc(service, "usage.get", {"user_id": "dave"})["today"]
     assert (today["calls"], today["total_tokens"]) == (3, 45) == (len(fake_llm.requests), 15 * len(fake_llm.requests))
 
@@ -110,7 +116,7 @@ def test_with_jwt_the_usage_page_shows_ones_own_and_refuses_anothers(guarded: Se
     guarded.token = jwt.encode({"user_id": "erin"}, SECRET, algorithm="HS256")
     rpc(guarded, "tasks.create", {"tasks": [{"id": "e-root", "name": "erin's tree"},
                                             llm_task("e-a", "e-root", "hello", "erin")]})
-    wait_status(guarded, "e-a", ("completed",))
+    wait_status(guarded, "e-a", ("completed",), timeout=FIRST_LLM_TASK_S)
     page.goto(f"{guarded.url}/ui#/usage")
     page.locator("#token").fill(guarded.token)
     page.locator("#token-form button[type=submit]").click()
