@@ -228,10 +228,8 @@ def sqlite_pass(c: Connection, writes: Sequence[Write], claims: Sequence[str], o
     end_execution, in that order, in the caller's transaction) on one cursor of the driver's
     connection. Why: each of the three steps found the driver's connection through SQLAlchemy's
     pool wrappers (four Python calls) and opened a cursor of its own; a chain runs a pass per task.
-    The statements, their arguments and their order are those of the three functions."""
-    if c.dialect.name == "postgresql":  # (the repository sends a PostgreSQL pass through asyncpg itself)
-        accepted, claimed, done = pg_pass(c, writes, claims, owner, until, stamp, ends, history)
-        return accepted, claimed, {eid: done.get(eid) for eid, _ in ends}
+    The statements, their arguments and their order are those of the three functions. PostgreSQL's
+    pass is pg_pass (the repository's _pg_write_pass): this function is never given its connection."""
     cursor = c.connection.driver_connection.cursor()
     accepted = _sqlite_fenced_writes(cursor, _by_shape(writes), owner) if writes else set()
     if history and accepted:
