@@ -120,7 +120,9 @@ class ExecutionContext:
 
     async def checkpoint(self, data: Any) -> None:
         """Store `data` (JSON, size-limited) for this task; the latest wins, and a later attempt
-        (after a failure, a timeout or a crash) finds it in `last_checkpoint` to resume from."""
+        (after a failure, a timeout or a crash) finds it in `last_checkpoint` to resume from.
+        Once the task is cancelled the call does not return: the engine calls `cancel` and then
+        cancels this coroutine (docs/failures.md, Checkpoints)."""
         if self._checkpoint is not None:
             await self._checkpoint(data)
 

@@ -513,6 +513,64 @@ async def test_an_executor_sees_its_task_as_the_wire_shows_it_at_start(make_sett
     assert set(seen["task"]) >= {"id", "name", "status", "inputs", "params", "schemas", "dependencies"}
 
 
+async def test_an_executor_that_checkpoints_meets_its_cancel_hook_before_any_refusal(make_settings: Any) -> None:
+    """A cancel decides in the database first, then calls the executor's cancel hook, then cancels
+    its coroutine. A checkpoint written in between is refused; the executor must not see that
+    refusal before its hook (an A2A executor that ended on it closed its client, and its hook then
+    could not cancel the remote task: test_executor_a2a's cancel test, failing under load). Each
+    probe checkpoints without pause, so its writes keep landing between the cancel's two steps."""
+    from taskgrove.agent.settings import Settings
+    from taskgrove.executors.base import ExecutionContext, Executor, ExecutorError
+    from taskgrove.executors.registry import ExecutorRegistry
+    from tests.conftest import running_app
+
+    seen: dict[str, list[str]] = {}
+
+    class CheckpointProbe(Executor):
+        id = "checkpoint_probe_executor"
+        name = "Checkpoint probe"
+        extension = "test"
+        description = "Checkpoints without pause until it is stopped; records what it meets."
+
+        async def execute(self, inputs: dict[str, Any], context: ExecutionContext) -> Any:
+            self.trail = seen.setdefault(context.task_id, [])
+            await context.checkpoint({"n": 0})
+            self.trail.append("running")
+            n = 0
+            try:
+                while True:
+                    n += 1
+                    await context.checkpoint({"n": n})
+            except ExecutorError as exc:
+                self.trail.append(f"refused: {exc}")
+                raise
+            except asyncio.CancelledError:
+                self.trail.append("cancelled")
+                raise
+
+        async def cancel(self) -> dict[str, Any] | None:
+            self.trail.append("hook")
+            return None
+
+    ids = [f"probe-{i}" for i in range(8)]
+    settings: Settings = make_settings({"SERVICE_CREATE_WAIT_TIMEOUT": "0"})
+    async with running_app(settings, registry=ExecutorRegistry([CheckpointProbe])) as client:
+        for tid in ids:  # one tree each
+            await client.result("tasks.create", [{"id": tid, "name": tid,
+                                                  "schemas": {"method": "checkpoint_probe_executor"}}])
+        for tid in ids:
+            await client.wait_status(tid, ("in_progress",))
+            while not seen.get(tid):  # its first checkpoint is stored
+                await asyncio.sleep(0.01)
+        for tid in ids:
+            [answer] = await client.result("tasks.cancel", {"task_ids": [tid]})
+            assert answer["status"] == "cancelled", answer
+        for tid in ids:
+            while "cancelled" not in seen[tid] and not any(t.startswith("refused") for t in seen[tid]):
+                await asyncio.sleep(0.01)
+    assert {tid: seen[tid] for tid in ids} == {tid: ["running", "hook", "cancelled"] for tid in ids}
+
+
 def nap(tid: str, seconds: float, parent: str | None = None, deps: list[Any] | None = None) -> dict[str, Any]:
     return task(tid, parent, deps, method="sleep_executor", inputs={"seconds": seconds})
 

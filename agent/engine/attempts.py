@@ -41,6 +41,9 @@ from taskgrove.storage.results import Unstorable, storable, storable_async
 log = logging.getLogger(__name__)
 
 CANCEL_HOOK_TIMEOUT = 5.0
+# How long an attempt whose fenced write was refused waits to be stopped (_until_stopped):
+# a cancel's hook gets CANCEL_HOOK_TIMEOUT before the coroutine is cancelled.
+STOP_WAIT = CANCEL_HOOK_TIMEOUT + 5.0
 MAX_ERROR_CHARS = 10_000
 
 
@@ -348,8 +351,18 @@ class Attempts:
                                                                   {"checkpoint": value, "updated_at": now_iso()})],
                                       self.instance_id)
         if not written:
+            await self._until_stopped(running)
             raise ExecutorError("This attempt no longer holds its task (cancelled, or taken over)")
         running.checkpoint = value
+
+    async def _until_stopped(self, running: Running) -> None:
+        """A fenced write of the attempt was refused: the task was cancelled or taken over. A
+        cancel decides in the database first and stops the work after (cancel hook, then the
+        coroutine), so the executor waits here for that stop instead of failing first: an executor
+        that ended on the refusal (closing its client, say) would meet its cancel hook with nothing
+        left to cancel, and the remote work it started would go on. A takeover stops nothing:
+        the refusal is raised after STOP_WAIT, its outcome discarded like any stale attempt's."""
+        await asyncio.sleep(STOP_WAIT)
 
     # --- stopping attempts from outside ----------------------------------------------------
 
