@@ -92,6 +92,10 @@ class Database:
         async with self.lock:
             return not await self.conn.fetchval(f'SELECT count(*) FROM "{table}"')
 
+    async def executions_ended(self) -> bool:
+        async with self.lock:
+            return not await self.conn.fetchval("SELECT count(*) FROM executions WHERE status = 'running'")
+
     async def sweeper_lock_held(self) -> bool:
         key = int(statements.SWEEP_LOCK.postgresql.split("(")[1].split(")")[0])  # type: ignore[union-attr]
         async with self.lock:
@@ -206,6 +210,9 @@ async def test_one_instance_sweeps_at_a_time(tmp_path: Path) -> None:
         for first_n in range(0, trees, 50):  # 50 creates at a time
             await asyncio.gather(*(a.rpc("tasks.create", [{"id": f"old{n}", "name": "old", "status": "completed"}])
                                    for n in range(first_n, first_n + 50)))
+        # A tree created completed still gets an execution, ended by A's engine a moment after the
+        # create's answer; a sweep keeps a tree whose execution runs (under load: 18 of 600 once).
+        await wait_until(db.executions_ended, 60, "the trees' executions ending")
         await asyncio.sleep(0.05)
         first = asyncio.create_task(a.call("tasks.purge", {"older_than": 0.01}))
         await wait_until(db.sweeper_lock_held, 30, "A's sweep taking the lock")
