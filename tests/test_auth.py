@@ -31,8 +31,10 @@ JWT_ENV = {"SERVICE_JWT_SECRET": SECRET}
 PERMISSION_DENIED = -32001
 
 
-def token(user: str | None = None, *, roles: Any = (), secret: str = SECRET, exp_in: float | None = 3600,
+def token(user: str | None = None, *, roles: Any = (), secret: str = SECRET, exp_in: float | None = 86_400,
           alg: str = "HS256", **claims: Any) -> str:
+    """A token signed with `secret`. Valid for a day by default: several are made when the tests
+    are collected, and a suite on a loaded machine can run longer than an hour."""
     payload: dict[str, Any] = dict(claims)
     if user is not None:
         payload["user_id"] = user
