@@ -35,6 +35,7 @@ from taskgrove.executors.registry import ExecutorRegistry
 from taskgrove.llm import usage as llm_usage
 from taskgrove.storage import executions
 from taskgrove.storage.repository import TaskRepository
+from taskgrove.storage.status import FINISHED_STATUSES
 from taskgrove.storage.trees import PublicView, now_iso
 from taskgrove.storage.results import Unstorable, storable, storable_async
 
@@ -356,13 +357,16 @@ class Attempts:
         running.checkpoint = value
 
     async def _until_stopped(self, running: Running) -> None:
-        """A fenced write of the attempt was refused: the task was cancelled or taken over. A
-        cancel decides in the database first and stops the work after (cancel hook, then the
-        coroutine), so the executor waits here for that stop instead of failing first: an executor
-        that ended on the refusal (closing its client, say) would meet its cancel hook with nothing
-        left to cancel, and the remote work it started would go on. A takeover stops nothing:
-        the refusal is raised after STOP_WAIT, its outcome discarded like any stale attempt's."""
-        await asyncio.sleep(STOP_WAIT)
+        """A fenced write of the attempt was refused: the task was cancelled (or its status set
+        by hand), or another instance took it over. A cancel decides in the database first and
+        stops the work after (cancel hook, then the coroutine), so when the task is found finished
+        the executor waits here, up to STOP_WAIT, for that stop instead of failing first: an
+        executor that ended on the refusal (closing its client, say) would meet its cancel hook
+        with nothing left to cancel, and the remote work it started would go on. A takeover
+        stops nothing here: the refusal is raised at once, as for any stale attempt."""
+        row = await self.repo.get(running.task_id)
+        if row is not None and row["status"] in FINISHED_STATUSES:
+            await asyncio.sleep(STOP_WAIT)
 
     # --- stopping attempts from outside ----------------------------------------------------
 
