@@ -25,7 +25,7 @@ $(CHROMIUM):
 chromium: $(CHROMIUM)
 
 test: $(STAMP) $(CHROMIUM)
-	$(PY) -m pytest -q -n 2 $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n 2 --dist loadgroup $(PYTEST_ARGS)
 
 # The dashboard page's screenshots (docs/screenshots/*.png), taken with the same tooling as the browser tests.
 screenshots: $(STAMP) $(CHROMIUM)

@@ -56,6 +56,11 @@ from tests.processes import Service
 from tests.servers import free_port, receiver
 from tests.test_a2a_wire import tree
 
+
+# One worker runs this module (make test's --dist loadgroup): its module-scoped services are then
+# started once, not once on each worker that gets some of its tests.
+pytestmark = pytest.mark.xdist_group("test_a2a_grpc")
+
 SECRET = "grpc-test-secret-" + "x" * 16
 Code = grpc.StatusCode
 

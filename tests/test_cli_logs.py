@@ -15,6 +15,11 @@ from tests.processes import Service
 from tests.test_cli_remote import BIN, cli, env_for
 
 
+# One worker runs this module (make test's --dist loadgroup): its module-scoped services are then
+# started once, not once on each worker that gets some of its tests.
+pytestmark = pytest.mark.xdist_group("test_cli_logs")
+
+
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     work = tmp_path_factory.mktemp("cli-logs")

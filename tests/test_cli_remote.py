@@ -22,6 +22,11 @@ import pytest
 
 from tests.processes import Service, plain_and_guarded
 
+
+# One worker runs this module (make test's --dist loadgroup): its module-scoped services are then
+# started once, not once on each worker that gets some of its tests.
+pytestmark = pytest.mark.xdist_group("test_cli_remote")
+
 BIN = Path(sys.executable).parent / "taskgrove"
 SECRET = "cli-test-secret-with-enough-bytes-for-hs256"
 

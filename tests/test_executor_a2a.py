@@ -23,6 +23,11 @@ from taskgrove.agent.settings import Settings
 from tests.processes import Service
 from tests.servers import free_port
 
+
+# One worker runs this module (make test's --dist loadgroup): its module-scoped services are then
+# started once, not once on each worker that gets some of its tests.
+pytestmark = pytest.mark.xdist_group("test_executor_a2a")
+
 JWT_SECRET = "a2a-executor-test-secret-of-forty-bytes!!"
 
 

@@ -40,6 +40,11 @@ from taskgrove.agent.settings import Settings
 from tests.conftest import BACKENDS, create_postgres_database, drop_postgres_database
 from tests.test_ws import Live, live_server
 
+
+# One worker runs this module (make test's --dist loadgroup): its module-scoped services are then
+# started once, not once on each worker that gets some of its tests.
+pytestmark = pytest.mark.xdist_group("test_fuzz_inputs")
+
 EXAMPLES = int(os.environ.get("TASKGROVE_FUZZ_EXAMPLES", "100"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

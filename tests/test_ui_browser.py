@@ -21,6 +21,11 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from tests.processes import Service, plain_and_guarded
 
+
+# One worker runs this module (make test's --dist loadgroup): its module-scoped services and browser are then
+# started once, not once on each worker that gets some of its tests.
+pytestmark = pytest.mark.xdist_group("test_ui_browser")
+
 CHROMIUM = "/usr/bin/chromium"
 SECRET = "ui-test-secret-with-enough-bytes-for-hs256"
 WAIT_MS = 20_000  # generous: the CI machine is slow and loaded

@@ -17,6 +17,11 @@ from tests.processes import Service
 from tests.test_ui_browser import WAIT_MS, XSS, browser, node, page, rpc, wait_status  # noqa: F401 (fixtures)
 
 
+# One worker runs this module (make test's --dist loadgroup): its module-scoped services and browser are then
+# started once, not once on each worker that gets some of its tests.
+pytestmark = pytest.mark.xdist_group("test_ui_logs_browser")
+
+
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     work = tmp_path_factory.mktemp("ui-logs")

@@ -22,7 +22,10 @@ from tests.processes import Service
 from tests.test_retries import FLAKY, policy
 from tests.test_ui_browser import WAIT_MS, browser, page, rpc, wait_status  # noqa: F401 - fixtures
 
-pytestmark = pytest.mark.skipif(not Path("/bin/sh").exists(), reason="the flaky task is a sh script")
+# One worker runs this module (make test's --dist loadgroup): its module-scoped services and browser are then
+# started once, not once on each worker that gets some of its tests.
+pytestmark = [pytest.mark.skipif(not Path("/bin/sh").exists(), reason="the flaky task is a sh script"),
+              pytest.mark.xdist_group("test_ui_timeline_browser")]
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,11 @@ from tests.processes import Service
 from tests.test_ui_browser import WAIT_MS, browser, page, rpc, wait_status  # noqa: F401 - fixtures
 
 
+# One worker runs this module (make test's --dist loadgroup): its module-scoped services and browser are then
+# started once, not once on each worker that gets some of its tests.
+pytestmark = pytest.mark.xdist_group("test_ui_usage_browser")
+
+
 SECRET = "usage-ui-secret-with-enough-bytes-for-hs256"
 
 
