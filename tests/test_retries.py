@@ -11,6 +11,7 @@ timing assertions are one-sided where load could only make things later, and gen
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import re
 import time
@@ -583,15 +584,20 @@ async def test_executor_concurrency_cap(app_factory: Any) -> None:
 
 async def test_executor_cap_does_not_busy_wait(app_factory: Any) -> None:
     """Tasks held back by a cap wait for a slot without burning CPU. Without the cap the same
-    tree costs about 2% of its wall time in CPU; a spinning loop takes most of a core."""
+    tree costs about 2% of its wall time in CPU; a spinning loop takes most of a core.
+
+    The CPU counted is the event loop's thread (where the engine, and so any spin, runs), after a
+    garbage collection: the whole process's time also held other threads and a collection of
+    what earlier tests in this worker left, and once read 0.65 s in 2.13 s on a loaded machine."""
     async with app_factory({"SERVICE_EXECUTOR_CONCURRENCY": "sleep_executor=1"}) as client:
-        cpu, wall = time.process_time(), time.monotonic()
+        gc.collect()
+        cpu, wall = time.thread_time(), time.monotonic()
         tree = await client.result("tasks.create", [
             {"id": "root", "name": "root"},
             *({"id": f"s{i}", "name": f"s{i}", "parent_id": "root", "schemas": {"method": "sleep_executor"},
                "inputs": {"seconds": 0.5}} for i in range(3)),
         ])
-        cpu, wall = time.process_time() - cpu, time.monotonic() - wall
+        cpu, wall = time.thread_time() - cpu, time.monotonic() - wall
     assert {t["status"] for t in flatten(tree).values()} == {"completed"}
     assert cpu < 0.2 * wall, f"{cpu:.2f} s of CPU in {wall:.2f} s waiting for a slot"
 
