@@ -11,6 +11,7 @@ Durations are computed here only (`public`), so every surface reports them alike
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -47,9 +48,18 @@ def insert_rows(c: Connection, rows: Sequence[Attempt]) -> None:
     if not rows:
         return
     if c.dialect.name == "sqlite":
-        c.connection.driver_connection.cursor().executemany(statements.INSERT_ATTEMPT.sqlite, rows)
+        insert_on_cursor(c.connection.driver_connection.cursor(), rows)
     else:
         c.execute(insert(A), [row._asdict() for row in rows])
+
+
+def insert_on_cursor(cursor: sqlite3.Cursor, rows: Sequence[Attempt]) -> None:
+    """SQLite: add rows on a cursor of the driver's connection (executions.sqlite_pass passes its
+    own). One row, a chain's every pass, is one execute: no executemany around it."""
+    if len(rows) == 1:
+        cursor.execute(statements.INSERT_ATTEMPT.sqlite, rows[0])
+    elif rows:
+        cursor.executemany(statements.INSERT_ATTEMPT.sqlite, rows)
 
 
 def delete_of(c: Connection, task_ids: Sequence[str]) -> None:

@@ -233,11 +233,7 @@ def sqlite_pass(c: Connection, writes: Sequence[Write], claims: Sequence[str], o
     cursor = c.connection.driver_connection.cursor()
     accepted = _sqlite_fenced_writes(cursor, _by_shape(writes), owner) if writes else set()
     if history and accepted:
-        rows = history_rows.rows_for(accepted, history)
-        if len(rows) == 1:  # a chain's every pass: one row, no executemany around it
-            cursor.execute(statements.INSERT_ATTEMPT.sqlite, rows[0])
-        elif rows:
-            cursor.executemany(statements.INSERT_ATTEMPT.sqlite, rows)
+        history_rows.insert_on_cursor(cursor, history_rows.rows_for(accepted, history))
     claimed = _sqlite_claim(cursor, claims, owner, until, stamp) if claims else {}
     ended = {eid: _sqlite_end(cursor, eid, owner, version, stamp) for eid, version in ends}
     return accepted, claimed, ended
