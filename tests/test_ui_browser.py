@@ -396,11 +396,16 @@ def test_typing_into_the_form_keeps_its_focus_while_the_detail_fills_in(services
         page.wait_for_timeout(50)
     for route in held:
         route.continue_()
+    # Requests on /tasks go straight out from here on. A route's handler runs in this thread, and
+    # only while a Playwright call is under way: left in place, it would hold the form's
+    # tasks.respond through the plain HTTP polling of wait_status below.
+    page.unroute("**/tasks", hold_its_attempts)
     expect(page.get_by_test_id("attempts")).to_be_visible(timeout=WAIT_MS)
     page.keyboard.type("5")
     expect(value).to_have_value("0.25")
     expect(value).to_be_focused()
     page.get_by_test_id("answer-send").click()
+    expect_node_status(page, service, "typing", "completed")
     assert wait_status(service, "typing", ("completed",))["result"] == 0.25
 
 
