@@ -383,10 +383,12 @@ async def test_concurrent_executes_of_one_tree_make_one_run(app_factory: Any) ->
         assert await client.runs_ended()
 
 
-async def test_stopping_the_service_kills_running_commands(make_settings: Any) -> None:
+async def test_stopping_the_service_kills_running_commands(make_settings: Any, tmp_path: Any) -> None:
     from tests.conftest import running_app
 
-    script = "sleep 31; echo never"
+    # Unique to this test: the processes are found by their command line, and the other backend's
+    # run of this test may be running the same command on the other xdist worker.
+    script = f"sleep 31; echo never {tmp_path}"
     settings = make_settings({"SERVICE_CREATE_WAIT_TIMEOUT": "0", "SERVICE_COMMAND_ALLOWLIST": "sh"})
     async with running_app(settings) as client:
         await client.result("tasks.create", [task("cmd", method="command_executor",
