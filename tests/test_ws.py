@@ -169,7 +169,11 @@ async def test_two_subscriptions_receive_each_tasks_sequence(live: Callable[...,
 
 async def test_failed_and_cancelled_tasks_are_reported_as_task_failed(live: Callable[..., Any]) -> None:
     async with live() as server:
-        tree = [{"id": "r", "name": "root"}, sleep("gate", 0.2, id_="gate", parent="r"),
+        # The gate opens once both subscriptions have their snapshot (a timed gate could open
+        # first on a loaded machine, and bad's failure then arrive before long's snapshot).
+        gate = {"id": "gate", "name": "gate", "parent_id": "r", "schemas": {"method": "event_wait_executor"},
+                "inputs": {"event": "ws-gate"}}
+        tree = [{"id": "r", "name": "root"}, gate,
                 {**sleep("bad", -1, id_="bad", parent="r", deps=("gate",))},
                 sleep("long", 30, id_="long", parent="r", deps=("gate",))]
         await server.rpc("tasks.create", {"tasks": tree})
@@ -177,6 +181,7 @@ async def test_failed_and_cancelled_tasks_are_reported_as_task_failed(live: Call
             for tid in ("bad", "long"):
                 await send(ws, {"action": "subscribe", "task_id": tid})
                 assert (await recv(ws))["data"]["snapshot"] is True
+            await server.rpc("events.emit", {"name": "ws-gate"})
             message = await recv(ws)
             while not (message["task_id"] == "bad" and message["type"] == "task_failed"):
                 message = await recv(ws)
