@@ -187,12 +187,14 @@ async def test_bad_values_are_refused(client, field, value, problem):
 
 
 async def test_dependents_that_are_executing_block_a_dependency_change(app_factory):
-    async with app_factory(create_wait_timeout=0.2) as client:
+    # d runs a command that writes nothing while it runs: a sleep_executor stores its progress and a
+    # checkpoint every second, which could land between update_failed's two snapshots.
+    async with app_factory({"SERVICE_COMMAND_ALLOWLIST": "sleep"}, create_wait_timeout=0.2) as client:
         await client.result("tasks.create", [
             {"id": "r", "name": "R"},
             {"id": "x", "name": "X", "parent_id": "r", "schemas": {"method": "noop_executor"}},
-            {"id": "d", "name": "D", "parent_id": "r", "schemas": SLEEP, "inputs": {"seconds": 30},
-             "dependencies": ["x"]},
+            {"id": "d", "name": "D", "parent_id": "r", "schemas": {"method": "command_executor"},
+             "inputs": {"command": ["sleep", "30"]}, "dependencies": ["x"]},
             {"id": "e", "name": "E", "parent_id": "r", "dependencies": ["d"]},
         ])
         await client.wait_status("d", ("in_progress",))
