@@ -177,7 +177,7 @@ def loads(text: bytes | str, max_depth: int = DEFAULT_MAX_DEPTH, *, what: str = 
     raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
     if too_deep(raw, max_depth):
         raise JsonTextError(what, _deeper(max_depth))
-    if (b"\\u" not in raw or _SURROGATE_ESCAPE.search(raw) is None) and _LONG_NUMBER_BYTES.search(raw) is None:
+    if (b"\\u" not in raw or _SURROGATE_ESCAPE.search(raw) is None) and not has_long_number(raw):
         # orjson where it parses as json does (see read_stored): its value is json's, and it holds
         # no number that overflowed (orjson refuses them) and no invalid text, so there is
         # nothing for `problem` to find (not suspect). Anything it refuses is parsed by json below,
@@ -343,8 +343,19 @@ class Unreadable(dict):  # type: ignore[type-arg]
 # of 19 digits or more (orjson reads integers beyond 64 bits as floats). Elsewhere both give the
 # same value or orjson refuses the text (invalid JSON, NaN, a number that overflows to infinity,
 # text that is not Unicode) and json reads it: tests/test_jsonvalues.py compares the two.
-_LONG_NUMBER = re.compile(r"[0-9]{19}")
-_LONG_NUMBER_BYTES = re.compile(rb"[0-9]{19}")
+LONG_DIGITS = 19
+# Every ASCII digit byte as b"1", every other byte as b"0": a run of LONG_DIGITS digits is then
+# one substring search, several times faster than a regex, which tries a match at every digit
+# (a stored dependency list of ten ids: 1 us against 5.6 us; a 1000-task request body: 0.4 ms
+# against 3 ms). UTF-8 never puts an ASCII byte inside another character, so the bytes of a
+# text have exactly its runs of ASCII digits ([0-9], as the regex this replaced).
+_DIGIT_MARKS = bytes(0x31 if 0x30 <= byte <= 0x39 else 0x30 for byte in range(256))
+_DIGIT_RUN = b"1" * LONG_DIGITS
+
+
+def has_long_number(raw: bytes) -> bool:
+    """Whether `raw` holds LONG_DIGITS ASCII digits in a row (a number orjson may read differently)."""
+    return _DIGIT_RUN in raw.translate(_DIGIT_MARKS)
 _SURROGATE_TEXT = re.compile(r"\\u[dD][89a-fA-F]")
 
 
@@ -357,7 +368,7 @@ def read_stored(text: str | bytes | None) -> Any:
         # SQLite gives a JSON column numeric affinity: the stored text of a plain number (a
         # result or an answer that is just 3) comes back as that number.
         return text
-    if text.__class__ is str and len(text) < 19 and "\\u" not in text:
+    if text.__class__ is str and len(text) < LONG_DIGITS and "\\u" not in text:
         # Short texts ("{}", "[]", "null", small values: most stored columns) cannot be too deep
         # or hold a long number: orjson at once.
         try:
@@ -373,7 +384,7 @@ def read_stored(text: str | bytes | None) -> Any:
             and too_deep(text.encode("utf-8", "surrogatepass"), STORED_MAX_DEPTH):
         return Unreadable(f"cannot be read back: it is nested deeper than {STORED_MAX_DEPTH} levels")
     if ("\\u" not in text or _SURROGATE_TEXT.search(text) is None) \
-            and (len(text) < 19 or _LONG_NUMBER.search(text) is None):
+            and (len(text) < LONG_DIGITS or not has_long_number(text.encode("utf-8", "surrogatepass"))):
         try:  # the common case, several times faster; anything orjson refuses is read by json
             return orjson.loads(text)
         except orjson.JSONDecodeError:

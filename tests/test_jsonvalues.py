@@ -231,3 +231,21 @@ def test_request_text_parses_the_same_through_orjson_as_through_json(text: bytes
     assert same(fast.value, usual.value), text
     if fast.suspect != usual.suspect:  # orjson's: the walk of a suspect document would find nothing
         assert not fast.suspect and jsonvalues.problem(usual.value, "v") is None
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.one_of(
+    st.text(alphabet=st.sampled_from(list("0123456789a-.é٣") + ["\ud800", "𝟗"]), max_size=60),
+    st.lists(st.integers(min_value=0, max_value=10 ** 25), max_size=4).map(lambda v: json.dumps(v)),
+    st.tuples(st.text(max_size=5), st.integers(min_value=15, max_value=22), st.text(max_size=5)).map(
+        lambda parts: parts[0] + "7" * parts[1] + parts[2]),  # runs around the length that counts
+))
+def test_a_long_number_is_found_exactly_where_a_run_of_ascii_digits_is(text: str) -> None:
+    """has_long_number (a byte map and one substring search) against the plain definition:
+    LONG_DIGITS ASCII digits in a row; other scripts' digits (Arabic-Indic, mathematical) never count."""
+    run = 0
+    longest = 0
+    for char in text:
+        run = run + 1 if "0" <= char <= "9" else 0
+        longest = max(longest, run)
+    assert jsonvalues.has_long_number(text.encode("utf-8", "surrogatepass")) == (longest >= jsonvalues.LONG_DIGITS)

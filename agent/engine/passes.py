@@ -166,8 +166,13 @@ class PassLoop:
         attempts = self.attempts
         outcomes, attempts.outcomes = attempts.outcomes, []
         recorded = [(running, o) for o in outcomes if (running := self._record(o)) is not None]
-        taken, limited = self._split_limited(self._take_ready())
         touched = {id(running.run): running.run for running, _ in recorded}
+        # What became runnable, looked at once per run: a task waiting for several of the tasks
+        # that just ended is checked once, not once per ending (a diamond's layer of 10 ending in
+        # one pass: 10 checks of each next task, not 100).
+        for run in touched.values():
+            self.queue_runnable(run)
+        taken, limited = self._split_limited(self._take_ready())
         # Runs whose last task just ended end in this same transaction.
         ending = [run for run in touched.values()
                   if run.is_over() and not run.ending and not run.done.is_set()
@@ -272,8 +277,7 @@ class PassLoop:
             self.retry_at(tid, run.tree_id, outcome["delay"])
         else:
             run.finished(tid, values["status"])
-        self.queue_runnable(run)
-        return running
+        return running  # what became runnable is queued by _gather, once per run
 
     def _publish_outcome(self, running: Running, outcome: dict[str, Any]) -> None:
         tid, run, values = running.task_id, running.run, outcome["values"]
