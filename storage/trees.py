@@ -216,13 +216,14 @@ def prepare_new_tree(raw_tasks: list[dict[str, Any]], default_user: str | None =
             "All tasks in a tree must have the same user_id, got: " + ", ".join(sorted(users))
         )
     user = users.pop() if users else default_user
-    for offset, row in enumerate(_root_first(rows, root)):
+    ordered = _root_first(rows, root)
+    for offset, row in enumerate(ordered):
         row["user_id"] = user
         row["task_tree_id"] = root["id"]
         stamp = now_iso(offset)
         row["created_at"] = stamp
         row["updated_at"] = stamp
-    return _root_first(rows, root)
+    return ordered
 
 
 def check_values(task: Mapping[str, Any], who: Who) -> None:

@@ -107,3 +107,13 @@ def test_json_texts_shared_within_an_insert_are_json_dumps_texts() -> None:
     memo: dict[Any, str] = {}  # equal in Python, written differently
     for value in ({"a": 1}, {"a": True}, {"a": 1.0}, [{"required": 1}], [{"required": True}], {"a": 0}, {"a": False}):
         assert _json_text(value, memo) == json.dumps(value)
+
+
+@settings(max_examples=400, deadline=None)
+@given(json_like.filter(lambda v: not isinstance(v, tuple)))
+def test_stored_text_is_json_dumps_text_for_every_value(value: Any) -> None:
+    """executions.stored_dumps calls json's C encoder directly: the text must be json.dumps'
+    own, for any value (NaN and infinities, big integers, lone surrogates, non-ASCII keys)."""
+    from taskgrove.storage.executions import stored_dumps
+
+    assert stored_dumps(value) == json.dumps(value)

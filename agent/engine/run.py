@@ -137,7 +137,13 @@ class TreeRun:
         self.resting.clear()
 
     def _dep_state(self, dep_id: str) -> str:
-        """`ok`, `wait` or `blocked` for one dependency edge target."""
+        """The status of a dependency that ended in this run, `wait` while it is still live here,
+        `blocked`, or the stored status of a task outside the run (`missing` if unknown). A
+        task that ended here is in `outcome` and in none of the live sets nor `blocked` (see
+        finished and add), so that is looked at first: most dependencies checked have ended."""
+        ended = self.outcome.get(dep_id)
+        if ended is not None:
+            return ended
         if dep_id in self.waiting or dep_id in self.queued or dep_id in self.active or dep_id in self.retrying \
                 or dep_id in self.foreign or dep_id in self.parked:
             return "wait"
