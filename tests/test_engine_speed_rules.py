@@ -152,3 +152,15 @@ async def test_a_pass_on_one_cursor_stores_what_its_three_steps_store(client: Cl
     answers = apart[0]
     assert answers[0] == ["a", "x"] and list(answers[1]) == ["b"] and answers[2] == ["b", "x"]
     assert answers[4] == ["failed"]
+
+
+def test_a_full_row_is_the_same_whichever_way_it_is_merged() -> None:
+    """storage/models.py with_defaults merges a row of columns only at C speed: the row (values
+    and key order) must be what the filtering path makes, and unknown keys are still dropped."""
+    from taskgrove.storage.models import _DEFAULTS, _TASK_COLUMNS
+
+    row = {"id": "a", "name": "a", "task_tree_id": "a", "created_at": "t", "updated_at": "t",
+           "inputs": {"x": 1}, "status": "completed", "execution_id": "e"}
+    filtered = {**_DEFAULTS, **{k: v for k, v in row.items() if k in _TASK_COLUMNS}}
+    assert list(with_defaults(row).items()) == list(filtered.items())
+    assert list(with_defaults({**row, "tree_usages": "[]", "no such column": 1}).items()) == list(filtered.items())
