@@ -101,7 +101,7 @@ class Metrics:
         # The children of the labelled series, looked up once (labels() takes a lock every call).
         self._children: dict[tuple[Any, ...], Any] = {}
         # The two series of HTTP requests by (path, method, status): see http_series.
-        self._http: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+        self._http: dict[tuple[str, str, int], tuple[Callable[[float], None], Callable[[float], None]]] = {}
         # The engine's per-attempt and per-pass series as plain functions (see _counting, _observing).
         self._adders: dict[tuple[Any, ...], Callable[[float], None]] = {}
         self._observe_queue_wait = _observing(self.queue_wait)
@@ -158,18 +158,20 @@ class Metrics:
     def rpc_call(self, method: str, outcome: str, seconds: float) -> None:
         """One JSON-RPC call answered (agent/rpc/jsonrpc.py call_one): `method` is already
         bounded (a known name or `other`), `outcome` is `ok` or `error`."""
-        self.child(self.rpc_latency, method, outcome).observe(seconds)
+        self._adder(self.rpc_latency, method, outcome)(seconds)
 
-    def http_series(self, path: str, method: str, status: int) -> tuple[Any, Any]:
-        """The request counter and latency histogram an HTTP request counts in (HttpMetrics): its
-        surface from the path's first segment (SURFACES, else `other`), its method (HTTP_METHODS,
-        else `other`) and status code. Remembered per (path, method, status), up to MAX_HTTP_KEYS:
-        every request would otherwise cut its path up and look up two children again."""
+    def http_series(self, path: str, method: str, status: int) -> tuple[Callable[[float], None],
+                                                                          Callable[[float], None]]:
+        """How an HTTP request is counted (HttpMetrics): the `inc` of its request counter and the
+        `observe` of its latency histogram, as the plain functions of _adder: its surface from the
+        path's first segment (SURFACES, else `other`), its method (HTTP_METHODS, else `other`)
+        and status code. Remembered per (path, method, status), up to MAX_HTTP_KEYS: every
+        request would otherwise cut its path up and look up two children again."""
         series = self._http.get((path, method, status))
         if series is None:
             surface = SURFACES.get(path.strip("/").split("/", 1)[0], "other")
             verb = method if method in HTTP_METHODS else "other"
-            series = (self.child(self.requests, surface, verb, str(status)), self.child(self.latency, surface, verb))
+            series = (self._adder(self.requests, surface, verb, str(status)), self._adder(self.latency, surface, verb))
             if len(self._http) < MAX_HTTP_KEYS:
                 self._http[(path, method, status)] = series
         return series
@@ -290,6 +292,6 @@ class HttpMetrics:
         try:
             await self.app(scope, receive, record)
         finally:
-            requests, latency = self.metrics.http_series(scope["path"], scope["method"], status)
-            requests.inc()
-            latency.observe(time.perf_counter() - started)
+            count, observe = self.metrics.http_series(scope["path"], scope["method"], status)
+            count(1)
+            observe(time.perf_counter() - started)

@@ -54,6 +54,25 @@ def test_engine_series_read_as_through_the_library() -> None:
     assert _series(fast) == _series(plain)
 
 
+def test_request_series_read_as_through_the_library() -> None:
+    """The HTTP and JSON-RPC series (HttpMetrics, Metrics.rpc_call) count through the same plain
+    functions: /metrics must read as if each request went through inc and observe."""
+    fast, plain = Metrics(), Metrics()
+    for seconds in AMOUNTS:
+        for path, method, status in (("/tasks", "POST", 200), ("/nowhere/x", "BREW", 404), ("/", "GET", 200)):
+            count, observe = fast.http_series(path, method, status)
+            count(1)
+            observe(seconds)
+        fast.rpc_call("tasks.get", "ok", seconds)
+        fast.rpc_call("other", "error", seconds)
+        for surface, verb, code in (("tasks", "POST", "200"), ("other", "other", "404"), ("a2a", "GET", "200")):
+            plain.child(plain.requests, surface, verb, code).inc()
+            plain.child(plain.latency, surface, verb).observe(seconds)
+        plain.child(plain.rpc_latency, "tasks.get", "ok").observe(seconds)
+        plain.child(plain.rpc_latency, "other", "error").observe(seconds)
+    assert _series(fast) == _series(plain)
+
+
 def test_an_unknown_histogram_falls_back_to_observe() -> None:
     """A histogram whose inner values are not where this prometheus_client keeps them is
     observed through its own method."""
