@@ -356,6 +356,8 @@ _DIGIT_RUN = b"1" * LONG_DIGITS
 def has_long_number(raw: bytes) -> bool:
     """Whether `raw` holds LONG_DIGITS ASCII digits in a row (a number orjson may read differently)."""
     return _DIGIT_RUN in raw.translate(_DIGIT_MARKS)
+
+
 _SURROGATE_TEXT = re.compile(r"\\u[dD][89a-fA-F]")
 
 
