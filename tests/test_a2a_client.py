@@ -118,7 +118,10 @@ async def test_blocking_send_returns_the_finished_tree(make_settings: Any) -> No
 
 
 async def test_streaming_send_reports_progress_and_ends_final(make_settings: Any) -> None:
-    tasks = tree(seconds=0.3)
+    # Status updates are sent at most every STATUS_INTERVAL (0.1 s), the events between coalesced:
+    # the sleep lasts long enough for three updates even when the loop stalls for a few tenths of
+    # a second (with 0.3 s, one such stall under load left two; so does 0.3 s with a 0.25 s interval).
+    tasks = tree(seconds=1.0)
     async with agent_server(make_settings()) as (url, _app), a2a_client(url, streaming=True) as client:
         events = await collect(client, send_request(tasks))
     kinds = [e.WhichOneof("payload") for e in events]
