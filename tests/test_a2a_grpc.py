@@ -178,7 +178,8 @@ async def test_a_data_part_tree_runs_and_reads_back_on_every_transport(plain: Se
 
 async def test_streaming_send_reports_progress_and_ends_with_the_results(plain: Service) -> None:
     async with sdk_client(plain, streaming=True) as client:
-        events = await collect(client, data_request(tree(seconds=0.3)))
+        # 1 s, not 0.3: three updates at most 0.1 s apart even if the loop stalls (test_a2a_client's twin).
+        events = await collect(client, data_request(tree(seconds=1.0)))
     kinds = [e.WhichOneof("payload") for e in events]
     assert kinds[0] == "task"
     assert events[0].task.status.state == TaskState.TASK_STATE_WORKING
