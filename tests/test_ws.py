@@ -124,19 +124,25 @@ async def send(ws: Any, message: Any) -> None:
 
 
 async def test_two_subscriptions_receive_each_tasks_sequence(live: Callable[..., Any]) -> None:
-    """A gate keeps A and B pending while we subscribe; B depends on A, so B starts after A ends."""
+    """A gate keeps A and B pending while we subscribe; B depends on A, so B starts after A ends.
+    The gate opens once both subscriptions have their snapshot: a timed gate (it was a 0.3 s
+    sleep) could open first on a loaded machine, and A's snapshot then show it in progress."""
     async with live() as server:
+        gate = {"id": "gate", "name": "gate", "parent_id": "root", "schemas": {"method": "event_wait_executor"},
+                "inputs": {"event": "ws-sequence-gate"}}
         tree = [
             {"id": "root", "name": "root"},
-            sleep("gate", 0.3, id_="gate", parent="root"),
+            gate,
             sleep("a", 0.3, id_="a", parent="root", deps=("gate",)),
             sleep("b", 0.2, id_="b", parent="root", deps=("a",)),
         ]
         await server.rpc("tasks.create", {"tasks": tree})
         seen: list[dict[str, Any]] = []
         async with websockets.connect(f"{server.ws_url}/ws") as ws:
-            await send(ws, {"action": "subscribe", "task_id": "a"})
-            await send(ws, {"action": "subscribe", "task_id": "b"})
+            for tid in ("a", "b"):
+                await send(ws, {"action": "subscribe", "task_id": tid})
+                seen.append(await recv(ws))  # its snapshot (checked below)
+            await server.rpc("events.emit", {"name": "ws-sequence-gate"})
             finished: set[str] = set()
             while finished != {"a", "b"}:
                 message = await recv(ws)
