@@ -7,7 +7,7 @@ import asyncio
 import json
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -406,8 +406,10 @@ async def test_purge_tasks_is_for_admins_and_deletes_ended_trees(live: Callable[
 SUBSCRIBE = "subscription($id: String) { taskStatusChanged(taskId: $id) { id status progress result error } }"
 
 
-async def subscribe(server: Live, task_id: str) -> list[dict[str, Any]]:
-    """Every message of one taskStatusChanged subscription up to and including `complete`."""
+async def subscribe(server: Live, task_id: str,
+                    on_first: Callable[[], Awaitable[Any]] | None = None) -> list[dict[str, Any]]:
+    """Every message of one taskStatusChanged subscription up to and including `complete`;
+    `on_first` is awaited once the first message (the task's state now) has arrived."""
     async with websockets.connect(f"ws://127.0.0.1:{server.port}/graphql",
                                   subprotocols=["graphql-transport-ws"]) as ws:
         assert ws.subprotocol == "graphql-transport-ws"
@@ -421,15 +423,21 @@ async def subscribe(server: Live, task_id: str) -> list[dict[str, Any]]:
             messages.append(message)
             if message["type"] in ("complete", "error"):
                 return messages
+            if on_first is not None and len(messages) == 1:
+                await on_first()
 
 
 async def test_subscription_follows_an_executing_task_to_completion(live: Callable[..., Any]) -> None:
     async with live() as server:
-        # a gate keeps "work" pending while the subscription opens
+        # a gate keeps "work" pending while the subscription opens; it opens once the subscription
+        # has the task's state (a timed gate could open first on a loaded machine)
+        gate = {"id": "gate", "name": "gate", "parent_id": "root", "schemas": {"method": "event_wait_executor"},
+                "inputs": {"event": "graphql-gate"}}
         await server.rpc("tasks.create", {"tasks": [
-            {"id": "root", "name": "root"}, sleep("gate", 0.3, id_="gate", parent="root"),
+            {"id": "root", "name": "root"}, gate,
             sleep("work", 0.2, id_="work", parent="root", deps=("gate",))]})
-        messages = await subscribe(server, "work")
+        messages = await subscribe(server, "work",
+                                   on_first=lambda: server.rpc("events.emit", {"name": "graphql-gate"}))
     assert [m["type"] for m in messages] == ["next", "next", "next", "complete"]
     states = [m["payload"]["data"]["taskStatusChanged"] for m in messages[:-1]]
     assert [s["status"] for s in states] == ["PENDING", "IN_PROGRESS", "COMPLETED"]
