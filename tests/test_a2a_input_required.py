@@ -282,7 +282,11 @@ async def test_streams_show_input_required_then_completed(make_settings: Any) ->
                 watched.append(event)
 
         watcher = asyncio.create_task(watch())
-        await asyncio.sleep(0.3)  # the subscription is open
+
+        async def subscribed() -> bool:  # the subscription's first event: the task as it is
+            return bool(watched)
+
+        await wait_until(subscribed)  # not a fixed 0.3 s, which a loaded machine can overrun
         second = await collect(client, follow_up(waiting, new_data_part({"value": {"approved": True}})))
         await asyncio.wait_for(watcher, 10)
     states = [e.status_update.status.state for e in second if e.HasField("status_update")]
