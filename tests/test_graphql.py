@@ -534,13 +534,16 @@ async def test_a_status_set_by_hand_reaches_the_subscriber(live: Callable[..., A
         await data(server, update, {"id": task["id"], "input": {"status": "PENDING"}})
 
         async def set_by_hand() -> None:
-            await asyncio.sleep(0.3)
             await data(server, update, {"id": task["id"], "input": {"status": "IN_PROGRESS"}})
             await asyncio.sleep(0.1)
             await data(server, update, {"id": task["id"], "input": {"status": "FAILED"}})
 
-        hand = asyncio.create_task(set_by_hand())
-        messages = await subscribe(server, task["id"])
-        await hand
+        hand: list[asyncio.Task[None]] = []
+
+        async def once_subscribed() -> None:  # not after a fixed 0.3 s, which a loaded machine can overrun
+            hand.append(asyncio.create_task(set_by_hand()))
+
+        messages = await subscribe(server, task["id"], on_first=once_subscribed)
+        await hand[0]
     statuses = [m["payload"]["data"]["taskStatusChanged"]["status"] for m in messages[:-1]]
     assert statuses == ["PENDING", "IN_PROGRESS", "FAILED"] and messages[-1]["type"] == "complete"
