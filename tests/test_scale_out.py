@@ -95,6 +95,41 @@ async def test_cancel_and_events_cross_instances() -> None:
         assert kinds[0] == "task_start" and kinds[-2:] == ["task_cancelled", "final"]
 
 
+async def test_an_instance_hears_the_others_from_its_first_request_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lone instance sends nothing (no peer listens); a new instance's `hello` makes it send
+    again. That hello is said before the new instance's start returns, not queued for its
+    sender: with a sender that starts a second late (a loaded machine), B still sees the start of
+    a task A runs right after B started (before, the hello came late and B missed it: the flake
+    of test_cancel_and_events_cross_instances, once in a looped full suite)."""
+    from taskgrove.agent.engine import notify
+
+    send = notify.PgNotifier._send
+    late = {"b": False}
+
+    async def late_send(self: notify.PgNotifier) -> None:
+        if late["b"]:
+            await asyncio.sleep(1.0)
+        await send(self)
+
+    monkeypatch.setattr(notify.PgNotifier, "_send", late_send)
+    async with postgres_database() as url, AsyncExitStack() as stack:
+        settings = Settings.from_env({"SERVICE_DATABASE_URL": url, "SERVICE_CREATE_WAIT_TIMEOUT": "0",
+                                      "SERVICE_PARK_SLEEP_SECONDS": IN_PROCESS_SLEEPS})
+        a = await stack.enter_async_context(running_app(settings, registry=registry()))
+        for _ in range(300):  # A counts its peers: none, so it stops sending
+            if a.services.engine.notifier.peers is False:
+                break
+            await asyncio.sleep(0.02)
+        assert a.services.engine.notifier.peers is False
+        late["b"] = True
+        b = await stack.enter_async_context(running_app(settings, registry=registry()))
+        seen_on_b = b.services.bus.subscribe(lambda e: e["task_id"] == "first")
+        await a.result("tasks.create", [{"id": "first", "name": "first", "schemas": {"method": "sleep_executor"},
+                                         "inputs": {"seconds": 60}}])
+        assert (await asyncio.wait_for(seen_on_b.get(), 5))["type"] == "task_start"
+        await a.result("tasks.cancel", {"task_ids": ["first"]})
+
+
 async def test_an_execution_waits_for_a_dependency_running_on_another_instance() -> None:
     async with postgres_database() as url, AsyncExitStack() as stack:
         settings = Settings.from_env({"SERVICE_DATABASE_URL": url, "SERVICE_CREATE_WAIT_TIMEOUT": "0"})

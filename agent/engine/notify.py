@@ -76,10 +76,10 @@ class PgNotifier:
         """Another instance joined the execution of `tree_id`: its owner re-reads it."""
         self._queue(_text({"kind": "refresh", "tree_id": tree_id}))
 
-    def _queue(self, message: str, always: bool = False) -> None:
+    def _queue(self, message: str) -> None:
         """`message` is encoded already: once, when it was made (the event may change later).
-        Dropped while no other instance listens, unless `always`."""
-        if not (self.peers or always):
+        Dropped while no other instance listens."""
+        if not self.peers:
             self.skipped += 1
             return
         try:
@@ -132,7 +132,10 @@ class PgNotifier:
                 conn = await asyncpg.connect(self.dsn, server_settings={"application_name": LISTENER_NAME})
                 await conn.add_listener(CHANNEL, self._received)
                 self._listener_pid = conn.get_server_pid()
-                self._queue(_text({"kind": "hello"}), always=True)  # the others send to us from now on
+                # The others send to us from now on. Said on this connection before `ready`, not
+                # queued for the sender: start() returns only once the others can hear it, so
+                # events of their next request reach us (queued, it could come after them).
+                await conn.execute("SELECT pg_notify($1, $2)", CHANNEL, _wrap(self.instance_id, [_HELLO]))
                 self.ready.set()
                 while not conn.is_closed():
                     await asyncio.sleep(1)
@@ -199,3 +202,6 @@ def _payloads(instance_id: str, batch: list[str]) -> list[str]:
 
 def _wrap(instance_id: str, messages: list[str]) -> str:
     return f'{{"from": {json.dumps(instance_id)}, "messages": [{",".join(messages)}]}}'
+
+
+_HELLO = _text({"kind": "hello"})  # a new listener's first message: the others start sending to it
