@@ -296,14 +296,16 @@ _FLAT = frozenset({str, int, float, bool, type(None)})
 
 def _same_text(value: Any) -> tuple[Any, ...] | None:
     """A key equal only for values json.dumps writes identically (each item's type is part of
-    it: 1, 1.0 and True compare equal but are written differently), for an object of plain
-    values or a list of such objects; None for anything else."""
+    it: 1, 1.0 and True compare equal but are written differently; a float is keyed by its
+    text: 0.0 and -0.0 compare equal too), for an object of plain values or a list of such
+    objects; None for anything else."""
     if value.__class__ is dict:
         items = []
         for key, item in value.items():
-            if item.__class__ not in _FLAT:
+            kind = item.__class__
+            if kind not in _FLAT:
                 return None
-            items.append((key, item.__class__, item))
+            items.append((key, kind, repr(item) if kind is float else item))
         return (dict, *items)
     if value.__class__ is list:
         parts = []

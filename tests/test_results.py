@@ -105,7 +105,8 @@ def test_json_texts_shared_within_an_insert_are_json_dumps_texts() -> None:
 
     check()
     memo: dict[Any, str] = {}  # equal in Python, written differently
-    for value in ({"a": 1}, {"a": True}, {"a": 1.0}, [{"required": 1}], [{"required": True}], {"a": 0}, {"a": False}):
+    for value in ({"a": 1}, {"a": True}, {"a": 1.0}, [{"required": 1}], [{"required": True}], {"a": 0}, {"a": False},
+                  {"a": 0.0}, {"a": -0.0}, [{"x": -0.0}], [{"x": 0.0}]):  # -0.0: found by the check above
         assert _json_text(value, memo) == json.dumps(value)
 
 
