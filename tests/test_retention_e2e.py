@@ -223,7 +223,14 @@ async def test_one_instance_sweeps_at_a_time(tmp_path: Path) -> None:
             first = asyncio.create_task(a.call("tasks.purge", {"older_than": 0.01}))
             await wait_until(db.sweeper_lock_held, 30, "A's sweep taking the lock")
             a.pause()
-            if await db.sweeper_lock_held():  # stopped inside its sweep, the lock held
+            # Stopped inside its sweep, the lock held: asked twice, 0.5 s apart, since an unlock A
+            # sent just before it stopped can reach PostgreSQL after the first look (then B's purge
+            # swept: once in a clean-clone CI run).
+            held = await db.sweeper_lock_held()
+            if held:
+                await asyncio.sleep(0.5)
+                held = await db.sweeper_lock_held()
+            if held:
                 break
             a.resume()  # a test process held up on a loaded machine can miss the sweep's ~1 s
             assert (await first)["result"]["trees"] == trees
