@@ -17,7 +17,7 @@ from websockets.exceptions import InvalidStatus
 from taskgrove.agent.auth import mint_token
 from taskgrove.agent.settings import Settings
 from tests.test_waits import APPROVAL_SCHEMA, approval_tree
-from tests.test_ws import SECRET, Live, live_server, recv, send, sleep
+from tests.test_ws import SECRET, Live, gate, live_server, recv, send, sleep
 
 GRAPHQL = {"SERVICE_API_PROTOCOL": "graphql"}
 TASK_FIELDS = "id name status priority progress result error createdAt updatedAt parentId description"
@@ -431,10 +431,8 @@ async def test_subscription_follows_an_executing_task_to_completion(live: Callab
     async with live() as server:
         # a gate keeps "work" pending while the subscription opens; it opens once the subscription
         # has the task's state (a timed gate could open first on a loaded machine)
-        gate = {"id": "gate", "name": "gate", "parent_id": "root", "schemas": {"method": "event_wait_executor"},
-                "inputs": {"event": "graphql-gate"}}
         await server.rpc("tasks.create", {"tasks": [
-            {"id": "root", "name": "root"}, gate,
+            {"id": "root", "name": "root"}, gate("graphql-gate", "root"),
             sleep("work", 0.2, id_="work", parent="root", deps=("gate",))]})
         messages = await subscribe(server, "work",
                                    on_first=lambda: server.rpc("events.emit", {"name": "graphql-gate"}))

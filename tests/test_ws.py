@@ -112,6 +112,13 @@ def sleep(name: str, seconds: float, *, id_: str | None = None, parent: str | No
     return task
 
 
+def gate(event: str, parent: str) -> dict[str, Any]:
+    """Task `gate` under `parent`: waits for `event` (events.emit), so a test opens it once its
+    subscriptions are in place, not after a time a loaded machine can overrun."""
+    return {"id": "gate", "name": "gate", "parent_id": parent, "schemas": {"method": "event_wait_executor"},
+            "inputs": {"event": event}}
+
+
 async def recv(ws: Any, timeout: float = 5.0) -> dict[str, Any]:
     return json.loads(await asyncio.wait_for(ws.recv(), timeout))
 
@@ -128,11 +135,9 @@ async def test_two_subscriptions_receive_each_tasks_sequence(live: Callable[...,
     The gate opens once both subscriptions have their snapshot: a timed gate (it was a 0.3 s
     sleep) could open first on a loaded machine, and A's snapshot then show it in progress."""
     async with live() as server:
-        gate = {"id": "gate", "name": "gate", "parent_id": "root", "schemas": {"method": "event_wait_executor"},
-                "inputs": {"event": "ws-sequence-gate"}}
         tree = [
             {"id": "root", "name": "root"},
-            gate,
+            gate("ws-sequence-gate", "root"),
             sleep("a", 0.3, id_="a", parent="root", deps=("gate",)),
             sleep("b", 0.2, id_="b", parent="root", deps=("a",)),
         ]
@@ -177,9 +182,7 @@ async def test_failed_and_cancelled_tasks_are_reported_as_task_failed(live: Call
     async with live() as server:
         # The gate opens once both subscriptions have their snapshot (a timed gate could open
         # first on a loaded machine, and bad's failure then arrive before long's snapshot).
-        gate = {"id": "gate", "name": "gate", "parent_id": "r", "schemas": {"method": "event_wait_executor"},
-                "inputs": {"event": "ws-gate"}}
-        tree = [{"id": "r", "name": "root"}, gate,
+        tree = [{"id": "r", "name": "root"}, gate("ws-gate", "r"),
                 {**sleep("bad", -1, id_="bad", parent="r", deps=("gate",))},
                 sleep("long", 30, id_="long", parent="r", deps=("gate",))]
         await server.rpc("tasks.create", {"tasks": tree})
