@@ -93,7 +93,10 @@ def claim_limited(c: Connection, task_id: str, key: str | None, limit: int | Non
 # fetchmany: one round trip, one implicit transaction, each row seeing what the rows before it
 # wrote, so a claim sees the outcomes written in the same pass. A row handles a set (up to
 # _PG_WRITES_PER_ROW writes, or all the claims): a row per task cost about 100 us, most of it the
-# statement's own overhead. Every task is found through the primary key (`id = ANY(...)`, an
+# statement's own overhead. The claims ride in the row of the last writes (the claim reads the
+# statuses that row writes, statements._PG_CLAIM), so a chain link is one row, not two, unless a
+# task is both written and claimed there: one statement changes a row once, so such claims get a
+# row of their own after the writes. Every task is found through the primary key (`id = ANY(...)`, an
 # index condition in every plan), so the statement's one generic plan stays right however the
 # table grows (see statements.py on the claim, and PgPool's pass connection).
 # On a SQLAlchemy connection (pg_pass: the claim, fenced writes and end of an execution run
@@ -117,8 +120,8 @@ _PG_WRITES_PER_ROW = 64
 def pg_step_params(writes: Sequence[Write], claims: Sequence[str], owner: str, until: str, stamp: str,
                    ends: Sequence[tuple[str, str]] = (),
                    history: Mapping[str, Attempt] | None = None) -> list[tuple[Any, ...]]:
-    """The rows of a pass (arguments in statements.PASS_ARGS order): writes, then claims, then
-    ends (execution id and version). `history`: by task id, the attempt an outcome write ends,
+    """The rows of a pass (arguments in statements.PASS_ARGS order): writes, then claims (in the
+    last row of writes when none of them is written there), then ends (execution id and version). `history`: by task id, the attempt an outcome write ends,
     carried in that write's object (statements.PG_HISTORY_KEYS) and stored if it is accepted.
 
     A task written twice in one pass gets its second write in a later row: one UPDATE changes a
@@ -128,7 +131,9 @@ def pg_step_params(writes: Sequence[Write], claims: Sequence[str], owner: str, u
                          for tid, epoch, values in layer]),
              [tid for tid, _, _ in layer], owner, [], until, stamp, None, None)
             for layer in _write_parts(writes, _PG_WRITES_PER_ROW)]
-    if claims:
+    if claims and rows and set(rows[-1][1]).isdisjoint(claims):  # with the last writes
+        rows[-1] = (*rows[-1][:3], list(claims), *rows[-1][4:])
+    elif claims:
         rows.append(("[]", [], owner, list(claims), until, stamp, None, None))
     rows.extend(("[]", [], owner, [], until, stamp, eid, version) for eid, version in ends)
     return rows

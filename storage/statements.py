@@ -191,6 +191,10 @@ def claim(count: int) -> Statement:
 
 # pass_statement's arguments (PASS_ARGS): $1 writes (a JSON array, see PG_WRITABLE), $2 their
 # task ids, $3 owner, $4 ids to claim, $5 until, $6 stamp, $7 execution to end, $8 its version.
+# Every part of one statement reads the table as it was before the statement: a dependency
+# written in the same row (`written`, the pass statement's fenced writes) is read with the status
+# that write gave it, so that a row may hold a pass's last writes and its claims together
+# (storage/executions.py pg_step_params).
 _PG_CLAIM = """
         UPDATE tasks SET status = 'in_progress', progress = 0.0, result = NULL, error = NULL,
                started_at = $6, completed_at = NULL, updated_at = $6, next_attempt_at = NULL,
@@ -202,8 +206,9 @@ _PG_CLAIM = """
                WHERE e.id = tasks.execution_id)
           AND NOT EXISTS (
               SELECT 1 FROM json_array_elements(tasks.dependencies) AS d
-              CROSS JOIN LATERAL (SELECT x.status, x.execution_id FROM tasks AS x
-                                  WHERE x.id = d->>'id' LIMIT 1) AS x
+              CROSS JOIN LATERAL (SELECT coalesce((SELECT n.status FROM written AS n WHERE n.id = x.id),
+                                                  x.status) AS status, x.execution_id
+                                  FROM tasks AS x WHERE x.id = d->>'id' LIMIT 1) AS x
               WHERE x.status = 'in_progress'
                  OR (coalesce((d->>'required')::boolean, true) AND x.status <> 'completed')
                  OR (x.status = 'pending' AND x.execution_id = tasks.execution_id))
@@ -296,9 +301,10 @@ _PG_HISTORY = f"""
 
 # --- PostgreSQL: an engine pass as one statement -----------------------------------------------
 # The fenced writes of a pass, then its claims, then the end of an execution, as the rows of one
-# statement (storage/executions.py explains why). Returns ('written', id) for each accepted write,
-# ('claimed', id, lease_epoch, attempt, checkpoint) for each claimed task, ('ended', id, ..., final_status)
-# for an ended execution. Bit `n` of a write's `_mask` says it sets PG_WRITABLE[n].
+# statement (storage/executions.py explains why); a row's claims see its own writes (_PG_CLAIM).
+# Returns ('written', id) for each accepted write, ('claimed', id, lease_epoch, attempt,
+# checkpoint) for each claimed task, ('ended', id, ..., final_status) for an ended execution.
+# Bit `n` of a write's `_mask` says it sets PG_WRITABLE[n].
 
 @functools.lru_cache(maxsize=1)
 def pass_statement() -> Statement:
@@ -315,7 +321,7 @@ def pass_statement() -> Statement:
         f"written AS (UPDATE tasks AS t SET {assignments} FROM w "
         "WHERE t.id = w._id AND t.id = ANY(CAST($2 AS text[])) "
         "AND (t.status = 'in_progress') IS TRUE AND t.lease_owner = $3 "
-        "AND t.lease_epoch = w._epoch RETURNING t.id), "
+        "AND t.lease_epoch = w._epoch RETURNING t.id, t.status), "
         f"history AS ({_PG_HISTORY}), claimed AS ({_PG_CLAIM}), ended AS ({_PG_END}) "
         f"SELECT 'written' AS kind, id, {nothing}, NULL::text FROM written "
         "UNION ALL SELECT 'claimed', id, lease_epoch, attempt, checkpoint, NULL FROM claimed "

@@ -415,3 +415,91 @@ def test_random_trees_are_claimed_alike(twin: Twin,
         execution_id=case((T.c.id.in_(members), "e-root"), else_=None))))
     twin.alike(claim([row["id"] for row in rows]))
     twin.alike(stored)
+
+
+def whole_pass(writes: list[Any], claims: list[str]) -> Callable[[Any], Any]:
+    """One engine pass, each backend's own way (SQLite: sqlite_pass on the driver's cursor;
+    PostgreSQL: the rows of pass_statement, as the repository sends them in one fetchmany)."""
+    def run(c: Any) -> Any:
+        one = executions.pg_pass if c.dialect.name == "postgresql" else executions.sqlite_pass
+        accepted, claimed, _ = one(c, writes, claims, OWNER, UNTIL, STAMP)
+        return accepted, claimed
+
+    return run
+
+
+def ended_as(status: str) -> dict[str, Any]:
+    return {"status": status, "completed_at": STAMP, "updated_at": STAMP, "lease_owner": None,
+            **({"next_attempt_at": None} if status == "pending" else {})}
+
+
+def test_a_chain_link_is_one_row_and_a_task_written_and_claimed_is_two() -> None:
+    """The claims of a pass ride in the row of its last writes (statements._PG_CLAIM reads the
+    statuses that row writes), except when a claimed task is written in that row."""
+    link = executions.pg_step_params([("a", 1, ended_as("completed"))], ["b"], OWNER, UNTIL, STAMP)
+    assert len(link) == 1 and link[0][1] == ["a"] and link[0][3] == ["b"]
+    retried = executions.pg_step_params([("a", 1, ended_as("pending"))], ["a", "b"], OWNER, UNTIL, STAMP)
+    assert [(row[1], row[3]) for row in retried] == [(["a"], []), ([], ["a", "b"])]
+    assert len(executions.pg_step_params([], ["b"], OWNER, UNTIL, STAMP)) == 1
+
+
+@pytest.mark.parametrize("status, required, claimable", [
+    ("completed", True, True), ("failed", True, False), ("failed", False, True), ("cancelled", None, False),
+    ("pending", True, False), ("in_progress", True, False)])
+def test_a_claim_sees_the_outcome_written_in_its_own_row(twin: Twin, status: str, required: bool | None,
+                                                         claimable: bool) -> None:
+    """A chain link on PostgreSQL: `d`'s outcome and `t`'s claim in one row. `t` is claimed
+    exactly when it would be with the outcome written first (as on SQLite); an outcome written
+    with a stale epoch is refused and holds `t` back."""
+    dependency = {"id": "d", **({} if required is None else {"required": required})}
+    twin.both(tree([task("root", status="completed"), task("d"), task("t", [dependency])]))
+    epoch = twin.alike(claim(["d"]))["d"]["lease_epoch"]
+    values = ended_as(status) if status != "in_progress" else {"progress": 0.5, "updated_at": STAMP}
+    accepted, claimed = twin.alike(whole_pass([("d", epoch, values)], ["t"]))
+    assert accepted == {"d"} and ("t" in claimed) == claimable
+    twin.alike(stored)
+    twin.both(clear)
+    twin.both(tree([task("root", status="completed"), task("d"), task("t", [dependency])]))
+    epoch = twin.alike(claim(["d"]))["d"]["lease_epoch"]
+    assert twin.alike(whole_pass([("d", epoch + 1, ended_as("completed"))], ["t"])) == (set(), {})
+    twin.alike(stored)
+
+
+outcomes = st.sampled_from(["completed", "failed", "cancelled", "pending", "progress", "stale"])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(outcomes, min_size=1, max_size=5),
+       st.lists(st.lists(st.tuples(st.integers(0, 4), st.sampled_from([True, False, None])), max_size=3),
+                max_size=5),
+       st.lists(st.integers(0, 4), max_size=3), st.booleans())
+def test_random_passes_of_writes_and_claims_decide_alike(twin: Twin, written: list[str],
+                                                         waiting: list[list[tuple[int, bool | None]]],
+                                                         claimed_again: list[int], many: bool) -> None:
+    """Tasks `d*` in progress get random outcomes (retries back to pending, progress only, a stale
+    epoch) in the same pass that claims tasks `t*` depending on the written ones, and some `d*` again: both
+    backends accept the same writes, claim the same tasks and store the same rows. `many` spreads
+    the writes over more than one PostgreSQL row."""
+    twin.both(clear)
+    rows = [task("root", status="completed")] + [task(f"d{i}") for i in range(5)]
+    rows += [task(f"t{i}", [{"id": f"d{n % len(written)}",
+                             **({} if required is None else {"required": required})} for n, required in deps])
+             for i, deps in enumerate(waiting)]
+    twin.both(tree(rows))
+    epochs = {tid: token["lease_epoch"] for tid, token in twin.alike(claim([f"d{i}" for i in range(5)])).items()}
+    writes = []
+    for i, outcome in enumerate(written):
+        if outcome == "progress":
+            writes.append((f"d{i}", epochs[f"d{i}"], {"progress": 0.5, "updated_at": STAMP}))
+        else:
+            epoch = epochs[f"d{i}"] + (outcome == "stale")
+            writes.append((f"d{i}", epoch, ended_as("completed" if outcome == "stale" else outcome)))
+    claims = [f"t{i}" for i in range(len(waiting))] + [f"d{i}" for i in claimed_again]
+    limit = executions._PG_WRITES_PER_ROW
+    if many:
+        executions._PG_WRITES_PER_ROW = 2
+    try:
+        twin.alike(whole_pass(writes, claims))
+    finally:
+        executions._PG_WRITES_PER_ROW = limit
+    twin.alike(stored)
