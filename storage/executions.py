@@ -405,6 +405,17 @@ def _pg_insert_tree(c: Connection, rows: Sequence[Mapping[str, Any]], execution:
     as text (done always, it made a 1000-task create 60-70 ms slower: bench/README.md)."""
     import asyncpg  # PostgreSQL only: not loaded on SQLite
 
+    sql, args = pg_insert_tree_call(rows, execution, quota)
+    try:
+        return int(await_(c.connection.driver_connection.fetchval(sql, *args)) or 0)
+    except asyncpg.IntegrityConstraintViolationError as exc:  # an id is taken: what the SQLAlchemy path raises
+        raise IntegrityError(sql, None, exc) from exc
+
+
+def pg_insert_tree_call(rows: Sequence[Mapping[str, Any]], execution: Mapping[str, Any],
+                        quota: Quota | None) -> tuple[str, list[Any]]:
+    """PostgreSQL: the statement of _pg_insert_tree and its arguments. Its one value is the
+    owner's count with a `quota` (None without)."""
     text = json.dumps(rows)
     if as_text := "\\u0000" in text:
         memo: dict[Any, str] = {}
@@ -413,11 +424,7 @@ def _pg_insert_tree(c: Connection, rows: Sequence[Mapping[str, Any]], execution:
     args = [text, *_execution_values(execution), *(() if quota is None else (quota.adding, quota.limit)),
             *(() if quota is None or quota.owner is None else (quota.owner,))]
     owner_kind = None if quota is None else "nobody" if quota.owner is None else "user"
-    sql = statements.insert_tree(as_text, owner_kind).postgresql
-    try:
-        return int(await_(c.connection.driver_connection.fetchval(sql, *args)) or 0)
-    except asyncpg.IntegrityConstraintViolationError as exc:  # an id is taken: what the SQLAlchemy path raises
-        raise IntegrityError(sql, None, exc) from exc
+    return statements.insert_tree(as_text, owner_kind).postgresql, args
 
 
 def _sqlite_claim(cursor: sqlite3.Cursor, ids: Sequence[str], owner: str, until: str, stamp: str) -> dict[str, Row]:
@@ -546,7 +553,25 @@ def insert_tree(c: Connection, rows: Sequence[Mapping[str, Any]], user_id: str |
     (on PostgreSQL in the insert's own statement): OverQuota, nothing stored, when they would not fit.
 
     `claims`: ids of pending tasks without dependencies, stored already claimed by `owner`
-    (claimed_at_insert); the execution returned then holds their tokens under "claimed"."""
+    (claimed_at_insert); the execution returned then holds their tokens under "claimed".
+
+    The repository's insert_tree sends the PostgreSQL statement on a connection of its own
+    instead (pg_insert_tree_call); this function serves a caller's transaction (a schedule's run)."""
+    execution, full = new_tree(rows, user_id, owner, until, stamp, webhook, traceparent, claims)
+    if c.dialect.name == "sqlite":
+        unfinished = count_unfinished(c, quota.owner, quota.limit) if quota else 0
+        if quota is None or unfinished + quota.adding <= quota.limit:
+            _sqlite_insert_tree(c, full, execution)
+    else:  # asyncpg, the only PostgreSQL driver the settings take
+        unfinished = _pg_insert_tree(c, full, execution, quota)
+    check_quota(quota, unfinished)
+    return execution
+
+
+def new_tree(rows: Sequence[Mapping[str, Any]], user_id: str | None, owner: str, until: str, stamp: str,
+             webhook: Mapping[str, Any] | None = None, traceparent: str | None = None,
+             claims: Collection[str] = ()) -> tuple[Row, list[Row]]:
+    """What insert_tree stores: the new execution (with its "claimed" tokens) and the full rows."""
     root = rows[0]
     execution = _new_execution(root["task_tree_id"], root["id"], user_id, owner, until, stamp, webhook, traceparent)
     full = [with_defaults({**row, "execution_id": execution["id"]} if row["status"] == TaskStatus.PENDING else row)
@@ -554,15 +579,13 @@ def insert_tree(c: Connection, rows: Sequence[Mapping[str, Any]], user_id: str |
     if claims:
         full = [claimed_at_insert(row, owner, until, stamp) if row["id"] in claims else row for row in full]
         execution["claimed"] = {row["id"]: token_of(row) for row in full if row["id"] in claims}
-    if c.dialect.name == "sqlite":
-        unfinished = count_unfinished(c, quota.owner, quota.limit) if quota else 0
-        if quota is None or unfinished + quota.adding <= quota.limit:
-            _sqlite_insert_tree(c, full, execution)
-    else:  # asyncpg, the only PostgreSQL driver the settings take
-        unfinished = _pg_insert_tree(c, full, execution, quota)
+    return execution, full
+
+
+def check_quota(quota: Quota | None, unfinished: int) -> None:
+    """OverQuota when the insert did not fit (`unfinished`: the owner's count the insert made)."""
     if quota is not None and unfinished + quota.adding > quota.limit:
         raise OverQuota(quota, unfinished)  # nothing was stored
-    return execution
 
 
 def claimed_at_insert(row: Mapping[str, Any], owner: str, until: str, stamp: str) -> Row:

@@ -20,7 +20,8 @@ deserializer, as SQLAlchemy's do, so a row is the same dict the SQLAlchemy path 
   connections, where SQLAlchemy's pool would open overflow connections and close them again (a
   connection per request under load). Its connections are not reset when given back (no
   session state is ever set on them): the reset would cost a round trip per read. A read that
-  fails returns None and takes the SQLAlchemy path, which raises what it always did.
+  fails returns None and takes the SQLAlchemy path, which raises what it always did. A new
+  tree's insert (one statement, `value`) uses the same pool; its failure is raised.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from taskgrove.storage.jsonvalues import read_stored
@@ -121,6 +122,19 @@ class PgPool:
             self._pass = None
         conn.terminate()
         return OperationalError(sql, None, exc, connection_invalidated=True)
+
+    async def value(self, sql: str, args: Sequence[Any]) -> Any:
+        """The one value of a statement that writes, run alone (autocommit) on a connection of
+        the read pool: a new tree's insert, which through SQLAlchemy's transaction paid about as
+        much again in the server's CPU and twice its wall time (bench/README.md, tenth round).
+        Unlike `rows`, a failure is raised, never retried elsewhere: the statement may have been
+        applied. A unique key taken comes out as SQLAlchemy's IntegrityError (what the
+        SQLAlchemy path raises), any other error as asyncpg raises it."""
+        try:
+            async with (await self._reads()).acquire() as conn:
+                return await conn.fetchval(sql, *args)
+        except asyncpg.IntegrityConstraintViolationError as exc:
+            raise IntegrityError(sql, None, exc) from exc
 
     async def rows(self, sql: str, args: Sequence[Any]) -> list[dict[str, Any]] | None:
         """The rows of a read (a statement's PostgreSQL form); None when it failed (the caller

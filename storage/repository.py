@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -80,6 +80,22 @@ class TaskRepository:
         """Run `fn(sync_connection, *args)` in a transaction of its own (storage/executions.py).
         `inline`: a few rows, so it may run on the event loop's own thread (Connections.run_here)."""
         return await self.connections.transact(fn, *args, inline=inline)
+
+    async def insert_tree(self, rows: Sequence[Mapping[str, Any]], user_id: str | None, owner: str, until: str,
+                          stamp: str, quota: executions.Quota | None, traceparent: str | None,
+                          claims: Collection[str], inline: bool = False) -> Row:
+        """A new tree and its execution (executions.insert_tree, which says what is stored). On
+        PostgreSQL its one statement goes to a pooled connection directly (PgPool.value): no
+        SQLAlchemy transaction around it."""
+        pg = self.connections.pg
+        if pg is None:
+            return await self.transact(executions.insert_tree, rows, user_id, owner, until, stamp, None, quota,
+                                       traceparent, claims, inline=inline)
+        execution, full = executions.new_tree(rows, user_id, owner, until, stamp, None, traceparent, claims)
+        unfinished = int(await pg.value(*executions.pg_insert_tree_call(full, execution, quota)) or 0)
+        self.connections.answered_at = time.monotonic()
+        executions.check_quota(quota, unfinished)
+        return execution
 
     async def ping(self, fresh_within: float = 0.0) -> None:
         """Raise if the database does not answer; a transaction that committed within the last

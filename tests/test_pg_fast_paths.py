@@ -322,3 +322,69 @@ async def test_a_lone_instance_sends_no_notify_until_another_listens(client: Cli
             await asyncio.sleep(0.05)
     finally:
         await other.close()
+
+
+def _tree_of(root: str, user: str | None = None) -> list[dict[str, Any]]:
+    """A root, a child claimable at once, one waiting for it, and one holding a NUL (which sends
+    the JSON columns as text), tree id `root`."""
+    rows = [{**row(root), "task_tree_id": root, "parent_id": None, "user_id": user}]
+    rows += [{**row(f"{root}-{n}", [{"id": f"{root}-0"}] if n == 1 else None), "task_tree_id": root,
+              "parent_id": root, "user_id": user} for n in range(2)]
+    rows.append({**row(f"{root}-nul"), "task_tree_id": root, "parent_id": root, "user_id": user,
+                 "inputs": {"text": "a\u0000b"}})
+    return rows
+
+
+async def test_a_new_trees_insert_through_asyncpg_stores_what_the_sqlalchemy_path_stores(client: Client) -> None:
+    """TaskRepository.insert_tree sends its one statement on the asyncpg pool (PgPool.value);
+    executions.insert_tree in a SQLAlchemy transaction (a schedule's run) sends the same one. Both
+    store the same rows and answer the same execution; a taken id and a full quota are refused
+    alike, with nothing stored."""
+    from sqlalchemy.exc import IntegrityError
+
+    repo = client.services.repo
+    quota = executions.Quota("ann", 10, 4)
+
+    def everything(c: Any, tree: str) -> list[dict[str, Any]]:
+        found = [dict(r._mapping) for r in c.execute(executions.T.select().where(
+            executions.T.c.task_tree_id == tree).order_by(executions.T.c.id))]
+        def named(v: Any) -> Any:  # the tree's ids without the tree's own name
+            return "T" + v[len(tree):] if isinstance(v, str) and (v == tree or v.startswith(tree + "-")) else v
+
+        return [{k: named(v) if k != "dependencies" else [{**d, "id": named(d["id"])} for d in v]
+                 for k, v in r.items() if k != "execution_id"} for r in found]
+
+    fast = await repo.insert_tree(_tree_of("p", "ann"), "ann", OWNER, UNTIL, STAMP, quota, None, {"p-0"})
+    slow = await repo.transact(executions.insert_tree, _tree_of("q", "ann"), "ann", OWNER, UNTIL, STAMP, None,
+                               quota, None, {"q-0"})
+    assert fast["claimed"] == {"p-0": {"lease_epoch": 1, "attempt": 1, "checkpoint": None}}
+    assert {k: v for k, v in fast.items() if k not in ("id", "task_tree_id", "task_id", "claimed")} == \
+        {k: v for k, v in slow.items() if k not in ("id", "task_tree_id", "task_id", "claimed")}
+    assert await repo.transact(everything, "p") == await repo.transact(everything, "q")
+    assert {r["id"]: r["inputs"] for r in await repo.transact(everything, "p")}["T-nul"] == {"text": "a\u0000b"}
+
+    with pytest.raises(IntegrityError):  # an id taken
+        await repo.insert_tree(_tree_of("p"), None, OWNER, UNTIL, STAMP, None, None, set())
+    with pytest.raises(executions.OverQuota):  # ann has 8 unfinished (trees p and q): 4 more do not fit in 10
+        await repo.insert_tree(_tree_of("r", "ann"), "ann", OWNER, UNTIL, STAMP, quota, None, set())
+    assert await repo.transact(everything, "r") == []
+
+
+async def test_a_pooled_connection_the_server_dropped_does_not_fail_the_next_create(client: Client) -> None:
+    """A new tree's insert takes a connection of the read pool: one the server has closed since
+    (a restart, an idle timeout, pg_terminate_backend) is replaced, the create goes through."""
+    import asyncio
+
+    import asyncpg
+
+    pool = await client.services.repo.connections.pg._reads()
+    async with pool.acquire() as conn:
+        pid = conn.get_server_pid()
+    admin = await asyncpg.connect(POSTGRES_URL)
+    try:
+        assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
+    finally:
+        await admin.close()
+    await asyncio.sleep(0.3)
+    root = await client.result("tasks.create", [{"id": "after-drop", "name": "after"}])
+    assert root["status"] == "completed"

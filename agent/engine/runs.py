@@ -156,10 +156,9 @@ class RunKeeper:
         claims = self.passes.reserve_for_insert(rows)
         try:
             # A new tree cannot be any run's yet: the insert needs no lock, so creates run side by side.
-            execution = await self.repo.transact(executions.insert_tree, rows, call.get("user_id"), self.instance_id,
-                                                 self.lease_until(), stamp, None, quota,
-                                                 tracing.stored_traceparent(call.get("traceparent")), set(claims),
-                                                 inline=may_use_loop_thread(len(rows)))
+            execution = await self.repo.insert_tree(rows, call.get("user_id"), self.instance_id, self.lease_until(),
+                                                    stamp, quota, tracing.stored_traceparent(call.get("traceparent")),
+                                                    set(claims), inline=may_use_loop_thread(len(rows)))
             return await self.run_inserted(execution, rows, call)
         finally:
             self.passes.release(claims)  # started by now (rebuild), or never stored
