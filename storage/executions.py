@@ -96,9 +96,9 @@ def claim_limited(c: Connection, task_id: str, key: str | None, limit: int | Non
 # statement's own overhead. The claims ride in the row of the last writes (the claim reads the
 # statuses that row writes, statements._PG_CLAIM), so a chain link is one row, not two, unless a
 # task is both written and claimed there: one statement changes a row once, so such claims get a
-# row of their own after the writes. Every task is found through the primary key (`id = ANY(...)`, an
-# index condition in every plan), so the statement's one generic plan stays right however the
-# table grows (see statements.py on the claim, and PgPool's pass connection).
+# row of their own after the writes. Every task is found through the primary key (`id =
+# ANY(...)`, an index condition in every plan), so the statement's one generic plan stays right
+# however the table grows (see statements.py on the claim, and PgPool's pass connection).
 # On a SQLAlchemy connection (pg_pass: the claim, fenced writes and end of an execution run
 # through TaskRepository.transact) the same rows run one by one.
 #
@@ -121,8 +121,9 @@ def pg_step_params(writes: Sequence[Write], claims: Sequence[str], owner: str, u
                    ends: Sequence[tuple[str, str]] = (),
                    history: Mapping[str, Attempt] | None = None) -> list[tuple[Any, ...]]:
     """The rows of a pass (arguments in statements.PASS_ARGS order): writes, then claims (in the
-    last row of writes when none of them is written there), then ends (execution id and version). `history`: by task id, the attempt an outcome write ends,
-    carried in that write's object (statements.PG_HISTORY_KEYS) and stored if it is accepted.
+    last row of writes when none of them is written there), then ends (execution id and
+    version). `history`: by task id, the attempt an outcome write ends, carried in that write's
+    object (statements.PG_HISTORY_KEYS) and stored if it is accepted.
 
     A task written twice in one pass gets its second write in a later row: one UPDATE changes a
     row once, and the second write must see the first, as it would one by one."""
