@@ -7,6 +7,7 @@ PostgreSQL CPU, the two take turns and only less CPU on one side makes a tree fa
 
     .venv/bin/python bench/cpu.py fan-out --trees 5
     .venv/bin/python bench/cpu.py chain --postgres postgresql://postgres@127.0.0.1:5432/test
+    .venv/bin/python bench/cpu.py 5-task --postgres ...   # wire.py's 5-task trees from wrk, 5 s
 """
 
 from __future__ import annotations
@@ -58,16 +59,31 @@ async def measure(server: wire.Server, shape: str, trees: int) -> None:
           f"server CPU {server_cpu:.0f} ms, PostgreSQL CPU {pg_cpu:.0f} ms, client CPU {client_cpu:.0f} ms")
 
 
+def measure_small_trees(server: wire.Server, seconds: int = 5) -> None:
+    """wire.py's 5-task trees from 8 wrk connections: where a tree's CPU goes under load."""
+    wire.small_trees_wrk(server.url, 1, "warm")
+    before = cpu_seconds(server.proc.pid), postgres_seconds(), time.perf_counter()
+    rate, p50 = wire.small_trees_wrk(server.url, seconds, uuid.uuid4().hex[:8])
+    after = cpu_seconds(server.proc.pid), postgres_seconds(), time.perf_counter()
+    trees = rate / 5 * (after[2] - before[2])
+    server_cpu, pg_cpu = ((b - a) * 1e6 / trees for a, b in zip(before[:2], after[:2]))
+    print(f"5-task trees (wrk, 8 connections): {rate:.0f} tasks/s, p50 {p50 * 1000:.1f} ms, "
+          f"server CPU {server_cpu:.0f} us a tree, PostgreSQL CPU {pg_cpu:.0f} us a tree")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("shape", choices=sorted(SHAPES))
+    parser.add_argument("shape", choices=sorted(SHAPES) + ["5-task"])
     parser.add_argument("--trees", type=int, default=5)
     parser.add_argument("--postgres", help="a PostgreSQL server URL (a scratch database is made on it)")
     args = parser.parse_args()
     with fresh_postgres(args.postgres) as database_url:
         server, _ = wire.start_taskgrove(tempfile.mkdtemp(prefix="taskgrove-cpu-"), database_url)
         try:
-            asyncio.run(measure(server, args.shape, args.trees))
+            if args.shape == "5-task":
+                measure_small_trees(server)
+            else:
+                asyncio.run(measure(server, args.shape, args.trees))
         finally:
             server.stop()
 

@@ -105,9 +105,12 @@ class Task(Base):
               postgresql_where=text("parent_id IS NOT NULL")),
         # tasks.list by user, newest first, by offset or cursor; every lookup by user (migration 0013).
         Index("ix_tasks_user_created", "user_id", "created_at", "id"),
-        # Status first: lists and counts by status use the prefix; SERVICE_MAX_PENDING_PER_USER counts
-        # a user's unfinished tasks as two ranges of it (agent/admission.py, migration 0007).
+        # Status first: lists and counts by status use the prefix; on SQLite, SERVICE_MAX_PENDING_PER_USER
+        # counts a user's unfinished tasks as two ranges of it (agent/admission.py, migration 0007).
         Index("ix_tasks_status_user", "status", "user_id"),
+        # PostgreSQL only: the same count through an index of unfinished tasks alone, which its
+        # planner takes with or without statistics and which finished tasks never cost (0016).
+        Index("ix_tasks_unfinished_user", "user_id", postgresql_where=text(UNFINISHED)).ddl_if(dialect="postgresql"),
         # The list of everything, newest first: (created_at, id) is its order and its cursor (0013).
         Index("ix_tasks_created_at", "created_at", "id"),
         Index("ix_tasks_task_tree_id", "task_tree_id"),

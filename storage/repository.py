@@ -230,9 +230,10 @@ class TaskRepository:
 
     async def unfinished_count(self, user_id: str | None, at_most: int) -> int:
         """Tasks of `user_id` (None: the tasks without one) that are pending or in progress,
-        counted up to `at_most` only: two ranges of ix_tasks_status_user, so the cost is bounded
-        by the quota however many tasks the user ever had (SERVICE_MAX_PENDING_PER_USER). A create
-        that executes counts inside its own insert instead (executions.insert_tree)."""
+        counted up to `at_most` only: two ranges of ix_tasks_status_user on SQLite, one of the
+        partial ix_tasks_unfinished_user on PostgreSQL, so the cost is bounded by the quota however
+        many tasks the user ever had (SERVICE_MAX_PENDING_PER_USER). A create that executes counts
+        inside its own insert instead (executions.insert_tree)."""
         statement, args = statements.unfinished_of(user_id, at_most)
         if self.connections.reader is not None:
             # On the loop's thread even while the database thread is busy (unlike Connections.read): a count

@@ -11,7 +11,7 @@ tests/test_migrations_head.py compares this with a migrated database and prints 
 when a migration is added (`python -m tests.test_migrations_head` writes it).
 """
 
-REVISION = '0015'
+REVISION = '0016'
 
 STATEMENTS: tuple[str, ...] = (
     ('CREATE TABLE alembic_version (\n'
