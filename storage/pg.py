@@ -16,18 +16,20 @@ deserializer, as SQLAlchemy's do, so a row is the same dict the SQLAlchemy path 
   the planner from reading a whole table or index instead, which a plan made while the table
   was small would do for every pass once it has grown. Its errors come out as SQLAlchemy's, a
   lost connection as an OperationalError, so the engine retries what it always retried.
-- Reads use a small pool of their own, not SQLAlchemy's: a burst of reads waits for one of its
-  connections, where SQLAlchemy's pool would open overflow connections and close them again (a
-  connection per request under load). Its connections are not reset when given back (no
-  session state is ever set on them): the reset would cost a round trip per read. A read that
-  fails returns None and takes the SQLAlchemy path, which raises what it always did. A new
+- Reads use a small pool of their own (`ReadPool`), not SQLAlchemy's: a burst of reads waits
+  for one of its connections, where SQLAlchemy's pool would open overflow connections and close
+  them again (a connection per request under load). Its connections are not reset when given
+  back (no session state is ever set on them): the reset would cost a round trip per read. A read
+  that fails returns None and takes the SQLAlchemy path, which raises what it always did. A new
   tree's insert (one statement, `value`) uses the same pool; its failure is raised.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
@@ -56,8 +58,94 @@ async def _setup(conn: asyncpg.Connection) -> None:
     await conn.set_type_codec("json", encoder=str, decoder=read_stored, schema="pg_catalog")
 
 
-async def _keep(conn: asyncpg.Connection) -> None:
-    """Given back as it is (see the module's docstring)."""
+class ReadPool:
+    """At most `size` asyncpg connections, each lent to one caller at a time, opened when first needed.
+
+    asyncpg's own Pool cost 40-55 us of CPU around every use here (it spawns a task to give a
+    connection back, rearms a timer for idle connections and runs timeouts), more than an indexed
+    read costs PostgreSQL; a use here is a pop and an append. A connection comes back as it is
+    after a statement's own error (autocommit: nothing is left open); after anything else (a
+    cut, a cancel mid-statement) nobody knows its state, so it is terminated and a new one opened
+    when next needed. One the server closed meanwhile is noticed when it is next taken.
+    """
+
+    def __init__(self, connect: Callable[[], Awaitable[asyncpg.Connection]], size: int) -> None:
+        self._connect = connect
+        self._size = size
+        self._idle: list[asyncpg.Connection] = []
+        self._opened: set[asyncpg.Connection] = set()
+        self._opening = 0
+        self._waiters: deque[asyncio.Future[asyncpg.Connection | None]] = deque()
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[asyncpg.Connection]:
+        conn = await self._take()
+        try:
+            yield conn
+        except asyncpg.PostgresError as exc:
+            self._give_back(conn, usable=not isinstance(exc, _LOST))
+            raise
+        except BaseException:
+            self._give_back(conn, usable=False)
+            raise
+        self._give_back(conn, usable=True)
+
+    async def _take(self) -> asyncpg.Connection:
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.is_closed():
+                return conn
+            self._opened.discard(conn)
+        if len(self._opened) + self._opening < self._size:
+            return await self._open()
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            handed = await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled() and waiter.result() is not None:
+                self._give_back(waiter.result(), usable=True)  # handed over as the wait was cancelled
+            raise
+        return handed if handed is not None else await self._take()  # None: a place to open one
+
+    async def _open(self) -> asyncpg.Connection:
+        self._opening += 1
+        try:
+            conn = await self._connect()
+        except BaseException:
+            self._opening -= 1
+            self._hand_over(None)  # a caller waiting for a place may try in this one's
+            raise
+        self._opening -= 1
+        self._opened.add(conn)
+        return conn
+
+    def _give_back(self, conn: asyncpg.Connection, usable: bool) -> None:
+        if not usable or conn.is_closed():
+            self._opened.discard(conn)
+            conn.terminate()
+            self._hand_over(None)
+        else:
+            self._hand_over(conn)
+
+    def _hand_over(self, conn: asyncpg.Connection | None) -> None:
+        """To the longest waiting caller (None: a place to open a connection in), else idle."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(conn)
+                return
+        if conn is not None:
+            self._idle.append(conn)
+
+    async def close(self) -> None:
+        """Close every connection, lent or idle; a caller still waiting takes the next one opened."""
+        opened, self._opened, self._idle = self._opened, set(), []
+        for conn in opened:
+            try:
+                await conn.close(timeout=2)
+            except Exception:
+                conn.terminate()
 
 
 class PgPool:
@@ -65,17 +153,24 @@ class PgPool:
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
-        self._pool: asyncpg.Pool | None = None
+        self._pool: ReadPool | None = None
         self._pass: asyncpg.Connection | None = None
-        self._opening = asyncio.Lock()
         self._passing = asyncio.Lock()
 
-    async def _reads(self) -> asyncpg.Pool:
-        async with self._opening:
-            if self._pool is None:
-                cargs, cparams = self._engine.dialect.create_connect_args(self._engine.url)
-                self._pool = await asyncpg.create_pool(*cargs, **cparams, min_size=1, max_size=POOL_SIZE,
-                                                       init=_setup, reset=_keep)
+    def _reads(self) -> ReadPool:
+        if self._pool is None:
+            cargs, cparams = self._engine.dialect.create_connect_args(self._engine.url)
+
+            async def connect() -> asyncpg.Connection:
+                conn = await asyncpg.connect(*cargs, **cparams)
+                try:
+                    await _setup(conn)
+                except BaseException:
+                    conn.terminate()
+                    raise
+                return conn
+
+            self._pool = ReadPool(connect, POOL_SIZE)
         return self._pool
 
     async def _passes(self) -> asyncpg.Connection:
@@ -131,7 +226,7 @@ class PgPool:
         applied. A unique key taken comes out as SQLAlchemy's IntegrityError (what the
         SQLAlchemy path raises), any other error as asyncpg raises it."""
         try:
-            async with (await self._reads()).acquire() as conn:
+            async with self._reads().connection() as conn:
                 return await conn.fetchval(sql, *args)
         except asyncpg.IntegrityConstraintViolationError as exc:
             raise IntegrityError(sql, None, exc) from exc
@@ -140,7 +235,7 @@ class PgPool:
         """The rows of a read (a statement's PostgreSQL form); None when it failed (the caller
         takes the SQLAlchemy path)."""
         try:
-            async with (await self._reads()).acquire() as conn:
+            async with self._reads().connection() as conn:
                 found = await conn.fetch(sql, *args)
         except Exception:
             return None
@@ -153,8 +248,7 @@ class PgPool:
             if conn is not None:
                 await conn.close(timeout=2)
             if pool is not None:
-                await asyncio.wait_for(pool.close(), 5)
+                await pool.close()
         except Exception:
-            for closing in (conn, pool):
-                if closing is not None:
-                    closing.terminate()
+            if conn is not None:
+                conn.terminate()

@@ -242,7 +242,7 @@ class TaskRepository:
             found = self.connections.reader.scalar(statement.sqlite, args)
             if found is not None:
                 return int(found)
-        if self.connections.pg is not None:  # asyncpg's own pool: never one of the transactions' connections
+        if self.connections.pg is not None:  # the read pool (storage/pg.py): never one of the transactions' connections
             rows = await self.connections.pg.rows(statement.postgresql, args)
             return int(rows[0]["n"])
         return await self.connections.read_run(executions.count_unfinished, user_id, at_most)

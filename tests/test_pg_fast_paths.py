@@ -336,7 +336,7 @@ def _tree_of(root: str, user: str | None = None) -> list[dict[str, Any]]:
 
 
 async def test_a_new_trees_insert_through_asyncpg_stores_what_the_sqlalchemy_path_stores(client: Client) -> None:
-    """TaskRepository.insert_tree sends its one statement on the asyncpg pool (PgPool.value);
+    """TaskRepository.insert_tree sends its one statement on the read pool (PgPool.value);
     executions.insert_tree in a SQLAlchemy transaction (a schedule's run) sends the same one. Both
     store the same rows and answer the same execution; a taken id and a full quota are refused
     alike, with nothing stored."""
@@ -377,8 +377,8 @@ async def test_a_pooled_connection_the_server_dropped_does_not_fail_the_next_cre
 
     import asyncpg
 
-    pool = await client.services.repo.connections.pg._reads()
-    async with pool.acquire() as conn:
+    pool = client.services.repo.connections.pg._reads()
+    async with pool.connection() as conn:
         pid = conn.get_server_pid()
     admin = await asyncpg.connect(POSTGRES_URL)
     try:
