@@ -105,9 +105,11 @@ class Task(Base):
               postgresql_where=text("parent_id IS NOT NULL")),
         # tasks.list by user, newest first, by offset or cursor; every lookup by user (migration 0013).
         Index("ix_tasks_user_created", "user_id", "created_at", "id"),
-        # Status first: lists and counts by status use the prefix; on SQLite, SERVICE_MAX_PENDING_PER_USER
-        # counts a user's unfinished tasks as two ranges of it (agent/admission.py, migration 0007).
-        Index("ix_tasks_status_user", "status", "user_id"),
+        # tasks.list by status, newest first, by offset or cursor; counts by status use the prefix (0017).
+        Index("ix_tasks_status_created", "status", "created_at", "id"),
+        # tasks.list by user and status, likewise; on SQLite SERVICE_MAX_PENDING_PER_USER counts a
+        # user's unfinished tasks as two ranges of it (agent/admission.py, migration 0017).
+        Index("ix_tasks_user_status_created", "user_id", "status", "created_at", "id"),
         # PostgreSQL only: the same count through an index of unfinished tasks alone, which its
         # planner takes with or without statistics and which finished tasks never cost (0016).
         Index("ix_tasks_unfinished_user", "user_id", postgresql_where=text(UNFINISHED)).ddl_if(dialect="postgresql"),

@@ -230,7 +230,7 @@ class TaskRepository:
 
     async def unfinished_count(self, user_id: str | None, at_most: int) -> int:
         """Tasks of `user_id` (None: the tasks without one) that are pending or in progress,
-        counted up to `at_most` only: two ranges of ix_tasks_status_user on SQLite, one of the
+        counted up to `at_most` only: two ranges of ix_tasks_user_status_created on SQLite, one of the
         partial ix_tasks_unfinished_user on PostgreSQL, so the cost is bounded by the quota however
         many tasks the user ever had (SERVICE_MAX_PENDING_PER_USER). A create that executes counts
         inside its own insert instead (executions.insert_tree)."""
@@ -249,7 +249,7 @@ class TaskRepository:
 
     async def count_by_status(self, at_most: int = STATUS_COUNT_CAP) -> dict[str, int]:
         """Tasks per status (metrics), each counted up to `at_most` only: one bounded range of
-        ix_tasks_status_user per status, so a scrape costs the same at 1,000 tasks as at millions
+        ix_tasks_status_created per status, so a scrape costs the same at 1,000 tasks as at millions
         (a status with more shows `at_most`; docs/operations.md says so)."""
         queries = [(status, _capped_count(status, at_most)) for status in TASK_STATUSES]
         return await self.connections.read_run(

@@ -11,7 +11,7 @@ tests/test_migrations_head.py compares this with a migrated database and prints 
 when a migration is added (`python -m tests.test_migrations_head` writes it).
 """
 
-REVISION = '0016'
+REVISION = '0017'
 
 STATEMENTS: tuple[str, ...] = (
     ('CREATE TABLE alembic_version (\n'
@@ -153,7 +153,6 @@ STATEMENTS: tuple[str, ...] = (
      '\tupdated_at VARCHAR(40) NOT NULL, \n'
      '\tPRIMARY KEY ("key")\n'
      ')'),
-    ('CREATE INDEX ix_tasks_status_user ON tasks (status, user_id)'),
     ('CREATE INDEX ix_tasks_waiting_user ON tasks (user_id) WHERE waiting IS NOT NULL'),
     ('CREATE INDEX ix_tasks_wake_at ON tasks (wake_at) WHERE wake_at IS NOT NULL'),
     ('CREATE TABLE events (\n'
@@ -214,4 +213,6 @@ STATEMENTS: tuple[str, ...] = (
      'id) WHERE parent_id IS NULL'),
     ('CREATE INDEX ix_executions_task_tree_id ON executions (task_tree_id)'),
     ('CREATE INDEX ix_events_created ON events (created_at, id)'),
+    ('CREATE INDEX ix_tasks_status_created ON tasks (status, created_at, id)'),
+    ('CREATE INDEX ix_tasks_user_status_created ON tasks (user_id, status, created_at, id)'),
 )

@@ -96,7 +96,7 @@ def task_listing(by_user: bool, by_status: bool, after: bool = False) -> Stateme
                      "row.", form("sqlite"), form("postgresql"))
 
 
-# SQLite: two covering ranges of ix_tasks_status_user (status, user_id), one per unfinished status.
+# SQLite: two covering ranges of ix_tasks_user_status_created (user_id, status, ...), one per unfinished status.
 # PostgreSQL: one range of ix_tasks_unfinished_user, the partial index of unfinished tasks (0016).
 def _unfinished_count(owner_mark: str | None, limit_mark: str) -> str:
     """Unfinished tasks of the user at parameter `owner_mark` (None: tasks without a user),

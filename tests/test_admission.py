@@ -518,7 +518,7 @@ async def test_two_users_on_a_real_service(tmp_path: Path) -> None:
 
 async def test_the_pending_count_reads_one_index_and_never_the_table(client: Client, db_url: str) -> None:
     """The quota's count must stay bounded by the quota whatever a user's history. SQLite: two
-    covering ranges of ix_tasks_status_user. PostgreSQL: the partial ix_tasks_unfinished_user, for
+    covering ranges of ix_tasks_user_status_created. PostgreSQL: the partial ix_tasks_unfinished_user, for
     the count alone and inside a create's insert, as generic plans (what asyncpg's prepared
     statements come to after five runs), with statistics and without (autovacuum off, or not yet
     run: without that index the planner read the user's whole history through ix_tasks_user_created)."""
@@ -531,7 +531,7 @@ async def test_the_pending_count_reads_one_index_and_never_the_table(client: Cli
         try:
             for statement, args in ((statements.UNFINISHED_OF_USER, ("u", 5)), (statements.UNFINISHED_OF_NOBODY, (5,))):
                 plan = " | ".join(row[-1] for row in conn.execute(f"EXPLAIN QUERY PLAN {statement.sqlite}", args))
-                assert "USING COVERING INDEX ix_tasks_status_user" in plan, plan
+                assert "USING COVERING INDEX ix_tasks_user_status_created" in plan, plan
         finally:
             conn.close()
         return

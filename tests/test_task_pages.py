@@ -129,7 +129,9 @@ async def test_metrics_count_each_status_up_to_a_bound(client: Client) -> None:
 
 
 PLANS = [({"user_id": "u"}, "ix_tasks_user_created"), ({"root_only": True}, "ix_tasks_roots_created"),
-         ({"root_only": True, "user_id": "u"}, "ix_tasks_roots_user"), ({}, "ix_tasks_created_at")]
+         ({"root_only": True, "user_id": "u"}, "ix_tasks_roots_user"), ({}, "ix_tasks_created_at"),
+         ({"status": "failed"}, "ix_tasks_status_created"),
+         ({"user_id": "user-7", "status": "failed"}, "ix_tasks_user_status_created")]
 
 
 @pytest.mark.parametrize("shape,index", PLANS)
@@ -161,6 +163,7 @@ FILL_POSTGRES = """
 INSERT INTO tasks SELECT filled.* FROM (SELECT * FROM tasks LIMIT 1) t, generate_series(0, 4999) g,
 LATERAL jsonb_populate_record(NULL::tasks, to_jsonb(t) || jsonb_build_object(
     'id', 'fill-' || g, 'task_tree_id', 'fill-' || (g / 5 * 5), 'user_id', 'user-' || (g % 50),
+    'status', CASE WHEN g / 50 % 25 = 0 THEN 'failed' ELSE 'completed' END,  -- 4 %, of every user
     'parent_id', CASE WHEN g % 5 = 0 THEN NULL ELSE 'fill-' || (g / 5 * 5) END,
     'created_at', to_char(timestamp '2025-01-01' + g * interval '1 minute', 'YYYY-MM-DD"T"HH24:MI:SS.US+00:00'))) filled
 """

@@ -115,7 +115,10 @@ async def in_progress_on(service: Service, task_id: str, timeout: float = 30.0) 
         task = await service.task(task_id)
         if task and task["status"] == "in_progress":
             return task
-        assert time.monotonic() < deadline, f"{task_id} never started: {task}"
+        if time.monotonic() >= deadline:
+            tree = {t: await service.task(t) for t in ("root", "ask", "work")}
+            raise AssertionError(f"{task_id} never started: " + repr({t: (r or {}).get("status") for t, r in tree.items()})
+                                 + f" ask: {tree['ask']}\n--- log:\n" + service.log()[-6000:])
         await asyncio.sleep(0.05)
 
 
