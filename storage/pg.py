@@ -103,8 +103,8 @@ class ReadPool:
         try:
             handed = await waiter
         except asyncio.CancelledError:
-            if waiter.done() and not waiter.cancelled() and waiter.result() is not None:
-                self._give_back(waiter.result(), usable=True)  # handed over as the wait was cancelled
+            if waiter.done() and not waiter.cancelled():  # handed over as the wait was cancelled: pass it on
+                self._hand_over(waiter.result())
             raise
         return handed if handed is not None else await self._take()  # None: a place to open one
 

@@ -155,3 +155,22 @@ async def test_callers_waiting_for_a_place_are_not_stranded_when_opens_fail() ->
         assert [type(o) for o in outcomes] == [OSError] * 3 and attempts == 3
     finally:
         await reads.close()
+
+
+async def test_a_place_handed_to_a_caller_cancelled_meanwhile_goes_to_the_next(pool: tuple[ReadPool, list]) -> None:
+    """The one connection is dropped while two callers wait: the first is told to open one in its
+    place and is cancelled before it runs again; the second must get the place, not wait for ever."""
+    reads, _ = pool
+    small = ReadPool(reads._connect, 1)
+    try:
+        with pytest.raises(RuntimeError):
+            async with small.connection():
+                first, second = asyncio.create_task(backend_of(small)), asyncio.create_task(backend_of(small))
+                await asyncio.sleep(0.05)  # both wait for the one place
+                raise RuntimeError("dropped: its state unknown")
+        first.cancel()  # no await since the drop: `first` holds the place and has not run
+        assert await asyncio.wait_for(second, 5) > 0
+        with pytest.raises(asyncio.CancelledError):
+            await first
+    finally:
+        await small.close()
