@@ -98,9 +98,10 @@ class Database:
 
     async def sweeper_lock_held(self) -> bool:
         key = int(statements.SWEEP_LOCK.postgresql.split("(")[1].split(")")[0])  # type: ignore[union-attr]
-        async with self.lock:
+        async with self.lock:  # this test's database only: another test's sweep may hold the same key in its own
             return bool(await self.conn.fetchval(
-                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = $1 AND granted", key))
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = $1 AND granted "
+                "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())", key))
 
 
 @contextlib.asynccontextmanager
