@@ -54,6 +54,13 @@ _LOST = (asyncpg.PostgresConnectionError, asyncpg.exceptions.OperatorInterventio
 PASS_TIMEOUT_SECONDS = 30.0
 
 
+def _still_usable(conn: asyncpg.Connection, exc: BaseException) -> bool:
+    """Whether `conn` may run another statement after `exc`: only after the server's own error
+    about a statement (autocommit: nothing is left open). After anything else (a cut, a cancel
+    mid-statement, a timeout) nobody knows the protocol's state."""
+    return isinstance(exc, asyncpg.PostgresError) and not isinstance(exc, _LOST) and not conn.is_closed()
+
+
 async def _setup(conn: asyncpg.Connection) -> None:
     await conn.set_type_codec("json", encoder=str, decoder=read_stored, schema="pg_catalog")
 
@@ -63,10 +70,9 @@ class ReadPool:
 
     asyncpg's own Pool cost 40-55 us of CPU around every use here (it spawns a task to give a
     connection back, rearms a timer for idle connections and runs timeouts), more than an indexed
-    read costs PostgreSQL; a use here is a pop and an append. A connection comes back as it is
-    after a statement's own error (autocommit: nothing is left open); after anything else (a
-    cut, a cancel mid-statement) nobody knows its state, so it is terminated and a new one opened
-    when next needed. One the server closed meanwhile is noticed when it is next taken.
+    read costs PostgreSQL; a use here is a pop and an append. After an error a connection comes
+    back only if `_still_usable`; otherwise it is terminated and a new one opened when next
+    needed. One the server closed meanwhile is noticed when it is next taken.
     """
 
     def __init__(self, connect: Callable[[], Awaitable[asyncpg.Connection]], size: int) -> None:
@@ -82,11 +88,8 @@ class ReadPool:
         conn = await self._take()
         try:
             yield conn
-        except asyncpg.PostgresError as exc:
-            self._give_back(conn, usable=not isinstance(exc, _LOST))
-            raise
-        except BaseException:
-            self._give_back(conn, usable=False)
+        except BaseException as exc:
+            self._give_back(conn, usable=_still_usable(conn, exc))
             raise
         self._give_back(conn, usable=True)
 
@@ -139,7 +142,7 @@ class ReadPool:
             self._idle.append(conn)
 
     async def close(self) -> None:
-        """Close every connection, lent or idle; a caller still waiting takes the next one opened."""
+        """Close every connection, lent or idle (at shutdown)."""
         opened, self._opened, self._idle = self._opened, set(), []
         for conn in opened:
             try:
@@ -195,11 +198,9 @@ class PgPool:
             conn = await self._passes_or_lost(sql)
             try:
                 return await conn.fetchmany(sql, rows, timeout=PASS_TIMEOUT_SECONDS)
-            except asyncpg.PostgresError as exc:
-                if not isinstance(exc, _LOST) and not conn.is_closed():
-                    raise DBAPIError(sql, None, exc) from exc
-                raise self._lost(conn, sql, exc) from exc
             except BaseException as exc:
+                if _still_usable(conn, exc):
+                    raise DBAPIError(sql, None, exc) from exc
                 lost = self._lost(conn, sql, exc)
                 if isinstance(exc, Exception):
                     raise lost from exc

@@ -109,6 +109,19 @@ async def drop_postgres_database(url: str) -> None:
         await conn.close()
 
 
+async def terminate_backend(pid: int, wait_ms: int = 0) -> None:
+    """End a PostgreSQL server process as an admin, a failover or a restart would (wait_ms: wait
+    that long for it to be gone; 0: return once the signal is sent)."""
+    import asyncpg
+
+    assert POSTGRES_URL is not None
+    admin = await asyncpg.connect(POSTGRES_URL.replace("postgresql+asyncpg://", "postgresql://"))
+    try:
+        assert await admin.fetchval("SELECT pg_terminate_backend($1, $2)", pid, wait_ms)
+    finally:
+        await admin.close()
+
+
 @asynccontextmanager
 async def postgres_database() -> AsyncIterator[str]:
     """A fresh PostgreSQL database, dropped afterwards."""

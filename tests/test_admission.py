@@ -562,14 +562,21 @@ async def test_the_pending_count_reads_one_index_and_never_the_table(client: Cli
         await conn.close()
 
 
-async def _pg_history(conn: Any, finished: int) -> None:
-    """`finished` completed tasks of user "u" and as many without a user, and two pending of each."""
+STAMP = "2026-01-01T00:00:00.000000+00:00"
+
+
+def _root_row(task_id: str, user: str | None, status: str) -> dict[str, Any]:
+    """A stored root task's full row (every column)."""
     from taskgrove.storage.models import with_defaults
 
-    stamp = "2026-01-01T00:00:00.000000+00:00"
-    rows = [with_defaults({"id": f"h-{who}-{n}", "name": "h", "task_tree_id": f"h-{who}-{n}", "user_id": user,
-                           "dependencies": [], "inputs": {}, "params": {}, "schemas": {},
-                           "status": "completed" if n >= 2 else "pending", "created_at": stamp, "updated_at": stamp})
+    return with_defaults({"id": task_id, "name": task_id, "task_tree_id": task_id, "user_id": user,
+                          "dependencies": [], "inputs": {}, "params": {}, "schemas": {}, "status": status,
+                          "created_at": STAMP, "updated_at": STAMP})
+
+
+async def _pg_history(conn: Any, finished: int) -> None:
+    """`finished` completed tasks of user "u" and as many without a user, and two pending of each."""
+    rows = [_root_row(f"h-{who}-{n}", user, "completed" if n >= 2 else "pending")
             for who, user in (("u", "u"), ("nobody", None)) for n in range(finished + 2)]
     await conn.execute("INSERT INTO tasks SELECT * FROM json_populate_recordset(NULL::tasks, CAST($1 AS json))",
                        json.dumps(rows))
@@ -579,13 +586,9 @@ def _insert_call(owner: str | None) -> tuple[str, list[Any]]:
     """A create's insert of one task with `owner`'s quota: the statement and arguments the repository sends."""
     from taskgrove.storage import executions
     from taskgrove.storage.executions import Quota
-    from taskgrove.storage.models import with_defaults
 
-    stamp, until = "2026-01-01T00:00:00.000000+00:00", "2999-01-01T00:00:00.000000+00:00"
-    task = with_defaults({"id": "new", "name": "new", "task_tree_id": "new", "user_id": owner, "dependencies": [],
-                          "inputs": {}, "params": {}, "schemas": {}, "status": "pending",
-                          "created_at": stamp, "updated_at": stamp})
-    execution, rows = executions.new_tree([task], owner, "instance", until, stamp)
+    execution, rows = executions.new_tree([_root_row("new", owner, "pending")], owner, "instance",
+                                          "2999-01-01T00:00:00.000000+00:00", STAMP)
     return executions.pg_insert_tree_call(rows, execution, Quota(owner, 20_000, 1))
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from taskgrove.storage import executions, statements
-from tests.conftest import POSTGRES_URL, Client
+from tests.conftest import POSTGRES_URL, Client, terminate_backend
 from tests.test_engine_pass import OWNER, STAMP, UNTIL, outcome, row
 from tests.test_sqlite_reads import every_read, inserted_three_ways, shown, stored, usual_reads
 
@@ -213,7 +213,6 @@ async def test_a_pass_connection_left_mid_operation_is_replaced(client: Client) 
     that fails the pass's tasks. Before, the next pass after a cut went on the dead connection."""
     import asyncio
 
-    import asyncpg
     from sqlalchemy.exc import DBAPIError
 
     from taskgrove.storage.connections import is_transient
@@ -233,11 +232,7 @@ async def test_a_pass_connection_left_mid_operation_is_replaced(client: Client) 
     pid = pg._pass.get_server_pid()
     cut = asyncio.ensure_future(pg.fetchmany("SELECT pg_sleep($1)", [(5,)]))
     await asyncio.sleep(0.2)
-    admin = await asyncpg.connect(POSTGRES_URL)
-    try:
-        assert await admin.fetchval("SELECT pg_terminate_backend($1, 5000)", pid)  # returns once it is gone
-    finally:
-        await admin.close()
+    await terminate_backend(pid, 5000)  # returns once it is gone
     with pytest.raises(DBAPIError) as lost:
         await cut
     assert is_transient(lost.value)
@@ -245,12 +240,7 @@ async def test_a_pass_connection_left_mid_operation_is_replaced(client: Client) 
     # and one ended between passes (not waiting for it to be gone, so the next pass may meet it
     # alive, dying or dead): that pass goes through or fails as a lost connection, the next goes through
     for n in range(5):
-        pid = pg._pass.get_server_pid()
-        admin = await asyncpg.connect(POSTGRES_URL)
-        try:
-            assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
-        finally:
-            await admin.close()
+        await terminate_backend(pg._pass.get_server_pid())
         try:
             await pg.fetchmany("SELECT $1::int", [(n,)])
         except DBAPIError as exc:
@@ -375,16 +365,10 @@ async def test_a_pooled_connection_the_server_dropped_does_not_fail_the_next_cre
     (a restart, an idle timeout, pg_terminate_backend) is replaced, the create goes through."""
     import asyncio
 
-    import asyncpg
-
     pool = client.services.repo.connections.pg._reads()
     async with pool.connection() as conn:
         pid = conn.get_server_pid()
-    admin = await asyncpg.connect(POSTGRES_URL)
-    try:
-        assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
-    finally:
-        await admin.close()
+    await terminate_backend(pid)
     await asyncio.sleep(0.3)
     root = await client.result("tasks.create", [{"id": "after-drop", "name": "after"}])
     assert root["status"] == "completed"

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 from taskgrove.storage.pg import ReadPool
-from tests.conftest import POSTGRES_URL
+from tests.conftest import POSTGRES_URL, terminate_backend
 
 pytestmark = pytest.mark.skipif(not POSTGRES_URL, reason="needs TASKGROVE_TEST_POSTGRES_URL")
 
@@ -108,11 +108,7 @@ async def test_a_caller_cancelled_while_waiting_takes_no_connection_with_it(pool
 async def test_a_connection_the_server_closed_while_idle_is_replaced(pool: tuple[ReadPool, list]) -> None:
     reads, opened = pool
     first = await backend_of(reads)
-    admin = await asyncpg.connect(POSTGRES_URL)
-    try:
-        assert await admin.fetchval("SELECT pg_terminate_backend($1)", first)
-    finally:
-        await admin.close()
+    await terminate_backend(first)
     await asyncio.sleep(0.3)
     assert await backend_of(reads) != first and len(opened) == 2
 
