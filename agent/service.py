@@ -24,7 +24,7 @@ from taskgrove.agent.engine.retry import PolicyError, RetryPolicy, stored_policy
 from taskgrove.agent.engine.follow import follow_execution
 from taskgrove.agent.engine.stream import sse_events
 from taskgrove.agent.engine.webhooks import WebhookConfig, deliver_webhooks
-from taskgrove.agent.errors import (INVALID_PARAMS, RpcError, invalid_params, permission_denied,
+from taskgrove.agent.errors import (INVALID_PARAMS, QuotaExceeded, RpcError, invalid_params, permission_denied,
                                    task_not_found)
 from taskgrove.agent import clone_rules
 from taskgrove.agent.requests import (CancelTasks, CloneTask, CopyTask, CountRunning, DeleteTask, ExecuteTask, GetTask,
@@ -114,6 +114,35 @@ class TaskService:
         """Store a new tree without executing it."""
         return await self._store(self.prepare(request, caller), caller)
 
+    async def create_tree_or_resent(self, request: NewTree, caller: Caller) -> tuple[list[dict[str, Any]], bool]:
+        """create_tree for a request its sender may have sent before (an A2A message re-sent by
+        a caller cut off before it saw the answer): the same ids and content answer with the
+        stored rows and True, as tasks.create answers a resend (`_resent`), instead of refusing
+        the ids; the caller then follows or reports that tree's execution rather than start one.
+        Any difference in what was sent is still the error naming the id that is taken."""
+        rows = self.prepare(request, caller)
+        try:
+            await self._admit(rows, caller)
+            await self.repo.insert(rows)
+            return rows, False
+        except (QuotaExceeded, IntegrityError) as exc:  # nothing stored; over the quota: perhaps a resend
+            if not await self.repo.get_many([rows[0]["id"]]):  # a new tree: a child's id taken, or over the quota
+                if isinstance(exc, IntegrityError):
+                    await self._taken(rows)
+                raise
+        return await self._stored_again(rows, caller), True
+
+    async def _stored_again(self, rows: list[dict[str, Any]], caller: Caller) -> list[dict[str, Any]]:
+        """The stored tree `rows` were prepared from again (same ids, same content), root first;
+        any difference raises the error naming the id that is taken."""
+        stored = {row["id"]: row for row in await self.repo.tree(rows[0]["id"])}
+        if set(stored) != {row["id"] for row in rows} or any(
+                _content(row) != _content(stored[row["id"]]) for row in rows):
+            await self._taken(rows)
+        if not caller.can_access(rows[0]["user_id"]):
+            raise permission_denied(f"You may not access task '{rows[0]['id']}'")
+        return [stored[row["id"]] for row in rows]
+
     async def _store(self, rows: list[dict[str, Any]], caller: Caller) -> list[dict[str, Any]]:
         """Store prepared rows as they are (not executed), once the owner's quota admits them."""
         await self._admit(rows, caller)
@@ -181,15 +210,9 @@ class TaskService:
         """The same tree sent again (a client whose first create was cut off): answer as the first
         call would now, following its execution, instead of refusing the ids. Any difference in
         what was sent is still an error naming the id that is taken."""
-        stored = {row["id"]: row for row in await self.repo.tree(rows[0]["id"])}
-        if set(stored) != {row["id"] for row in rows} or any(
-                _content(row) != _content(stored[row["id"]]) for row in rows):
-            await self._taken(rows)
-        if not ctx.caller.can_access(rows[0]["user_id"]):
-            raise permission_denied(f"You may not access task '{rows[0]['id']}'")
+        stored = await self._stored_again(rows, ctx.caller)
         run = await self.engine.following(rows[0]["id"])
-        if run is None and all(row["status"] == TaskStatus.PENDING and row["execution_id"] is None
-                               for row in stored.values()):
+        if run is None and never_executed(stored):
             try:  # stored but never executed (tasks.create_tree, a clone): run it as create would have
                 run = await self.engine.execute(rows[0]["id"], _call(ctx))
             except AlreadyRunning:
@@ -585,6 +608,12 @@ _CONTENT = ("name", "description", "user_id", "parent_id", "priority", "dependen
 
 def _content(row: Mapping[str, Any]) -> tuple[Any, ...]:
     return tuple(row.get(key) for key in _CONTENT)
+
+
+def never_executed(rows: list[dict[str, Any]]) -> bool:
+    """Whether a stored tree was never executed (tasks.create_tree, a clone): every task pending
+    and in no execution. A resend of it runs it, as the first request would have."""
+    return all(row["status"] == TaskStatus.PENDING and row["execution_id"] is None for row in rows)
 
 
 def _unfinished(rows: list[dict[str, Any]]) -> int:

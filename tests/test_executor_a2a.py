@@ -299,6 +299,33 @@ async def test_non_blocking_send_returns_once_the_remote_accepted(remote: Remote
     assert (await remote.wait_status(ids["root"], ("completed",)))["status"] == "completed"
 
 
+async def test_a_message_sent_again_by_a_later_attempt_joins_the_remote_tree(remote: Remote, app_factory: Any) -> None:
+    """An attempt cut off after it sent the message and before it stored the remote task id (a
+    lost lease) leaves its next attempt nothing to reattach to: it sends the same tree again. The
+    remote taskgrove joins the tree the first send created instead of refusing its ids, so the
+    platform's fault fails nothing. Local tasks sending the same tree stand for the attempts: one
+    sends while the remote tree runs, one after it ended; the remote tree runs once."""
+    tasks, ids = remote_tree(seconds=1.0)
+    inputs = {"agent_url": remote.url, "data": {"tasks": tasks}}
+    first, second, third = _id("ask"), _id("ask"), _id("ask")
+    async with app_factory() as client:
+        sending = asyncio.create_task(client.result("tasks.create", [a2a_task(first, inputs)]))
+        started = await remote.wait_status(ids["sleep"], ("in_progress",))
+        again = await client.result("tasks.create", [a2a_task(second, inputs)])
+        done = await sending
+        late = await client.result("tasks.create", [a2a_task(third, inputs)])
+    results = [task["result"] for task in (done, again, late)]
+    assert [task["status"] for task in (done, again, late)] == ["completed"] * 3, [again["error"], late["error"]]
+    assert {r["state"] for r in results} == {"completed"}
+    assert {r["remote_context_id"] for r in results} == {ids["root"]}
+    assert len({r["remote_task_id"] for r in results}) == 3  # three agent tasks, one tree
+    outcomes = [r["artifacts"][0]["parts"][0]["data"] for r in results]
+    assert all(o["status"] == "completed" and o["result"] == outcomes[0]["result"] for o in outcomes)
+    sleeper = await remote.task(ids["sleep"])
+    assert sleeper["status"] == "completed" and sleeper["started_at"] == started["started_at"]
+    assert len(await remote.rpc("tasks.attempts", {"task_id": ids["sleep"]})) == 1
+
+
 async def test_after_a_crash_the_next_attempt_reattaches_to_the_remote_task(remote: Remote, tmp_path: Path) -> None:
     """kill -9 of the local service while the remote agent works: the resumed attempt follows the
     remote task its predecessor sent (stored as a checkpoint) instead of sending the work again."""

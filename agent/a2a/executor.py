@@ -47,9 +47,10 @@ from taskgrove.agent.a2a.wire import data_message, run_data
 from taskgrove.agent.engine import bus
 from taskgrove.agent.engine.bus import Event, Subscription
 from taskgrove.agent.engine.engine import AlreadyRunning, NotExecutable
-from taskgrove.agent.engine.follow import follow_execution
+from taskgrove.agent.engine.follow import follow_execution, stored_final
 from taskgrove.agent.errors import RpcError
 from taskgrove.agent.requests import RespondToTask
+from taskgrove.agent.service import never_executed
 from taskgrove.storage.executions import latest_execution
 from taskgrove.storage.status import FINISHED_STATUSES, TaskStatus
 
@@ -106,20 +107,39 @@ class TaskTreeAgentExecutor(AgentExecutor):
 
     async def _start(self, context: RequestContext, event_queue: EventQueue, updater: TaskUpdater,
                      plan: TreePlan) -> bool:
-        """Report the agent task and start the tree's execution; False when it cannot start
-        (the agent task is then failed)."""
+        """Report the agent task and start the tree's execution, or join the one already under way;
+        False when there is nothing to follow: it cannot start (the agent task is then failed),
+        or a resent tree's execution had already ended or waits for input (reported as it stands)."""
         await event_queue.enqueue_event(_initial_task(context, plan))
         if plan.planned is not None:  # the plan a text request became, visible to the caller
             await updater.add_artifact([new_data_part({"tasks": plan.planned})], name="plan", last_chunk=True)
+        if plan.resent:
+            rows = await self._services.repo.tree(plan.root_task_id)
+            if not never_executed(rows):
+                return await self._rejoin(updater, plan, rows)
         try:
             await self._services.engine.execute(plan.task_id, plan.call)
-        except (AlreadyRunning, NotExecutable, KeyError) as exc:
-            reason = f"Task '{plan.task_id}' is already running" if isinstance(exc, AlreadyRunning) \
-                else f"Task '{plan.task_id}' cannot be executed: {exc}"
-            await updater.failed(message=_status_message(updater.task_id, plan.root_task_id, plan.task_count,
-                                                         TaskStatus.FAILED.value, 0.0, message=reason))
+        except AlreadyRunning:  # started meanwhile (the same message resent at once): follow that execution
+            return True
+        except (NotExecutable, KeyError) as exc:
+            await updater.failed(message=_status_message(
+                updater.task_id, plan.root_task_id, plan.task_count, TaskStatus.FAILED.value, 0.0,
+                message=f"Task '{plan.task_id}' cannot be executed: {exc}"))
             return False
         return True
+
+    async def _rejoin(self, updater: TaskUpdater, plan: TreePlan, rows: list[dict[str, Any]]) -> bool:
+        """A resent tree that was executed: True to follow its execution, still running here or
+        on another instance; otherwise it is reported as it stands (False): waiting for input,
+        or ended with the stored outcome, as the first message's agent task reported it."""
+        if await self._services.engine.following(plan.root_task_id) is not None:
+            waits = waits_for_input(rows)
+            if not waits:
+                return True
+            await self._ask(updater, plan, waits[0])
+            return False
+        await self._finish(updater, plan, await stored_final(self._services.repo, plan.root_task_id))
+        return False
 
     async def _resume(self, updater: TaskUpdater, plan: TreePlan, answer: Answer) -> bool:
         """Give the follow-up's answer to its wait (tasks.respond's rule); the agent task is

@@ -81,6 +81,9 @@ class TreePlan:
     planned: list[dict[str, Any]] | None = None
     # A follow-up on a tree waiting for input: answer the wait, then follow the tree (no new execution).
     answer: Answer | None = None
+    # The data part named a tree already stored with the same ids and content: the message was sent
+    # again (its sender was cut off before it saw the answer). Its execution is followed, not started.
+    resent: bool = False
     # Per-execution context for executors (user, LLM key of the request); never stored.
     call: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -320,11 +323,11 @@ class TreeRequestContextBuilder(RequestContextBuilder):
         if copy_children and not copy_execution:
             raise InvalidParamsError(message="metadata.copy_children needs metadata.copy_execution: true")
         run_call = _run_call(call)
-        if tasks is not None:
-            rows = await self._services.tasks.create_tree(self._new_tree(tasks), call.caller)
+        if tasks is not None:  # a resend (its sender was cut off) joins what the first message started
+            rows, resent = await self._services.tasks.create_tree_or_resent(self._new_tree(tasks), call.caller)
             root = rows[0]
             return TreePlan(task_id=root["id"], root_task_id=root["task_tree_id"], task_count=len(rows),
-                            user_id=root["user_id"], call=run_call)
+                            user_id=root["user_id"], call=run_call, resent=resent)
         if task_id is None:
             raise InvalidParamsError(
                 message='The message must carry a data part {"tasks": [task objects]} to create and execute '
