@@ -120,3 +120,19 @@ async def test_a_tree_resent_while_it_waits_for_input_asks_again(client: Client)
     done = (await post(client, answer))["result"]
     assert done["status"]["state"] == "completed", done["status"]
     assert (await client.result("tasks.get", {"task_id": tasks[0]["id"]}))["status"] == "completed"
+
+
+async def test_another_users_copy_of_a_tree_is_refused_not_joined(app_factory: Any) -> None:
+    """The owner is part of what must be the same: another user sending the same ids and content
+    gets the taken id, not the owner's execution and outcome."""
+    from tests.test_auth import SECRET, token
+
+    async with app_factory(env={"SERVICE_JWT_SECRET": SECRET}) as client:
+        tasks = tree()
+        alice = {"Authorization": f"Bearer {token('alice')}"}
+        first = (await post(client, send_body(tasks), alice))["result"]
+        assert first["status"]["state"] == "completed"
+        error = (await post(client, send_body(tasks), {"Authorization": f"Bearer {token('mallory')}"}))["error"]
+        assert error["code"] == -32602 and "already exists" in error["message"], error
+        again = (await post(client, send_body(tasks), alice))["result"]  # the owner's resend is joined
+        assert again["status"]["state"] == "completed" and again["contextId"] == tasks[0]["id"]
