@@ -99,6 +99,14 @@ def state_name(state: int) -> str:
     return name.removeprefix("TASK_STATE_").lower().replace("_", "-")
 
 
+def message_id(context: ExecutionContext) -> str:
+    """The message's id: the same for every re-run of an interrupted attempt, as its
+    `Idempotency-Key` header is (context.idempotency_key), so that a resend of a message the
+    cut-off attempt may have sent is the same request: a taskgrove agent then answers it with the
+    agent task or tree the first one started (docs/a2a.md), and any agent may recognise it."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, "taskgrove-a2a-message:" + context.idempotency_key).hex
+
+
 def part_json(part: Part) -> dict[str, Any]:
     """One part as plain JSON, in the 0.3 shape: `{kind: text|data|file, ...}`."""
     out: dict[str, Any]
@@ -237,9 +245,11 @@ class RemoteAgentCall(Executor):
             await ensure_public_url(url, allow_private)
         except UnsafeURLError as exc:
             raise ExecutorError(str(exc)) from None
-        request = SendMessageRequest(message=self._message(inputs))
+        request = SendMessageRequest(message=self._message(inputs, context))
         if context.traceparent:  # traces on: the remote agent's spans join the execution's trace
             headers = {**headers, "traceparent": context.traceparent}
+        if not any(name.lower() == "idempotency-key" for name in headers):
+            headers = {**headers, "Idempotency-Key": context.idempotency_key}
 
         # trust_env=False: no proxy or .netrc credentials from the service's environment.
         self._http = httpx.AsyncClient(
@@ -299,7 +309,7 @@ class RemoteAgentCall(Executor):
             raise ExecutorError(f"request to the A2A agent at {self._url} failed: {_error_text(exc)}") from None
         return self._check_outcome()
 
-    def _message(self, inputs: Mapping[str, Any]) -> Message:
+    def _message(self, inputs: Mapping[str, Any], context: ExecutionContext) -> Message:
         parts: list[Part] = []
         if inputs.get("message") is not None:
             parts.append(new_text_part(str(inputs["message"])))
@@ -307,7 +317,7 @@ class RemoteAgentCall(Executor):
             if not isinstance(inputs["data"], dict):
                 raise ExecutorError("data must be an object")
             parts.append(new_data_part(inputs["data"]))
-        message = Message(role=Role.ROLE_USER, message_id=uuid.uuid4().hex, parts=parts)
+        message = Message(role=Role.ROLE_USER, message_id=message_id(context), parts=parts)
         metadata = inputs.get("metadata")
         if metadata is not None:
             if not isinstance(metadata, dict):

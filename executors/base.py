@@ -90,9 +90,10 @@ class ExecutionContext:
     # Services an executor may need (e.g. "tasks" for generate_executor); set by the app.
     services: Mapping[str, Any] = field(default_factory=dict)
     # This attempt's number (1 for the first) and how many the task's retry policy allows. With
-    # the task id they make an idempotency key for side effects: f"{task_id}:{attempt}". An
-    # attempt cut off by the platform (a crash, a lost lease) runs again with the same number, so
-    # the same key: its side effects may have happened already (at-least-once, docs/scale-out.md).
+    # the task id and the execution they make an idempotency key for side effects (below). An
+    # attempt cut off by the platform (a crash, a lost lease) runs again with the same number in
+    # the same execution, so the same key: its side effects may have happened already
+    # (at-least-once, docs/scale-out.md).
     attempt: int = 1
     max_attempts: int = 1
     # How many times the platform cut this task off before (0 on an undisturbed run).
@@ -101,6 +102,10 @@ class ExecutionContext:
     # compares it with the stored one before each call, so an attempt that lost its task stops
     # spending. None outside the engine.
     lease_epoch: int | None = None
+    # The execution this attempt belongs to (the `executions` row; None outside the engine). A
+    # task executed again (a person re-running it) is in a new execution, whose attempts count
+    # from 1 again: without it the key would repeat the first execution's.
+    execution_id: str | None = None
     # What the previous attempt stored with `checkpoint()`; None on a first attempt.
     last_checkpoint: Any = None
     # The answers of this attempt's earlier waits, in call order (the `wait_answers` column).
@@ -116,7 +121,11 @@ class ExecutionContext:
 
     @property
     def idempotency_key(self) -> str:
-        return f"{self.task_id}:{self.attempt}"
+        """`<task id>:<execution id>:<attempt>`: the same for every re-run of an interrupted
+        attempt, new for a retry and for each execution (`<task id>:<attempt>` outside the engine)."""
+        if self.execution_id is None:
+            return f"{self.task_id}:{self.attempt}"
+        return f"{self.task_id}:{self.execution_id}:{self.attempt}"
 
     async def checkpoint(self, data: Any) -> None:
         """Store `data` (JSON, size-limited) for this task; the latest wins, and a later attempt

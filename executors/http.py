@@ -144,7 +144,7 @@ class RestExecutor(Executor):
             raise ExecutorError(str(exc), retryable=False) from None
 
         auth_headers, auth = _auth(inputs.get("auth"))
-        # One key per attempt of this task (`<task id>:<attempt>`), the same on each HTTP retry inside
+        # One key per attempt of this task (`<task id>:<execution id>:<attempt>`), the same on each HTTP retry inside
         # it: a server that honours the header applies the request once per attempt.
         headers = {"Idempotency-Key": context.idempotency_key, **(inputs.get("headers") or {}), **auth_headers}
         if context.traceparent:  # traces on: the callee's spans join the execution's trace

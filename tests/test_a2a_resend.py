@@ -12,10 +12,13 @@ the same through the executor and two processes.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import uuid
 from typing import Any
 
 from tests.conftest import Client
+from tests.test_a2a_artifacts import sse
 from tests.test_a2a_input_required import PROMPT, approval_tree
 from tests.test_a2a_wire import post, send_body, summary, tree
 
@@ -136,3 +139,69 @@ async def test_another_users_copy_of_a_tree_is_refused_not_joined(app_factory: A
         assert error["code"] == -32602 and "already exists" in error["message"], error
         again = (await post(client, send_body(tasks), alice))["result"]  # the owner's resend is joined
         assert again["status"]["state"] == "completed" and again["contextId"] == tasks[0]["id"]
+
+
+# --- a stream resent with its Idempotency-Key ----------------------------------------------------
+
+async def stream(client: Client, body: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    """The events of a 0.3 message/stream with an Idempotency-Key (the answer, when it is an error)."""
+    response = await client.http.post("/", json=body, headers={"Idempotency-Key": key})
+    assert response.status_code == 200, response.text
+    if not response.headers["content-type"].startswith("text/event-stream"):
+        return [response.json()]
+    return [e if "error" in e else e["result"] for e in sse(response.text)]
+
+
+def final_state(events: list[dict[str, Any]]) -> str:
+    (last,) = [e for e in events if e.get("kind") == "status-update" and e.get("final")]
+    return str(last["status"]["state"])
+
+
+async def test_a_stream_resent_with_its_key_joins_the_stored_tree_the_first_one_named(client: Client) -> None:
+    """metadata.task_id names a stored tree to execute: a second message would be a second
+    execution ("already running" while the first runs). Resent with the first one's
+    Idempotency-Key (a2a_agent_executor sends one, stable across an interrupted attempt's
+    re-runs), it joins the first one's execution instead, and after the end reports it."""
+    sleeper = root_id = f"sleep-{uuid.uuid4().hex[:8]}"  # a one-task tree: the named task itself runs
+    tasks = [{"id": root_id, "name": "sleep", "schemas": {"method": "sleep_executor"}, "inputs": {"seconds": 1.0}}]
+    await client.services.tasks.create_tree_for(tasks, None)  # stored, not executed
+    body = send_body(metadata={"task_id": root_id}, method="message/stream")
+    first = asyncio.create_task(stream(client, body, "ask:exec-1:1"))
+    started = await client.wait_status(sleeper, ("in_progress",))
+
+    again = await stream(client, body, "ask:exec-1:1")
+    assert again[0]["kind"] == "task" and again[0]["contextId"] == root_id, again[0]
+    assert final_state(again) == "completed"
+    events = await first
+    assert final_state(events) == "completed" and events[0]["id"] != again[0]["id"]
+    late = await stream(client, body, "ask:exec-1:1")  # after the end: its outcome, nothing run again
+    assert final_state(late) == "completed"
+    (artifact,) = [e for e in late if e.get("kind") == "artifact-update"]
+    assert artifact["artifact"]["parts"][0]["data"]["status"] == "completed"
+    (only,) = await attempts(client, sleeper)
+    assert only["started_at"] == started["started_at"]
+
+    other = send_body(metadata={"task_id": root_id, "stream": True}, method="message/stream")
+    (refused,) = await stream(client, other, "ask:exec-1:1")  # the same key, another request
+    assert refused["error"]["code"] == -32602 and "different request" in json.dumps(refused["error"]), refused
+    anew = await stream(client, body, "ask:exec-2:1")  # a new key is a new request (a completed tree
+    assert final_state(anew) == "completed"  # is not run again: only pending and failed tasks are)
+    assert anew[0]["id"] not in {events[0]["id"], again[0]["id"], late[0]["id"]}
+
+
+async def test_a_keyed_stream_of_a_tree_resent_follows_it_and_a_refused_one_frees_its_key(client: Client) -> None:
+    """A data part is deduplicated by its content already; with the key, the message itself is:
+    the resent stream follows the same tree. A first request refused leaves its key free."""
+    tasks = tree()
+    body = send_body(tasks, method="message/stream")
+    first = await stream(client, body, "k-data")
+    again = await stream(client, body, "k-data")
+    assert final_state(first) == final_state(again) == "completed"
+    assert first[0]["contextId"] == again[0]["contextId"] == tasks[0]["id"]
+    bad = send_body([{"id": "x", "name": "x", "dependencies": [{"id": "missing", "required": True}]}],
+                    method="message/stream")
+    (refused,) = await stream(client, bad, "k-bad")
+    assert refused["error"]["code"] == -32602
+    fixed = tree()
+    events = await stream(client, send_body(fixed, method="message/stream"), "k-bad")  # the key is free again
+    assert final_state(events) == "completed" and events[0]["contextId"] == fixed[0]["id"]

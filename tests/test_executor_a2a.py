@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import time
 import uuid
 from collections.abc import Iterator
@@ -299,6 +300,20 @@ async def test_non_blocking_send_returns_once_the_remote_accepted(remote: Remote
     assert (await remote.wait_status(ids["root"], ("completed",)))["status"] == "completed"
 
 
+def test_the_message_id_is_the_same_for_each_re_run_of_an_interrupted_attempt_only() -> None:
+    from taskgrove.executors.a2a_remote import message_id
+    from taskgrove.executors.base import ExecutionContext
+
+    def ctx(**kw: Any) -> ExecutionContext:
+        return ExecutionContext(task_id="ask", task={}, settings=Settings.from_env({}), **kw)
+
+    cut_off = message_id(ctx(execution_id="e1", attempt=1))
+    assert message_id(ctx(execution_id="e1", attempt=1, interruptions=1)) == cut_off  # its re-run
+    assert message_id(ctx(execution_id="e1", attempt=2)) != cut_off  # a retry: a new request
+    assert message_id(ctx(execution_id="e2", attempt=1)) != cut_off  # executed again by a person
+    assert len(cut_off) == 32 and int(cut_off, 16) >= 0
+
+
 async def test_a_message_sent_again_by_a_later_attempt_joins_the_remote_tree(remote: Remote, app_factory: Any) -> None:
     """An attempt cut off after it sent the message and before it stored the remote task id (a
     lost lease) leaves its next attempt nothing to reattach to: it sends the same tree again. The
@@ -314,6 +329,8 @@ async def test_a_message_sent_again_by_a_later_attempt_joins_the_remote_tree(rem
         again = await client.result("tasks.create", [a2a_task(second, inputs)])
         done = await sending
         late = await client.result("tasks.create", [a2a_task(third, inputs)])
+        keys = {tid: f"{tid}:{(await client.services.repo.get(tid))['execution_id']}:1"
+                for tid in (first, second, third)}
     results = [task["result"] for task in (done, again, late)]
     assert [task["status"] for task in (done, again, late)] == ["completed"] * 3, [again["error"], late["error"]]
     assert {r["state"] for r in results} == {"completed"}
@@ -324,12 +341,16 @@ async def test_a_message_sent_again_by_a_later_attempt_joins_the_remote_tree(rem
     sleeper = await remote.task(ids["sleep"])
     assert sleeper["status"] == "completed" and sleeper["started_at"] == started["started_at"]
     assert len(await remote.rpc("tasks.attempts", {"task_id": ids["sleep"]})) == 1
+    # Each attempt sent its idempotency key, and the remote kept it: the re-run of an interrupted
+    # attempt, which sends the same key and message id, gets what the first send started.
+    with sqlite3.connect(remote.workdir / "remote.db") as conn:
+        stored = {key for (key,) in conn.execute("SELECT key FROM idempotency_keys")}
+    assert set(keys.values()) <= stored, (keys, stored)
 
 
 async def test_after_a_crash_the_next_attempt_reattaches_to_the_remote_task(remote: Remote, tmp_path: Path) -> None:
     """kill -9 of the local service while the remote agent works: the resumed attempt follows the
     remote task its predecessor sent (stored as a checkpoint) instead of sending the work again."""
-    import sqlite3
 
     tasks, ids = remote_tree(seconds=2.5)
     db = tmp_path / "local.db"

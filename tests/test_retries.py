@@ -365,8 +365,10 @@ def _nested(depth: int) -> dict[str, Any]:
 
 
 async def test_http_errors_retried_or_not_and_idempotency_key(app_factory: Any) -> None:
-    """rest_executor: a 5xx is retried by the policy, each attempt with its own Idempotency-Key;
-    a 404 is not retried."""
+    """rest_executor: a 5xx is retried by the policy, each attempt with its own Idempotency-Key
+    (`<task id>:<execution id>:<attempt>`); a 404 is not retried. A person executing the failed
+    task again starts a new execution, whose first attempt has a key of its own: the remote end
+    must not answer it with the first execution's stored response."""
     retry = policy(3, "fixed", 0.2)
     async with receiver() as flaky_server, receiver() as missing_server, app_factory() as client:
         flaky_server.script = [503]
@@ -381,11 +383,18 @@ async def test_http_errors_retried_or_not_and_idempotency_key(app_factory: Any) 
         await stream(client)
         r5 = await client.result("tasks.get", {"task_id": "r5"})
         r4 = await client.result("tasks.get", {"task_id": "r4"})
+        first = (await client.services.repo.get("r4"))["execution_id"]
+        execution = (await client.services.repo.get("r5"))["execution_id"]
+        assert first == execution
+        await stream(client, "r4")  # executed again by a person: a new execution
+        again = (await client.services.repo.get("r4"))["execution_id"]
     assert (r5["status"], r5["attempt"]) == ("completed", 2), r5
-    assert [r["headers"]["idempotency-key"] for r in flaky_server.requests] == ["r5:1", "r5:2"]
+    assert [r["headers"]["idempotency-key"] for r in flaky_server.requests] == [
+        f"r5:{execution}:1", f"r5:{execution}:2"]
     assert (r4["status"], r4["attempt"]) == ("failed", 1), r4
     assert "HTTP 404" in r4["error"]
-    assert len(missing_server.requests) == 1
+    assert again != first
+    assert [r["headers"]["idempotency-key"] for r in missing_server.requests] == [f"r4:{first}:1", f"r4:{again}:1"]
 
 
 # --- 5. timeouts --------------------------------------------------------------------------------

@@ -54,6 +54,7 @@ from taskgrove.agent.a2a.push import PushConfigError, PushTarget, PushTargets, c
 from taskgrove.agent.a2a.tree_cancel import discard_tree
 from taskgrove.agent.a2a.wire import message_data, restore_ints
 from taskgrove.agent.errors import PERMISSION_DENIED, QuotaExceeded, RpcError
+from taskgrove.agent.idempotency import HEADER as IDEMPOTENCY_HEADER
 from taskgrove.agent.requests import NewTree
 from taskgrove.agent.rpc import params as rpc_params
 from taskgrove.agent.rpc.jsonrpc import CallContext
@@ -187,6 +188,15 @@ def check_parts(message: Message, *, text_allowed: bool, planner: bool = False,
             message=f"message.parts[{index}] is {shown}{media}{beside}; this agent accepts {accepted}")
 
 
+def stream_key(context: ServerCallContext, call: CallContext) -> str | None:
+    """The Idempotency-Key of a streaming send, if any. A non-streaming send with one is answered
+    whole, once, before the SDK sees it (agent/a2a/routes.py _send_once); a stream's answer is
+    the run it follows, so its resend is deduplicated here, where the run is planned."""
+    if context.state.get("method") not in STREAMING_METHODS or call.request is None:
+        return None
+    return call.request.headers.get(IDEMPOTENCY_HEADER)
+
+
 def _gives_value(message: Message) -> bool:
     """Whether a data part of `message` answers a wait as any wait is answered ({"value": ...})."""
     return any(isinstance(data := restore_ints(MessageToDict(p.data)), Mapping) and ANSWER_KEY in data
@@ -260,6 +270,8 @@ class TreeRequestContextBuilder(RequestContextBuilder):
             if waiting:
                 assert task is not None
                 plan = await self._answer(params.message, task, call)
+            elif (key := stream_key(context, call)) is not None:
+                plan = await self._plan_once(params, metadata, call, key)
             else:
                 plan = await self._plan(params.message, metadata, call)
         except RpcError as exc:
@@ -333,6 +345,35 @@ class TreeRequestContextBuilder(RequestContextBuilder):
                 message='The message must carry a data part {"tasks": [task objects]} to create and execute '
                         "a tree, or metadata.task_id to execute a stored one")
         return await self._existing(task_id, copy_execution, copy_children, call, run_call)
+
+    async def _plan_once(self, params: SendMessageRequest, metadata: Mapping[str, Any], call: CallContext,
+                         key: str) -> TreePlan:
+        """A streaming send with an Idempotency-Key: planned once per (user, key), with the rules
+        of every Idempotency-Key (agent/idempotency.py: the same request, within
+        SERVICE_IDEMPOTENCY_SECONDS; a different one is -32602). A resend (its sender was cut
+        off: an a2a_agent_executor attempt that lost its lease mid-stream) gets a new agent task
+        on the tree the first one made or named, joined as a resent tree is, so a stored tree
+        named by metadata.task_id is not executed twice, and a text is not planned twice."""
+        made: list[TreePlan] = []
+
+        async def plan(_params: Any, _call: CallContext) -> dict[str, Any]:
+            made.append(await self._plan(params.message, metadata, call))
+            return {"task_id": made[0].task_id, "root_task_id": made[0].root_task_id,
+                    "original_task_id": made[0].original_task_id}
+
+        assert self._services.idempotency is not None
+        first = await self._services.idempotency.once(
+            "a2a.stream", plan, MessageToDict(params, preserving_proto_field_name=True), call, key)
+        if made:
+            return made[0]
+        rows = await self._services.repo.tree(first["root_task_id"])
+        if not rows:
+            raise InvalidParamsError(message=f"The task tree {first['root_task_id']} the first request with this "
+                                             "Idempotency-Key executed no longer exists; send it with a new key")
+        root = next((r for r in rows if r["id"] == first["root_task_id"]), rows[0])
+        return TreePlan(task_id=first["task_id"], root_task_id=first["root_task_id"], task_count=len(rows),
+                        user_id=root["user_id"], original_task_id=first["original_task_id"],
+                        call=_run_call(call), resent=True)
 
     async def _from_text(self, requirement: str, plan_only: bool, call: CallContext,
                          root_id: str | None = None) -> TreePlan:

@@ -51,7 +51,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from taskgrove.agent.container import Services
 
 SDK_METHODS = frozenset(JsonRpcDispatcher.METHOD_TO_MODEL) | frozenset(JSONRPC03Adapter.METHOD_TO_MODEL)
-# Non-streaming sends, which honour an Idempotency-Key header like tasks.create (agent/idempotency.py).
+# Non-streaming sends, which honour an Idempotency-Key header like tasks.create (agent/idempotency.py);
+# a streaming send with one is planned once instead (agent/a2a/message_tree.py _plan_once).
 SEND_METHODS = frozenset({"message/send", "SendMessage"})
 IDEMPOTENCY_HEADER = "idempotency-key"
 

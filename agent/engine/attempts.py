@@ -333,6 +333,7 @@ class Attempts:
             max_attempts=policy.max_attempts,
             interruptions=row.get("interruptions") or 0,
             lease_epoch=running.epoch,
+            execution_id=row.get("execution_id"),
             last_checkpoint=running.checkpoint,
             wait_answers=waits.read(row.get("wait_answers")) or [],
             traceparent=None if running.span is None else tracing.header_of(running.span),
