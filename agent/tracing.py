@@ -17,7 +17,11 @@ start to the end. So:
   instance knows it without asking: attempt spans, interrupted attempts and retry waits are its
   children, whichever instance emits them;
 - the execution span itself is emitted once, by the instance that ends the execution, with the
-  stored start time (`created_at`) and that derived id.
+  stored start time (`created_at`) and that derived id;
+- an attempt span's id is derived from its execution, task and claim (`attempt_span_id`): an
+  attempt cut off mid-call is reported under the id its calls carried, by the instance that
+  settles it, and never also by its own instance (which drops its span when it learns the attempt
+  was settled: agent/engine/attempts.py), so the called service's spans keep their parent.
 
 So a trace survives a kill -9: the attempt that died with its instance is reported by the
 instance that settles it (`interrupted`), its re-run by the instance that takes the execution
@@ -94,6 +98,15 @@ def execution_span_id(execution_id: str) -> int:
     """The execution span's id, the same on every instance: 8 bytes of a hash of its id."""
     value = int.from_bytes(hashlib.sha256(execution_id.encode()).digest()[:8], "big")
     return value or 1
+
+
+def attempt_span_id(execution_id: str, task_id: str, lease_epoch: int) -> int:
+    """An attempt span's id, the same on every instance: a hash of its execution, task and claim
+    (each claim has an epoch of its own). The calls an attempt makes carry it, so when its
+    instance dies mid-call, the instance that settles it reports it under that id, and the
+    called service's spans stay its children."""
+    key = f"{execution_id}\n{task_id}\n{lease_epoch}".encode()
+    return int.from_bytes(hashlib.sha256(key).digest()[:8], "big") or 1
 
 
 def execution_header(traceparent: str | None, execution_id: str) -> str | None:
@@ -208,8 +221,12 @@ def start_attempt(task: Mapping[str, Any], execution_id: str, traceparent: str |
         "taskgrove.attempt": int(task.get("attempt") or 1),
         "taskgrove.wait_seconds": max(0.0, (now - waited) / 1e9) if waited else 0.0,
     }
-    return _tracer.start_span("taskgrove attempt", context=_parent(traceparent, execution_id),
-                              attributes=attributes, start_time=now)
+    token = _forced.set((None, attempt_span_id(execution_id, task["id"], int(task.get("lease_epoch") or 0))))
+    try:
+        return _tracer.start_span("taskgrove attempt", context=_parent(traceparent, execution_id),
+                                  attributes=attributes, start_time=now)
+    finally:
+        _forced.reset(token)
 
 
 def end_attempt(span: Any, outcome: Mapping[str, Any] | None, cancelled: bool) -> None:
@@ -256,8 +273,12 @@ def interrupted(task: Mapping[str, Any], traceparent: str | None, executor: str 
         "taskgrove.attempt": int(task.get("attempt") or 1), "taskgrove.outcome": outcome,
         "taskgrove.lease_owner": task.get("lease_owner") or "",
     }
-    span = _tracer.start_span("taskgrove interrupted attempt", context=_parent(traceparent, task["execution_id"]),
-                              attributes=attributes, start_time=_ns(task.get("started_at")))
+    token = _forced.set((None, attempt_span_id(task["execution_id"], task["id"], int(task.get("lease_epoch") or 0))))
+    try:  # the id the attempt had, and its calls carried (attempt_span_id)
+        span = _tracer.start_span("taskgrove interrupted attempt", context=_parent(traceparent, task["execution_id"]),
+                                  attributes=attributes, start_time=_ns(task.get("started_at")))
+    finally:
+        _forced.reset(token)
     span.set_status(Status(StatusCode.ERROR))
     span.end()
 

@@ -322,3 +322,47 @@ async def test_an_execution_resumed_after_a_restart_continues_the_callers_trace(
     assert execution["attributes"]["taskgrove.outcome"] == "completed"
     assert resumed["parent_id"] == execution["context"]["span_id"]
     assert {s["context"]["trace_id"] for s in before + after} == {f"0x{TRACE}"}, "every span in the caller's trace"
+
+
+async def test_an_attempt_settled_as_interrupted_is_reported_under_the_id_its_calls_carried(
+        app_factory: Any, capsys: Any) -> None:
+    """An attempt cut off mid-call (its lease lost: another instance settles it as interrupted)
+    is reported by the settler under the span id the call carried, so what the called service
+    traces keeps its parent; the attempt's own instance does not report it a second time."""
+    import asyncio
+
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+
+    from taskgrove.storage.trees import now_iso
+
+    seen: list[str] = []
+    release = asyncio.Event()
+
+    async def called(request: Request) -> JSONResponse:
+        seen.append(request.headers["traceparent"])
+        if len(seen) == 1:
+            await release.wait()  # the first call hangs until its attempt was settled
+        return JSONResponse({"ok": True})
+
+    task_id = f"call-{uuid.uuid4().hex[:8]}"
+    env = {"OTEL_TRACES_EXPORTER": "console", "SERVICE_CREATE_WAIT_TIMEOUT": "0"}
+    async with serve(Starlette(routes=[Route("/called", called, methods=["GET"])])) as url:
+        async with app_factory(env=env) as client:
+            await client.result("tasks.create", [{"id": task_id, "name": "call", "schemas": {"method": "rest_executor"},
+                                                  "inputs": {"url": f"{url}/called", "retries": 0}}],
+                                headers={"traceparent": TRACEPARENT})
+            while not seen:
+                await asyncio.sleep(0.02)
+            row = await client.services.repo.get(task_id)
+            assert client.services.engine.leases is not None
+            await client.services.engine.leases._interrupt(row, now_iso(), restarted=False)  # what a takeover does
+            release.set()
+            assert (await client.wait_status(task_id, ("completed", "failed")))["status"] == "completed"
+            assert await client.runs_ended()
+    spans = _printed_spans(capsys.readouterr().out)
+    [cut] = _spans_of(spans, "taskgrove interrupted attempt", task_id)
+    [rerun] = _spans_of(spans, "taskgrove attempt", task_id)  # the cut attempt is not reported twice
+    assert seen == [_header(cut), _header(rerun)]
+    assert cut["attributes"]["taskgrove.outcome"] == "interrupted"
+    assert rerun["attributes"]["taskgrove.outcome"] == "completed" and rerun["context"] != cut["context"]

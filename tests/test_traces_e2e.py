@@ -171,10 +171,14 @@ async def test_one_trace_across_two_services_a_kill_9_and_a_takeover(tmp_path: P
     assert rerun.attributes["taskgrove.executor"] == "command_executor"
     assert rerun.attributes["taskgrove.attempt"] == 1
 
-    # B's execution is a child of A's attempt that called it, B's attempts children of it.
+    # B's execution is a child of A's attempt that called it, B's attempts children of it. Under
+    # load A1 may lose ask's lease after it called B: its re-run sends the same request, which
+    # joins B's execution, and the cut-off attempt is reported (by the instance that settled it)
+    # under the id its call carried.
     [ask] = receiver.find("A", "taskgrove attempt", **{"taskgrove.task_id": "ask"})
     assert ask.attributes["taskgrove.executor"] == "a2a_agent_executor"
     [execution_b] = receiver.find("B", "taskgrove execution")
-    assert execution_b.parent_id == ask.span_id
+    cut_asks = receiver.find("A", "taskgrove interrupted attempt", **{"taskgrove.task_id": "ask"})
+    assert execution_b.parent_id in {ask.span_id, *(s.span_id for s in cut_asks)}
     b_attempts = receiver.find("B", "taskgrove attempt")
     assert b_attempts and {s.parent_id for s in b_attempts} == {execution_b.span_id}

@@ -62,6 +62,8 @@ class Running:
     job: asyncio.Task[None] | None = None
     cancelled: bool = False
     stopped: bool = False  # detached by the service's stop, not a cancel: its span says `stopped`
+    # Settled as interrupted (its lease was lost): the settling instance reports its span.
+    settled: bool = False
     began: float = 0.0  # monotonic, for the duration metric
     log: AttemptLog | None = None  # its task log (engine/logbook.py); None when logs are off
     span: Any = None  # its trace span while traces are on (agent/tracing.py)
@@ -193,12 +195,21 @@ class Attempts:
 
     def _hand_in(self, running: Running, outcome: dict[str, Any] | None) -> None:
         """Give the pass loop the attempt's outcome (None: the attempt was detached, its outcome
-        is discarded), and end its span while traces are on."""
-        if running.span is not None:
-            tracing.end_attempt(running.span, outcome, running.cancelled and not running.stopped)
-        if outcome is not None:
+        is discarded, and its span ends now). An outcome's span ends once the pass stored it."""
+        if outcome is None:
+            self.end_span(running, None)
+        else:
             self.outcomes.append(outcome)
             self.wake.set()
+
+    def end_span(self, running: Running, outcome: dict[str, Any] | None, *, stored: bool = True) -> None:
+        """End the attempt's span (traces on), once: with its outcome when the database took it.
+        An attempt whose outcome was refused (`stored` False), or that was settled as
+        interrupted, is reported by the instance that settled it, under the same id
+        (tracing.attempt_span_id): its span is dropped here, not reported twice."""
+        span, running.span = running.span, None
+        if span is not None and stored and not running.settled:
+            tracing.end_attempt(span, outcome, running.cancelled and not running.stopped)
 
     async def _attempt(self, running: Running) -> dict[str, Any] | None:
         """Its executor under the timeout, then its outcome (completed, failed, or pending again
@@ -371,13 +382,17 @@ class Attempts:
 
     # --- stopping attempts from outside ----------------------------------------------------
 
-    def detach(self, task_id: str, *, shutdown: bool = False) -> Running | None:
+    def detach(self, task_id: str, *, shutdown: bool = False, settled: bool = False) -> Running | None:
         """Take a running task out of the engine's hands: its late outcome is discarded.
-        `shutdown`: the service stops (the attempt is handed back, to run again), not a cancel."""
+        `shutdown`: the service stops (the attempt is handed back, to run again), not a cancel;
+        `settled`: it was settled as interrupted (its lease lost), which reports its span."""
         running = self.running.pop(task_id, None)
         if running is not None:
             running.cancelled = True
             running.stopped = shutdown
+            running.settled = settled
+            if running.job is not None and running.job.done():  # its outcome, handed in, will be discarded
+                self.end_span(running, None)
         return running
 
     async def stop(self, running: Running | None) -> dict[str, Any]:
@@ -389,9 +404,10 @@ class Attempts:
             running.job.cancel()
         return hook
 
-    def stop_later(self, task_id: str) -> None:
-        """Detach the attempt now and stop it in the background (no caller waits for its hook)."""
-        self.background.spawn(self.stop(self.detach(task_id)))
+    def stop_later(self, task_id: str, *, settled: bool = False) -> None:
+        """Detach the attempt now and stop it in the background (no caller waits for its hook).
+        `settled`: another instance settled it as interrupted (see detach)."""
+        self.background.spawn(self.stop(self.detach(task_id, settled=settled)))
 
     async def call_cancel_hook(self, running: Running) -> dict[str, Any]:
         if running.executor is None:

@@ -138,7 +138,8 @@ class LeaseKeeper:
             tracing.interrupted(row, execution and execution.get("traceparent"), engine.registry.wanted(row), outcome)
         log.warning("task %s: %s", row["id"], values["error"],
                     extra={"task_id": row["id"], "root_task_id": row["task_tree_id"]})
-        running = engine.attempts.detach(row["id"]) if row.get("lease_owner") == engine.instance_id else None
+        running = engine.attempts.detach(row["id"], settled=True) \
+            if row.get("lease_owner") == engine.instance_id else None
         if running is not None:
             await engine.attempts.stop(running)
         engine.emit({"type": kind, "task_id": row["id"], "root_task_id": row["task_tree_id"], "name": row["name"],

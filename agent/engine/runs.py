@@ -26,7 +26,7 @@ from taskgrove.agent.engine.run import TreeRun, select_for_execution
 from taskgrove.storage import executions
 from taskgrove.storage.connections import is_transient
 from taskgrove.storage.repository import SMALL_PASS, TaskRepository
-from taskgrove.storage.status import TaskStatus
+from taskgrove.storage.status import FINISHED_STATUSES, TaskStatus
 from taskgrove.storage.trees import now_iso
 
 log = logging.getLogger(__name__)
@@ -236,10 +236,11 @@ class RunKeeper:
                     run.foreign.add(tid)
             else:
                 run.outcome[tid] = status
-        # Attempts of ours the database no longer honours (a cancel, a takeover) stop here.
+        # Attempts of ours the database no longer honours (a cancel, a takeover) stop here. One
+        # not finished there was settled as interrupted by another instance, which reports it.
         for tid, running in list(running_here.items()):
             if running.run.tree_id == tree_id and tid not in run.active:
-                self.attempts.stop_later(tid)
+                self.attempts.stop_later(tid, settled=rows.get(tid, {}).get("status") not in FINISHED_STATUSES)
         run.add(waiting)
         self.runs[tree_id] = run
         if claimed:  # before anything can queue them: started as a pass starts what it claimed
@@ -299,8 +300,8 @@ class RunKeeper:
         if self.runs.get(run.tree_id) is run:
             del self.runs[run.tree_id]
         for tid, running in list(self.attempts.running.items()):
-            if running.run is run:
-                self.attempts.stop_later(tid)
+            if running.run is run:  # its new owner settles them as interrupted
+                self.attempts.stop_later(tid, settled=True)
         run.done.set()
         run.resting.set()
 
