@@ -2,7 +2,9 @@
 first one created, as a resent tasks.create does (DESIGN.md, Idempotency), instead of refusing the
 ids as taken: the resend follows the running execution, or reports the stored outcome of one that
 ended or waits for input, and nothing runs twice. A resend that differs in any way is still
-refused, naming the id that is taken.
+refused, naming the id that is taken. A streaming send with an Idempotency-Key is planned once:
+its resend joins the tree the first one created or named (a stored tree named by
+metadata.task_id is not executed twice).
 
 Found when an `a2a_agent_executor` attempt lost its lease after sending and before it had stored
 the remote task id: its next attempt sent the message again, the remote taskgrove refused it, and
