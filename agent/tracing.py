@@ -41,7 +41,8 @@ import re
 import secrets
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -165,6 +166,16 @@ def _exporter(name: str) -> Any:
     return OTLPSpanExporter()
 
 
+@contextmanager
+def _ids(trace_id: int | None, span_id: int) -> Iterator[None]:
+    """Spans started inside take these ids (a trace id None: their parent's), see _id_generator."""
+    token = _forced.set((trace_id, span_id))
+    try:
+        yield
+    finally:
+        _forced.reset(token)
+
+
 def _id_generator() -> Any:
     from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 
@@ -221,12 +232,9 @@ def start_attempt(task: Mapping[str, Any], execution_id: str, traceparent: str |
         "taskgrove.attempt": int(task.get("attempt") or 1),
         "taskgrove.wait_seconds": max(0.0, (now - waited) / 1e9) if waited else 0.0,
     }
-    token = _forced.set((None, attempt_span_id(execution_id, task["id"], int(task.get("lease_epoch") or 0))))
-    try:
+    with _ids(None, attempt_span_id(execution_id, task["id"], int(task.get("lease_epoch") or 0))):
         return _tracer.start_span("taskgrove attempt", context=_parent(traceparent, execution_id),
                                   attributes=attributes, start_time=now)
-    finally:
-        _forced.reset(token)
 
 
 def end_attempt(span: Any, outcome: Mapping[str, Any] | None, cancelled: bool) -> None:
@@ -273,12 +281,10 @@ def interrupted(task: Mapping[str, Any], traceparent: str | None, executor: str 
         "taskgrove.attempt": int(task.get("attempt") or 1), "taskgrove.outcome": outcome,
         "taskgrove.lease_owner": task.get("lease_owner") or "",
     }
-    token = _forced.set((None, attempt_span_id(task["execution_id"], task["id"], int(task.get("lease_epoch") or 0))))
-    try:  # the id the attempt had, and its calls carried (attempt_span_id)
+    # The id the attempt had, and its calls carried (attempt_span_id).
+    with _ids(None, attempt_span_id(task["execution_id"], task["id"], int(task.get("lease_epoch") or 0))):
         span = _tracer.start_span("taskgrove interrupted attempt", context=_parent(traceparent, task["execution_id"]),
                                   attributes=attributes, start_time=_ns(task.get("started_at")))
-    finally:
-        _forced.reset(token)
     span.set_status(Status(StatusCode.ERROR))
     span.end()
 
@@ -298,14 +304,11 @@ def end_execution(execution_id: str, traceparent: str | None, root_task_id: str,
     else:
         remote = SpanContext(trace_id, int(caller, 16), is_remote=True, trace_flags=TraceFlags(flags))
         context = trace.set_span_in_context(NonRecordingSpan(remote))
-    token = _forced.set((trace_id, execution_span_id(execution_id)))
-    try:
+    with _ids(trace_id, execution_span_id(execution_id)):
         span = _tracer.start_span("taskgrove execution", context=context, kind=trace.SpanKind.SERVER,
                                   start_time=_ns(started_at), attributes={
                                       "taskgrove.execution_id": execution_id, "taskgrove.root_task_id": root_task_id,
                                       "taskgrove.outcome": status})
-    finally:
-        _forced.reset(token)
     if status != TaskStatus.COMPLETED:
         span.set_status(Status(StatusCode.ERROR))
     span.end()

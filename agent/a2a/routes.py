@@ -43,6 +43,7 @@ from taskgrove.agent.a2a.rest import Endpoint, rest_routes
 from taskgrove.agent.auth import AuthError
 from taskgrove.agent.edge import UNSUPPORTED_MEDIA_TYPE, call_context, content_type_problem, unauthorized
 from taskgrove.agent.errors import INVALID_PARAMS, INVALID_REQUEST, RpcError
+from taskgrove.agent.idempotency import HEADER as IDEMPOTENCY_HEADER
 from taskgrove.agent.rpc.jsonrpc import CallContext, Handler, JsonReply, batch_too_long, call_one, dispatch
 
 CONTENT_TYPE_NOT_SUPPORTED = JSON_RPC_ERROR_CODE_MAP[ContentTypeNotSupportedError]  # -32005
@@ -54,7 +55,6 @@ SDK_METHODS = frozenset(JsonRpcDispatcher.METHOD_TO_MODEL) | frozenset(JSONRPC03
 # Non-streaming sends, which honour an Idempotency-Key header like tasks.create (agent/idempotency.py);
 # a streaming send with one is planned once instead (agent/a2a/message_tree.py _plan_once).
 SEND_METHODS = frozenset({"message/send", "SendMessage"})
-IDEMPOTENCY_HEADER = "idempotency-key"
 
 
 def sdk_endpoints(services: "Services", card: dict[str, Any]) -> tuple[TaskgroveRequestHandler,

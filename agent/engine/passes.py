@@ -209,7 +209,8 @@ class PassLoop:
     def _publish_outcomes(self, batch: _Pass) -> None:
         stale = batch.stale
         for running, outcome in batch.recorded:
-            self.attempts.end_span(running, outcome, stored=running.task_id in batch.accepted)
+            if running.span is not None:  # traces on: reported once the database took it
+                self.attempts.end_span(running, outcome, stored=running.task_id in batch.accepted)
             if running.task_id in batch.accepted:
                 self._publish_outcome(running, outcome)
                 # (a park has no status: the task stays in progress)
