@@ -1,7 +1,7 @@
 """build_app(settings) -> Starlette: creates every object once and wires the routes.
 
 Wiring only, and imported by nobody but the entry points (cli, bench, tests): the objects live in
-agent/container.py (Services), the shared HTTP edge in agent/edge.py, the surfaces in rpc/, a2a/,
+agent/services/container.py (Services), the shared HTTP edge in agent/surfaces/edge.py, the surfaces in rpc/, a2a/,
 graphql/ and ws.py.
 
 Nothing is global: a test builds as many apps as it likes, each with its own database, engine
@@ -17,15 +17,15 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from taskgrove.agent.a2a.front import LazySurface, a2a_routes
-from taskgrove.agent.bodylimit import BodyLimit
-from taskgrove.agent.container import Services
-from taskgrove.agent.edge import DirectRoutes, internal_error, rpc_endpoint
-from taskgrove.agent.metrics import HttpMetrics
-from taskgrove.agent.operations import operations_routes
-from taskgrove.agent.settings import Settings
-from taskgrove.agent import tracing
-from taskgrove.agent.ws import ws_route
+from taskgrove.agent.surfaces.a2a.front import LazySurface, a2a_routes
+from taskgrove.agent.surfaces.bodylimit import BodyLimit
+from taskgrove.agent.services.container import Services
+from taskgrove.agent.surfaces.edge import DirectRoutes, internal_error, rpc_endpoint
+from taskgrove.agent.foundations.metrics import HttpMetrics
+from taskgrove.agent.surfaces.operations import operations_routes
+from taskgrove.agent.foundations.settings import Settings
+from taskgrove.agent.foundations import tracing
+from taskgrove.agent.surfaces.ws import ws_route
 from taskgrove.executors.registry import ExecutorRegistry
 
 
@@ -33,7 +33,7 @@ def build_app(settings: Settings, *, registry: ExecutorRegistry | None = None) -
     services = Services.build(settings, registry)
     mcp = None
     if settings.enable_mcp:
-        from taskgrove.agent.mcp import McpRoute  # the mcp SDK itself loads on the first /mcp request
+        from taskgrove.agent.surfaces.mcp import McpRoute  # the mcp SDK itself loads on the first /mcp request
 
         mcp = McpRoute(services)
 
@@ -56,13 +56,13 @@ def build_app(settings: Settings, *, registry: ExecutorRegistry | None = None) -
     routes: list[Any] = [*rpc_routes]
     routes.append(ws_route(services))
     if settings.api_protocol == "graphql":
-        from taskgrove.agent.graphql import graphql_routes  # lazy: strawberry loads only when enabled
+        from taskgrove.agent.surfaces.graphql import graphql_routes  # lazy: strawberry loads only when enabled
 
         routes.extend(graphql_routes(services))
     if mcp:
         routes.append(mcp.route())
     if settings.enable_ui:
-        from taskgrove.agent.ui import ui_routes  # static files only: no data without a JSON-RPC call
+        from taskgrove.agent.surfaces.ui import ui_routes  # static files only: no data without a JSON-RPC call
 
         routes.extend(ui_routes())
     routes.extend(operations_routes(services))

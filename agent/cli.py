@@ -18,7 +18,7 @@ from typing import Any
 
 from taskgrove.agent.remote import add_groups, is_remote, run_command
 from taskgrove.agent.remote.client import add_connection_options
-from taskgrove.agent.settings import Settings, SettingsError
+from taskgrove.agent.foundations.settings import Settings, SettingsError
 from taskgrove.storage.status import TaskStatus
 
 
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     # Clients of a running service: this process's SERVICE_* settings do not matter.
     if args.command == "mcp":
-        from taskgrove.agent.mcp.stdio import serve_stdio
+        from taskgrove.agent.surfaces.mcp.stdio import serve_stdio
 
         asyncio.run(serve_stdio(args.url, args.token))
         return
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     elif args.command == "run":
         sys.exit(asyncio.run(_run(settings, args.file, args.timeout)))
     elif args.command == "token":
-        from taskgrove.agent.auth import mint_token
+        from taskgrove.agent.foundations.auth import mint_token
 
         try:
             print(mint_token(settings, args.user_id, args.roles, args.expires_in or None))
@@ -77,7 +77,7 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> None:
     import uvicorn
 
     from taskgrove.agent.app import build_app
-    from taskgrove.agent.logs import configure as configure_logging
+    from taskgrove.agent.foundations.logconfig import configure as configure_logging
 
     settings = settings.with_(api_host=host or settings.api_host, api_port=port or settings.api_port)
     configure_logging(settings.log_format, settings.log_level)
@@ -160,10 +160,10 @@ async def _run(settings: Settings, path: Path, timeout: float | None) -> int:
     from rich.live import Live
     from rich.table import Table
 
-    from taskgrove.agent.container import Services
-    from taskgrove.agent.errors import RpcError
-    from taskgrove.agent.requests import NewTree
-    from taskgrove.agent.rpc.jsonrpc import CallContext
+    from taskgrove.agent.services.container import Services
+    from taskgrove.agent.foundations.errors import RpcError
+    from taskgrove.agent.foundations.requests import NewTree
+    from taskgrove.agent.foundations.calls import CallContext
 
     try:
         payload: Any = json.loads(path.read_text())

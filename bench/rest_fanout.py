@@ -19,7 +19,7 @@ import time
 import httpx
 
 from taskgrove.agent.app import build_app
-from taskgrove.agent.settings import Settings
+from taskgrove.agent.foundations.settings import Settings
 
 PORT = 8799
 

@@ -23,7 +23,7 @@ import httpx
 
 from taskgrove.agent.app import build_app
 from taskgrove.agent.cli import freeze_long_lived_objects
-from taskgrove.agent.settings import Settings
+from taskgrove.agent.foundations.settings import Settings
 
 NOOP = {"method": "noop_executor"}
 

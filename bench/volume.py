@@ -33,9 +33,9 @@ from typing import Any
 import httpx
 
 from taskgrove.agent.app import build_app
-from taskgrove.agent.auth import Caller
-from taskgrove.agent.requests import NewTree
-from taskgrove.agent.settings import Settings
+from taskgrove.agent.foundations.auth import Caller
+from taskgrove.agent.foundations.requests import NewTree
+from taskgrove.agent.foundations.settings import Settings
 
 USERS = 50
 TREE = 10

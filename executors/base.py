@@ -19,7 +19,7 @@ LogSink = Callable[[str, str, "str | None"], None]
 
 
 class ExecutorSettings(LLMSettings, Protocol):
-    """What built-in executors read from the service's settings (taskgrove.agent.settings.Settings)."""
+    """What built-in executors read from the service's settings (taskgrove.agent.foundations.settings.Settings)."""
 
     @property
     def extensions(self) -> tuple[str, ...] | None: ...

@@ -35,7 +35,7 @@ _COMMON = {
 
 def make_client(context: ExecutionContext) -> LLMClient:
     """A client for this run; the stored-key lookup and the meter (budgets, the stored usage:
-    agent/budget_service.py) come from the app's services when present."""
+    agent/services/budget_service.py) come from the app's services when present."""
     meter_for = context.services.get("llm_meter")
     meter = None if meter_for is None else meter_for(context.user_id, context.task, context.wait_for_input,
                                                      context.lease_epoch)

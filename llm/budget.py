@@ -6,7 +6,7 @@ has one), and after it, by what was used. Dollars are always judged by what the 
 cost (`llm_usage.priced_cost`): a call of a model without a price makes the shown cost unknown,
 and must not make the dollar limit stop counting. Such a call itself cannot be priced beforehand:
 it is made while the known spend is under `max_cost_usd` (its tokens count for `max_tokens`).
-`agent/budget_service.py` reads the stored sums and hands them here; the LLM client asks its
+`agent/services/budget_service.py` reads the stored sums and hands them here; the LLM client asks its
 `Meter` (llm/client.py) before and after each call.
 """
 

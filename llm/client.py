@@ -32,7 +32,7 @@ KeyLookup = Callable[[str | None, str], Awaitable[str | None]]
 
 
 class Meter(Protocol):
-    """Asked around each call (llm/budget.py explains it; agent/budget_service.py implements it):
+    """Asked around each call (llm/budget.py explains it; agent/services/budget_service.py implements it):
     `before` returns the model to call (`usable(model)`: whether its circuit breaker lets a call
     through) or raises; `after` counts the call's usage."""
 
@@ -53,7 +53,7 @@ class Breakers(Protocol):
 
 
 class LLMSettings(Protocol):
-    """What the client reads from the service's settings (taskgrove.agent.settings.Settings has it)."""
+    """What the client reads from the service's settings (taskgrove.agent.foundations.settings.Settings has it)."""
 
     @property
     def llm_provider(self) -> str | None: ...

@@ -519,7 +519,7 @@ def _new_execution(tree_id: str, task_id: str, user_id: str | None, owner: str, 
 
 class Quota(NamedTuple):
     """Store new tasks only if `owner` then has at most `limit` unfinished ones
-    (SERVICE_MAX_PENDING_PER_USER; agent/admission.py decides who is held to it)."""
+    (SERVICE_MAX_PENDING_PER_USER; agent/services/admission.py decides who is held to it)."""
 
     owner: str | None
     limit: int
@@ -548,7 +548,7 @@ def count_unfinished(c: Connection, owner: str | None, at_most: int) -> int:
 def insert_tree(c: Connection, rows: Sequence[Mapping[str, Any]], user_id: str | None, owner: str, until: str,
                 stamp: str, webhook: Mapping[str, Any] | None = None, quota: Quota | None = None,
                 traceparent: str | None = None, claims: Collection[str] = ()) -> Row:
-    """A new tree and its execution (in the trace `traceparent`, agent/tracing.py), atomically
+    """A new tree and its execution (in the trace `traceparent`, agent/foundations/tracing.py), atomically
     (IntegrityError when an id is taken: the tree's, or a running execution's of a tree with the
     same root id). With a `quota`, the owner's unfinished tasks are counted in the same call
     (on PostgreSQL in the insert's own statement): OverQuota, nothing stored, when they would not fit.

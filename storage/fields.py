@@ -1,7 +1,7 @@
 """The field rules of a task: one table saying, per settable field, what value it accepts and how
 a wrong one is worded.
 
-Why one table: tasks.create (storage.trees), tasks.update (agent.service), tasks.clone's
+Why one table: tasks.create (storage.trees), tasks.update (agent.services.task_service), tasks.clone's
 reset_fields (storage.trees.reset_values) and the planner's validation (llm.generate) all check the
 same fields; with the rule written once, a client sees the same sentence for the same mistake
 whichever call it made. The limits come from the column widths in storage.models.

@@ -108,7 +108,7 @@ class Task(Base):
         # tasks.list by status, newest first, by offset or cursor; counts by status use the prefix (0017).
         Index("ix_tasks_status_created", "status", "created_at", "id"),
         # tasks.list by user and status, likewise; on SQLite SERVICE_MAX_PENDING_PER_USER counts a
-        # user's unfinished tasks as two ranges of it (agent/admission.py, migration 0017).
+        # user's unfinished tasks as two ranges of it (agent/services/admission.py, migration 0017).
         Index("ix_tasks_user_status_created", "user_id", "status", "created_at", "id"),
         # PostgreSQL only: the same count through an index of unfinished tasks alone, which its
         # planner takes with or without statistics and which finished tasks never cost (0016).
@@ -152,7 +152,7 @@ class Execution(Base):
     created_at: Mapped[str] = mapped_column(String(40))
     updated_at: Mapped[str] = mapped_column(String(40))
     ended_at: Mapped[str | None] = mapped_column(String(40), nullable=True)
-    # The W3C trace context its spans belong to (agent/tracing.py; migration 0010).
+    # The W3C trace context its spans belong to (agent/foundations/tracing.py; migration 0010).
     traceparent: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
     __table_args__ = (Index("ix_executions_status_lease", "status", "lease_expires_at"),
@@ -279,7 +279,7 @@ class IdempotencyKey(Base):
 
 
 class Schedule(Base):
-    """A template tree run on a cron expression or an interval (agent/schedules.py, storage/schedules.py).
+    """A template tree run on a cron expression or an interval (agent/services/schedule_service.py, storage/schedules.py).
 
     `next_run_at` is the slot the next run is due at; claiming it is one compare-and-set on this
     column (storage/schedules.claim_slot), so each slot runs once whatever the number of instances.

@@ -1,4 +1,4 @@
-"""The statements of retention (agent/retention.py runs them): which trees have ended, and what
+"""The statements of retention (agent/services/retention_service.py runs them): which trees have ended, and what
 goes with a tree when it is deleted.
 
 A tree has ended when every task of it is completed, failed or cancelled, none is parked on a wait,

@@ -414,7 +414,7 @@ MOVE_RATE = Statement("Set when a rate-limit key allows its next start. Args: ke
                       "UPDATE rate_limits SET next_at = $2, updated_at = $3 WHERE key = $1")
 
 
-# --- retention (agent/retention.py) -------------------------------------------------------------
+# --- retention (agent/services/retention_service.py) -------------------------------------------------------------
 
 # One sweeper at a time across instances: a session lock held for one sweep (the migrations' lock,
 # 74251, is a transaction lock on another key). SQLite has one writer anyway: no form.

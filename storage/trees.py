@@ -53,7 +53,7 @@ def new_id() -> str:
 
 
 # --- reading input --------------------------------------------------------------------------
-# (The request shapes, e.g. tasks.create's params, are read in agent/requests.py.)
+# (The request shapes, e.g. tasks.create's params, are read in agent/foundations/requests.py.)
 
 def too_many_tasks(max_tasks: int, count: int | None = None) -> TreeError:
     got = f" (this one has {count})" if count is not None else ""

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from taskgrove.agent.app import build_app
-from taskgrove.agent.settings import Settings
+from taskgrove.agent.foundations.settings import Settings
 from tests.processes import IN_PROCESS_SLEEPS
 
 pytest_plugins = ["tests.fakellm"]  # the fake OpenAI-compatible server fixtures

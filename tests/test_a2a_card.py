@@ -1,6 +1,6 @@
 """The agent card is rendered without the a2a-sdk, and the SDK loads on the first A2A request.
 
-agent/a2a/card.py builds both forms of the card (1.0 and the 0.3-compatible one) as plain JSON, so
+agent/surfaces/a2a/card.py builds both forms of the card (1.0 and the 0.3-compatible one) as plain JSON, so
 that a start-up and the card requests never import the SDK's server, protobuf or pydantic. These
 tests hold that rendering to the SDK's own, byte for byte, for every variant of the card: with and
 without JWT, with and without an LLM, at several addresses. The reference below is the card as
@@ -33,7 +33,7 @@ from a2a.utils.constants import PROTOCOL_VERSION_0_3, PROTOCOL_VERSION_1_0, Tran
 from google.protobuf.json_format import MessageToDict, ParseDict
 from starlette.routing import Mount, Route
 
-from taskgrove.agent.a2a.card import (
+from taskgrove.agent.surfaces.a2a.card import (
     LLM_TAG,
     REST_PREFIX,
     TEXT_MODE,
@@ -44,8 +44,8 @@ from taskgrove.agent.a2a.card import (
     load_template,
     service_version,
 )
-from taskgrove.agent.a2a.front import REST_ROUTES
-from taskgrove.agent.settings import Settings
+from taskgrove.agent.surfaces.a2a.front import REST_ROUTES
+from taskgrove.agent.foundations.settings import Settings
 
 
 def sdk_card(settings: Settings, template: dict[str, Any]) -> AgentCard:
@@ -120,7 +120,7 @@ def test_card_bytes_are_the_sdk_rendering(env: dict[str, str], template: dict[st
     # A2A-Version: 1.x -> the 1.0 form; anything else -> the 0.3-compatible form.
     assert CachedCard(card, modified).content == CachedCard(MessageToDict(reference), modified).content
     assert CachedCard(card_json(card), modified).content == CachedCard(agent_card_to_dict(reference), modified).content
-    # The SDK's request handler gets the same card as a message (agent.a2a.routes.sdk_endpoints).
+    # The SDK's request handler gets the same card as a message (agent.surfaces.a2a.routes.sdk_endpoints).
     assert ParseDict(card, AgentCard()) == reference
 
 
@@ -146,7 +146,7 @@ def test_rest_routes_are_the_sdks() -> None:
 STARTUP = textwrap.dedent("""
     import asyncio, json, sys
     from taskgrove.agent.app import build_app
-    from taskgrove.agent.settings import Settings
+    from taskgrove.agent.foundations.settings import Settings
 
     HEAVY = ("a2a", "google.protobuf", "pydantic", "httpx", "alembic", "rich", "mcp", "litellm", "strawberry")
 

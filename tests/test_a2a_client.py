@@ -33,7 +33,7 @@ from google.protobuf.json_format import MessageToDict, ParseDict
 from starlette.applications import Starlette
 
 from taskgrove.agent.app import build_app
-from taskgrove.agent.settings import Settings
+from taskgrove.agent.foundations.settings import Settings
 from tests.servers import free_port, receiver, serve
 from tests.test_a2a_wire import tree
 

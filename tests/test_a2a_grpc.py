@@ -48,10 +48,10 @@ from google.rpc import error_details_pb2, status_pb2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from taskgrove.agent.a2a.grpc_server import serving
+from taskgrove.agent.surfaces.a2a.grpc_server import serving
 from taskgrove.agent.app import build_app
-from taskgrove.agent.auth import mint_token
-from taskgrove.agent.settings import Settings
+from taskgrove.agent.foundations.auth import mint_token
+from taskgrove.agent.foundations.settings import Settings
 from tests.processes import Service
 from tests.servers import free_port, receiver
 from tests.test_a2a_wire import tree
@@ -413,7 +413,7 @@ async def test_sigterm_with_an_open_stream_exits_0_promptly(tmp_path: Path) -> N
     assert took < 15, took
 
 
-# --- quotas (agent/admission.py): RESOURCE_EXHAUSTED, the gRPC form of HTTP 429 -------------------
+# --- quotas (agent/services/admission.py): RESOURCE_EXHAUSTED, the gRPC form of HTTP 429 -------------------
 
 def quota_details(error: grpc.aio.AioRpcError) -> tuple[error_details_pb2.ErrorInfo, error_details_pb2.RetryInfo]:
     raw = dict(error.trailing_metadata() or ()).get("grpc-status-details-bin")

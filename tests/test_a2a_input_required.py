@@ -33,7 +33,7 @@ from a2a.types.a2a_pb2 import (
 )
 from google.protobuf.json_format import MessageToDict, ParseDict
 
-from taskgrove.agent.a2a import executor
+from taskgrove.agent.surfaces.a2a import executor
 from tests.processes import Service
 from tests.servers import receiver
 from tests.test_a2a_client import a2a_client, agent_server, collect, send_request, wait_until

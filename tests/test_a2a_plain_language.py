@@ -179,7 +179,7 @@ async def test_data_beside_text_reaches_the_planner_and_text_beside_a_tree_is_re
 
 
 async def test_only_the_owner_can_answer_a_plan(app_factory: Any, fake_llm: Any) -> None:
-    from taskgrove.agent.auth import mint_token
+    from taskgrove.agent.foundations.auth import mint_token
     from tests.test_a2a_wire import SECRET
 
     async with app_factory(env={**llm_env(fake_llm), "SERVICE_JWT_SECRET": SECRET}) as client:

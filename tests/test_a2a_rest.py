@@ -11,7 +11,7 @@ from a2a.client import ClientConfig, ClientFactory
 from a2a.types.a2a_pb2 import GetTaskRequest, TaskState
 from google.protobuf.json_format import MessageToDict
 
-from taskgrove.agent.auth import mint_token
+from taskgrove.agent.foundations.auth import mint_token
 from tests.test_a2a_client import agent_server, collect, send_request
 from tests.test_a2a_wire import SECRET, tree
 

@@ -12,8 +12,8 @@ import json
 import uuid
 from typing import Any
 
-from taskgrove.agent.auth import mint_token
-from taskgrove.agent.settings import Settings
+from taskgrove.agent.foundations.auth import mint_token
+from taskgrove.agent.foundations.settings import Settings
 from tests.conftest import Client, running_app
 from tests.servers import receiver
 
@@ -355,7 +355,7 @@ async def test_an_agent_task_cut_off_by_shutdown_ends_with_its_resumed_tree(make
     """The tree is a durable execution: after a restart it resumes by itself, and the agent task
     that followed it, read afterwards, reports the tree's stored outcome (not a stale `working`,
     not a made-up failure)."""
-    from taskgrove.agent.a2a import executor
+    from taskgrove.agent.surfaces.a2a import executor
 
     settings: Settings = make_settings()
     async with running_app(settings) as client:

@@ -16,10 +16,10 @@ import jwt
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
-from taskgrove.agent.admission import MAX_TRACKED_USERS, PENDING_RETRY_SECONDS, RequestRate, claimed_user
-from taskgrove.agent.auth import mint_token
-from taskgrove.agent.errors import QUOTA_EXCEEDED, quota_retry_after
-from taskgrove.agent.settings import Settings, SettingsError
+from taskgrove.agent.services.admission import MAX_TRACKED_USERS, PENDING_RETRY_SECONDS, RequestRate, claimed_user
+from taskgrove.agent.foundations.auth import mint_token
+from taskgrove.agent.foundations.errors import QUOTA_EXCEEDED, quota_retry_after
+from taskgrove.agent.foundations.settings import Settings, SettingsError
 from tests.conftest import Client
 from tests.processes import Service
 from tests.test_mcp import session as mcp_session

@@ -21,8 +21,8 @@ import jwt
 import pytest
 
 from taskgrove.agent.app import build_app
-from taskgrove.agent.auth import AuthConfigError
-from taskgrove.agent.settings import Settings
+from taskgrove.agent.foundations.auth import AuthConfigError
+from taskgrove.agent.foundations.settings import Settings
 from tests.conftest import Client
 
 SECRET = "test-jwt-secret-" + "0123456789abcdef" * 4

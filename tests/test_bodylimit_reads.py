@@ -1,11 +1,11 @@
-"""agent.bodylimit.BodyLimit driven with ASGI messages directly: a body in one message, one in
+"""agent.surfaces.bodylimit.BodyLimit driven with ASGI messages directly: a body in one message, one in
 several, an announced size over the drain limit, a client that leaves."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from taskgrove.agent.bodylimit import BodyLimit
+from taskgrove.agent.surfaces.bodylimit import BodyLimit
 
 
 async def _run(messages: list[dict[str, Any]], length: int | None = None) -> tuple[list[dict[str, Any]], bytes | None, int]:

@@ -10,7 +10,7 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from taskgrove.agent.edge import DirectRoutes
+from taskgrove.agent.surfaces.edge import DirectRoutes
 
 HEALTH = {"jsonrpc": "2.0", "id": 1, "method": "system.health"}
 

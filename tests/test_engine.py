@@ -470,7 +470,7 @@ async def test_re_executing_after_an_interruption_runs_only_what_is_unfinished(m
 async def test_health_reports_a_database_that_stops_answering(client: Client, monkeypatch: Any) -> None:
     """Under load health costs no query (a commit in the last seconds proves the database
     answers); once nothing has answered lately, it asks, and says so when the database does not."""
-    from taskgrove.agent import system
+    from taskgrove.agent.services import system_service as system
 
     healthy = await client.result("system.health", path="/system")
     assert healthy["status"] == "healthy"
@@ -488,7 +488,7 @@ async def test_health_reports_a_database_that_stops_answering(client: Client, mo
 async def test_an_executor_sees_its_task_as_the_wire_shows_it_at_start(make_settings: Any) -> None:
     """`context.task` (built lazily by the engine) is the task as tasks.get shows it when the
     attempt starts: custom fields merged in, status in_progress; later progress does not change it."""
-    from taskgrove.agent.settings import Settings
+    from taskgrove.agent.foundations.settings import Settings
     from taskgrove.executors.base import ExecutionContext, Executor
     from taskgrove.executors.registry import ExecutorRegistry
     from tests.conftest import running_app
@@ -521,7 +521,7 @@ async def test_an_executor_that_checkpoints_meets_its_cancel_hook_before_any_ref
     refusal before its hook (an A2A executor that ended on it closed its client, and its hook then
     could not cancel the remote task: test_executor_a2a's cancel test, failing under load). Each
     probe checkpoints without pause, so its writes keep landing between the cancel's two steps."""
-    from taskgrove.agent.settings import Settings
+    from taskgrove.agent.foundations.settings import Settings
     from taskgrove.executors.base import ExecutionContext, Executor, ExecutorError
     from taskgrove.executors.registry import ExecutorRegistry
     from tests.conftest import running_app

@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from taskgrove.agent.auth import ANONYMOUS
-from taskgrove.agent.requests import NewTree
+from taskgrove.agent.foundations.auth import ANONYMOUS
+from taskgrove.agent.foundations.requests import NewTree
 from tests.conftest import Client
 from tests.test_engine import FAIL, task
 

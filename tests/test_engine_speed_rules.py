@@ -1,7 +1,7 @@
 """Rules of the engine's cheaper paths (issue 32, seventh round): each must do exactly what the
 plain path it replaces does.
 
-- agent/metrics.py counts the engine's series through plain functions (`_counting`,
+- agent/foundations/metrics.py counts the engine's series through plain functions (`_counting`,
   `_observing`) instead of prometheus_client's `inc`/`observe`: /metrics must read the same.
 - storage/executions.py `sqlite_pass` runs a pass's three steps on one cursor: the same rows as
   fenced_writes, claim and end_execution one after the other.
@@ -17,7 +17,7 @@ import pytest
 from prometheus_client import Histogram
 from sqlalchemy import select
 
-from taskgrove.agent.metrics import Metrics, _observing
+from taskgrove.agent.foundations.metrics import Metrics, _observing
 from taskgrove.storage import executions
 from taskgrove.storage.attempts import Attempt
 from taskgrove.storage.models import task_attempts_table, with_defaults

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from taskgrove.agent.auth import mint_token
-from taskgrove.agent.settings import Settings
+from taskgrove.agent.foundations.auth import mint_token
+from taskgrove.agent.foundations.settings import Settings
 from tests.processes import Service
 from tests.servers import free_port
 

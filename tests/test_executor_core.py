@@ -10,7 +10,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from taskgrove.agent.settings import Settings
+from taskgrove.agent.foundations.settings import Settings
 from taskgrove.executors.base import ExecutionContext, Executor, Waiting
 from taskgrove.executors.core import (AggregateResultsExecutor, EventWaitExecutor, HumanInputExecutor, NoopExecutor,
                                       SleepExecutor)

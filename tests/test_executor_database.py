@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from taskgrove.agent.settings import Settings, SettingsError
+from taskgrove.agent.foundations.settings import Settings, SettingsError
 from taskgrove.executors.base import ExecutionContext, ExecutorError
 from taskgrove.executors.database import (
     DatabaseExecutor,

@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from taskgrove.agent.settings import Settings
+from taskgrove.agent.foundations.settings import Settings
 from taskgrove.executors.base import ExecutionContext, ExecutorError
 from taskgrove.executors.http import RestExecutor
 from tests.servers import free_port, serve

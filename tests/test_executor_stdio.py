@@ -12,7 +12,7 @@ import jsonschema
 import psutil
 import pytest
 
-from taskgrove.agent.settings import Settings
+from taskgrove.agent.foundations.settings import Settings
 from taskgrove.executors.base import ExecutionContext, ExecutorError
 from taskgrove.executors.stdio import CommandExecutor, SystemInfoExecutor
 

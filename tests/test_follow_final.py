@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from taskgrove.agent.auth import ANONYMOUS
-from taskgrove.agent.requests import NewTree
-from taskgrove.agent.settings import Settings
+from taskgrove.agent.foundations.auth import ANONYMOUS
+from taskgrove.agent.foundations.requests import NewTree
+from taskgrove.agent.foundations.settings import Settings
 from taskgrove.storage import executions
 from tests.conftest import POSTGRES_URL, Client, postgres_database, running_app
 from tests.servers import receiver

@@ -35,8 +35,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from websockets.exceptions import ConnectionClosed
 
-from taskgrove.agent.auth import mint_token
-from taskgrove.agent.settings import Settings
+from taskgrove.agent.foundations.auth import mint_token
+from taskgrove.agent.foundations.settings import Settings
 from tests.conftest import BACKENDS, create_postgres_database, drop_postgres_database
 from tests.test_ws import Live, live_server
 
@@ -341,7 +341,7 @@ def test_fuzz_content_types(world: World, path: str, content_type: str, body: by
         response = await world.server.http.post(path, content=body,
                                                 headers={**world.alice, "Content-Type": content_type})
         answer = response.json()
-        if response.status_code == 200:  # the body limits of every route come first (agent/bodylimit.py)
+        if response.status_code == 200:  # the body limits of every route come first (agent/surfaces/bodylimit.py)
             assert answer["error"]["code"] == -32700 and "nested deeper" in answer["error"]["data"], answer
             return
         assert response.status_code == 415, response.text

@@ -364,7 +364,7 @@ async def test_generate_executor_saves_a_tree_owned_by_the_task_owner(app_factor
 STARTUP = textwrap.dedent("""
     import asyncio, sys
     from taskgrove.agent.app import build_app
-    from taskgrove.agent.settings import Settings
+    from taskgrove.agent.foundations.settings import Settings
 
     async def main():
         env = {"SERVICE_DATABASE_URL": sys.argv[1], "SERVICE_API_PROTOCOL": sys.argv[2]}

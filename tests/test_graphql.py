@@ -14,8 +14,8 @@ import pytest
 import websockets
 from websockets.exceptions import InvalidStatus
 
-from taskgrove.agent.auth import mint_token
-from taskgrove.agent.settings import Settings
+from taskgrove.agent.foundations.auth import mint_token
+from taskgrove.agent.foundations.settings import Settings
 from tests.test_waits import APPROVAL_SCHEMA, approval_tree
 from tests.test_ws import SECRET, Live, gate, live_server, recv, send, sleep
 
@@ -515,9 +515,9 @@ def test_default_start_up_does_not_import_strawberry(tmp_path: Any) -> None:
     code = (
         "import sys\n"
         "from taskgrove.agent.app import build_app\n"
-        "from taskgrove.agent.settings import Settings\n"
+        "from taskgrove.agent.foundations.settings import Settings\n"
         f"build_app(Settings.from_env({{'SERVICE_DATABASE_URL': 'sqlite:///{tmp_path}/x.db'}}))\n"
-        "print(sorted(m for m in sys.modules if m.startswith(('strawberry', 'taskgrove.agent.graphql'))))\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('strawberry', 'taskgrove.agent.surfaces.graphql'))))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -158,7 +158,7 @@ async def test_public_methods_with_jwt_on_and_a_bad_id(app_factory: Callable[...
 
 @pytest.mark.parametrize("method", [{}, [], 5, None])
 async def test_method_that_is_not_a_string_is_32600(client: Client, method: Any) -> None:
-    for path in ("/tasks", "/system"):  # `/` routes by method first (agent/a2a/routes.py, the A2A surface)
+    for path in ("/tasks", "/system"):  # `/` routes by method first (agent/surfaces/a2a/routes.py, the A2A surface)
         answer = (await raw(client, {"jsonrpc": "2.0", "id": 7, "method": method}, path)).json()
         assert answer["error"]["code"] == -32600 and answer["id"] == 7, (path, answer)
 

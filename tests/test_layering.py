@@ -14,32 +14,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TOP = ("agent", "executors", "storage", "llm")
 
-# Rooms inside `agent`, top to bottom: a module may import its own room and the rooms below, never
-# one above. `executors`, `llm` and `storage` sit below all of them (checked separately).
-AGENT_ROOMS: list[tuple[str, tuple[str, ...]]] = [
-    ("entry point", ("taskgrove.agent.cli",)),
-    # The remote command line: a client of a running service over HTTP, below the entry point only.
-    ("remote client", ("taskgrove.agent.remote",)),
-    ("wiring", ("taskgrove.agent.app",)),
-    ("surfaces", ("taskgrove.agent.a2a", "taskgrove.agent.graphql", "taskgrove.agent.ws", "taskgrove.agent.ws_logs",
-                  "taskgrove.agent.mcp", "taskgrove.agent.ui",
-                  "taskgrove.agent.edge", "taskgrove.agent.bodylimit", "taskgrove.agent.operations")),
-    ("service container", ("taskgrove.agent.container",)),
-    ("services", ("taskgrove.agent.service", "taskgrove.agent.system", "taskgrove.agent.generate_service",
-                  "taskgrove.agent.keys", "taskgrove.agent.examples", "taskgrove.agent.rpc.tasks",
-                  "taskgrove.agent.schedules", "taskgrove.agent.rpc.schedules",
-                  "taskgrove.agent.idempotency", "taskgrove.agent.admission",
-                  "taskgrove.agent.wait_service", "taskgrove.agent.rpc.waits",
-                  "taskgrove.agent.log_service", "taskgrove.agent.rpc.logs", "taskgrove.agent.retention",
-                  "taskgrove.agent.usage_service", "taskgrove.agent.budget_service", "taskgrove.agent.clone_rules")),
-    ("engine", ("taskgrove.agent.engine",)),
-    ("foundations", ("taskgrove.agent.requests", "taskgrove.agent.requests_services",
-                     "taskgrove.agent.rpc.jsonrpc", "taskgrove.agent.rpc.params",
-                     "taskgrove.agent.rpc",
-                     "taskgrove.agent.auth", "taskgrove.agent.errors", "taskgrove.agent.settings",
-                     "taskgrove.agent.logs", "taskgrove.agent.metrics",
-                     "taskgrove.agent")),
-]
+# Layers inside `agent`, top to bottom, one folder each: a module may import its own layer and the
+# layers below, never one above. A module's layer is its folder (`agent/services/x.py` is a
+# service); the modules directly in `agent/` are the entry point and the wiring (cli.py, app.py),
+# above all of them; the package `taskgrove.agent` itself holds only `__version__` and sits at the
+# bottom. `executors`, `llm` and `storage` sit below all of them (checked separately).
+AGENT_LAYERS = ("remote", "surfaces", "services", "engine", "foundations")
+# What each folder holds (docs/ARCHITECTURE.md, "Rooms"):
+#   remote/       the remote command line: a client of a running service over HTTP
+#   surfaces/     A2A, JSON-RPC envelope and HTTP edge, GraphQL, MCP, WebSocket, dashboard
+#   services/     one service per concern, each with its method table, and the container of them
+#   engine/       the scheduler: passes, attempts, runs and leases, waits, bus
+#   foundations/  what every layer above shares: call context, settings, errors, auth, typed requests
+TOP_LEVEL = -1  # the entry point and the wiring (modules directly in agent/)
 
 
 def _dotted(folder: Path) -> str:
@@ -102,12 +89,20 @@ def _within(name: str, prefix: str) -> bool:
 
 
 def _room(name: str) -> int | None:
-    best: tuple[int, int] | None = None  # (length of the matching prefix, room index): longest wins
-    for index, (_label, prefixes) in enumerate(AGENT_ROOMS):
-        for prefix in prefixes:
-            if _within(name, prefix) and (best is None or len(prefix) > best[0]):
-                best = (len(prefix), index)
-    return None if best is None else best[1]
+    """The layer of an agent module, read off its folder (an index into AGENT_LAYERS, TOP_LEVEL for
+    the modules directly in agent/); None outside agent."""
+    if name == "taskgrove.agent":
+        return len(AGENT_LAYERS) - 1
+    if not _within(name, "taskgrove.agent"):
+        return None
+    parts = name.split(".")[2:]
+    if len(parts) == 1 and not _is_package(name):
+        return TOP_LEVEL
+    return AGENT_LAYERS.index(parts[0]) if parts[0] in AGENT_LAYERS else None
+
+
+def _layer_name(index: int) -> str:
+    return "entry point and wiring" if index == TOP_LEVEL else AGENT_LAYERS[index]
 
 
 def test_every_package_folder_is_in_the_distribution() -> None:
@@ -123,7 +118,7 @@ def test_every_package_folder_is_in_the_distribution() -> None:
 
 def test_the_import_graph_is_read() -> None:
     """Guard against a vacuous pass: the reader sees the imports it must see."""
-    assert "taskgrove.agent.container" in GRAPH["taskgrove.agent.app"]
+    assert "taskgrove.agent.services.container" in GRAPH["taskgrove.agent.app"]
     assert "taskgrove.storage.repository" in GRAPH["taskgrove.agent.engine.engine"]
     assert "taskgrove.llm.client" in GRAPH["taskgrove.executors.llm"]
 
@@ -166,11 +161,14 @@ def test_rooms_talk_downwards_only() -> None:
                 wrong.append(f"{name} -> {target} (app.py only wires; only the entry point starts it)")
             source_room, target_room = _room(name), _room(target)
             if source_room is not None and target_room is not None and target_room < source_room:
-                wrong.append(f"{name} ({AGENT_ROOMS[source_room][0]}) -> {target} "
-                             f"({AGENT_ROOMS[target_room][0]}): upwards")
+                wrong.append(f"{name} ({_layer_name(source_room)}) -> {target} "
+                             f"({_layer_name(target_room)}): upwards")
     assert not wrong, "\n".join(sorted(wrong))
 
 
-def test_every_agent_module_has_a_room() -> None:
+def test_every_agent_module_has_a_layer() -> None:
+    """Every folder of agent/ is a layer: a new folder must be placed in AGENT_LAYERS first."""
     homeless = [name for name in MODULES if _within(name, "taskgrove.agent") and _room(name) is None]
-    assert not homeless, f"add these to AGENT_ROOMS: {homeless}"
+    assert not homeless, f"a folder of agent/ that is no layer (add it to AGENT_LAYERS): {homeless}"
+    top_level = sorted(name for name in MODULES if _room(name) == TOP_LEVEL)
+    assert top_level == ["taskgrove.agent.app", "taskgrove.agent.cli"], top_level

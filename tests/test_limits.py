@@ -89,7 +89,7 @@ async def test_a_rate_spaces_the_starts_of_its_key(app_factory: Any) -> None:
 @pytest.mark.skipif(not POSTGRES_URL, reason="needs TASKGROVE_TEST_POSTGRES_URL (set by .ci/run)")
 async def test_two_instances_on_one_database_share_a_key() -> None:
     """Several instances share one database on PostgreSQL only (SQLite has one instance)."""
-    from taskgrove.agent.settings import Settings
+    from taskgrove.agent.foundations.settings import Settings
     from tests.conftest import postgres_database, running_app
 
     async with postgres_database() as url:

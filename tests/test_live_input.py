@@ -15,7 +15,7 @@ import websockets
 from sqlalchemy import text
 from websockets.exceptions import ConnectionClosed
 
-from taskgrove.agent.settings import Settings
+from taskgrove.agent.foundations.settings import Settings
 from tests.test_ws import live_server
 
 GRAPHQL = {"SERVICE_API_PROTOCOL": "graphql", "SERVICE_CREATE_WAIT_TIMEOUT": "0"}
@@ -267,7 +267,7 @@ async def test_legacy_graphql_ws_answers_connection_error_and_stays_open(live: C
 async def test_an_uncaught_exception_is_a_json_error_not_a_500(live: Callable[..., Any],
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """The last net under every route: a bug below a surface answers -32603 in the surface's shape."""
-    import taskgrove.agent.edge as edge
+    import taskgrove.agent.surfaces.edge as edge
 
     def broken(*_args: Any, **_kw: Any) -> Any:
         raise RuntimeError("secret-host:5432 exploded")

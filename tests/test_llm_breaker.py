@@ -87,7 +87,7 @@ async def test_the_breaker_of_the_running_service_closes_again_after_its_delay(a
     env = {"SERVICE_LLM_BASE_URL": fake_llm.base_url, "SERVICE_LLM_MAX_RETRIES": "0",
            "SERVICE_LLM_BREAKER_FAILURES": "2", "SERVICE_LLM_BREAKER_RESET_SECONDS": str(reset)}
     async with app_factory(env=env) as c:
-        breakers = c.services.engine.services["llm_breakers"]  # the service's own (agent/container.py)
+        breakers = c.services.engine.services["llm_breakers"]  # the service's own (agent/services/container.py)
         for n in range(2):
             await c.result("tasks.create", [llm(f"down-{n}", "[[error:500]]")])
         assert len(fake_llm.requests) == 2

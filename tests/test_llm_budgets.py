@@ -12,8 +12,8 @@ import jwt
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
-from taskgrove.agent.errors import RpcError
-from taskgrove.agent.requests_services import SetBudget
+from taskgrove.agent.foundations.errors import RpcError
+from taskgrove.agent.foundations.requests_services import SetBudget
 from taskgrove.storage.fields import check_budget
 
 JWT_SECRET = "budget-test-jwt-secret-" + "0123456789abcdef" * 4

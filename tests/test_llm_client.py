@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from taskgrove.agent.settings import Settings
+from taskgrove.agent.foundations.settings import Settings
 from taskgrove.llm.client import (
     LLMAuthError,
     LLMClient,
@@ -218,7 +218,7 @@ def test_no_network_beyond_the_configured_base_url(fake_llm):
         socket.getaddrinfo, socket.socket.connect = gai, connect
 
         import os
-        from taskgrove.agent.settings import Settings
+        from taskgrove.agent.foundations.settings import Settings
         from taskgrove.llm.client import LLMClient
         from taskgrove.llm.generate import generate_tree
         async def main():

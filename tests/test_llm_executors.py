@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from taskgrove.agent.settings import Settings
+from taskgrove.agent.foundations.settings import Settings
 from taskgrove.executors.base import ExecutionContext, Executor, ExecutorError
 from taskgrove.executors.llm import CrewExecutor, GenerateExecutor, LLMExecutor
 from taskgrove.executors.registry import ExecutorRegistry

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from taskgrove.agent.settings import Settings
+from taskgrove.agent.foundations.settings import Settings
 from taskgrove.llm.client import LLMAuthError, LLMClient, LLMKeyMissingError
 from taskgrove.llm.generate import (
     GenerationInputError,

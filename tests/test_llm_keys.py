@@ -20,7 +20,7 @@ import jwt
 import pytest
 from sqlalchemy import text
 
-from taskgrove.agent.settings import Settings
+from taskgrove.agent.foundations.settings import Settings
 from taskgrove.executors.base import ExecutionContext, Executor
 from taskgrove.executors.registry import ExecutorRegistry
 from taskgrove.llm.client import LLMError, LLMClient

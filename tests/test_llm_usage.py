@@ -191,7 +191,7 @@ def model_labels(text: str, name: str) -> dict[str, float]:
 async def test_metrics_name_at_most_max_llm_models_and_count_the_rest_as_other(app_factory, fake_llm):
     """Every model name a caller picks would be a new series: /metrics names the first
     MAX_LLM_MODELS and adds the later ones' calls and tokens to `other` (docs/costs.md)."""
-    from taskgrove.agent.metrics import MAX_LLM_MODELS
+    from taskgrove.agent.foundations.metrics import MAX_LLM_MODELS
 
     extra = 3
     models = [f"capped-model-{n:02d}" for n in range(MAX_LLM_MODELS + extra)]

@@ -7,7 +7,7 @@ import io
 import json
 import logging
 
-from taskgrove.agent.logs import JsonFormatter, TaskContext, TextFormatter, current_task
+from taskgrove.agent.foundations.logconfig import JsonFormatter, TaskContext, TextFormatter, current_task
 
 
 def _capture(formatter: logging.Formatter) -> tuple[logging.Logger, io.StringIO]:

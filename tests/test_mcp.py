@@ -17,8 +17,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
-from taskgrove.agent.auth import mint_token
-from taskgrove.agent.settings import Settings
+from taskgrove.agent.foundations.auth import mint_token
+from taskgrove.agent.foundations.settings import Settings
 from tests.processes import BIN, Service
 
 SECRET = "mcp-test-secret-with-enough-bytes-for-hs256"

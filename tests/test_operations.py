@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from taskgrove.agent.auth import mint_token
+from taskgrove.agent.foundations.auth import mint_token
 from tests.conftest import Client
 from tests.test_engine import FAIL, task
 
@@ -42,7 +42,7 @@ async def test_metrics_move_with_the_work(client: Client) -> None:
 
 
 async def test_health_and_readiness(client: Client, monkeypatch: Any) -> None:
-    from taskgrove.agent import operations
+    from taskgrove.agent.surfaces import operations
 
     assert (await client.http.get("/healthz")).json() == {"status": "ok"}
     ready = await client.http.get("/readyz")

@@ -1,4 +1,4 @@
-"""Retention (agent/retention.py, docs/retention.md): whole trees that ended long ago are deleted,
+"""Retention (agent/services/retention_service.py, docs/retention.md): whole trees that ended long ago are deleted,
 with their executions and idempotency records; nothing running, waiting, pending or a schedule's
 template is touched. Through the real surfaces (JSON-RPC tasks.purge, /metrics, the background
 sweeper of SERVICE_RETENTION), on SQLite and on PostgreSQL."""
@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 from sqlalchemy import func, select
 
-from taskgrove.agent.auth import mint_token
-from taskgrove.agent.errors import INVALID_PARAMS, PERMISSION_DENIED, RpcError
-from taskgrove.agent.requests import PurgeTasks
-from taskgrove.agent.settings import Settings, SettingsError, parse_duration
+from taskgrove.agent.foundations.auth import mint_token
+from taskgrove.agent.foundations.errors import INVALID_PARAMS, PERMISSION_DENIED, RpcError
+from taskgrove.agent.foundations.requests import PurgeTasks
+from taskgrove.agent.foundations.settings import Settings, SettingsError, parse_duration
 from taskgrove.storage.models import events_table, executions_table, idempotency_table, tasks_table
 from tests.conftest import Client, running_app
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from taskgrove.agent.auth import ANONYMOUS
-from taskgrove.agent.requests import NewTree
-from taskgrove.agent.settings import Settings
+from taskgrove.agent.foundations.auth import ANONYMOUS
+from taskgrove.agent.foundations.requests import NewTree
+from taskgrove.agent.foundations.settings import Settings
 from taskgrove.executors.base import ExecutionContext, Executor
 from taskgrove.executors.core import SleepExecutor
 from taskgrove.executors.registry import ExecutorRegistry

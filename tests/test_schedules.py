@@ -17,8 +17,8 @@ import jwt
 import pytest
 
 from taskgrove.agent.engine import slots
-from taskgrove.agent.requests import NewTree
-from taskgrove.agent.settings import Settings
+from taskgrove.agent.foundations.requests import NewTree
+from taskgrove.agent.foundations.settings import Settings
 from tests.conftest import Client, running_app
 
 UTC = timezone.utc
@@ -123,7 +123,7 @@ async def template(client: Client, root: str = "tpl", seconds: float | None = No
 
 
 def _anyone() -> Any:
-    from taskgrove.agent.auth import Caller
+    from taskgrove.agent.foundations.auth import Caller
 
     return Caller()
 

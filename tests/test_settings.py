@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from taskgrove.agent.cli import main
-from taskgrove.agent.settings import Settings, SettingsError
+from taskgrove.agent.foundations.settings import Settings, SettingsError
 
 
 def test_defaults(tmp_path, monkeypatch):

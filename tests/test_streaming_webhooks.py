@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from taskgrove.agent.requests import NewTree
+from taskgrove.agent.foundations.requests import NewTree
 from tests.conftest import Client
 from tests.servers import receiver
 from tests.test_engine import FAIL, task
@@ -101,7 +101,7 @@ async def test_webhook_url_validation(app_factory: Any) -> None:
 
 async def test_a_run_of_two_system_info_tasks_shows_progress_on_sse(client: Client) -> None:
     """Issue 14: executors that report no progress of their own still show their start as `progress`."""
-    from taskgrove.agent.auth import ANONYMOUS
+    from taskgrove.agent.foundations.auth import ANONYMOUS
 
     await client.services.tasks.create_tree(NewTree.from_params([  # stored, not run yet
         task("root", deps=["i1", "i2"], method=None),

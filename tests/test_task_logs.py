@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from taskgrove.agent.settings import Settings
+from taskgrove.agent.foundations.settings import Settings
 from taskgrove.executors.base import ExecutionContext, Executor
 from taskgrove.executors.http import RestExecutor
 from taskgrove.executors.registry import ExecutorRegistry

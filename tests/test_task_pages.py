@@ -1,4 +1,4 @@
-"""tasks.list by cursor (keyset pagination, agent/cursor.py): every list shape paged by cursor gives
+"""tasks.list by cursor (keyset pagination, agent/foundations/cursor.py): every list shape paged by cursor gives
 the same rows as one long page, new tasks never shift a page, a made-up cursor is a -32602 naming
 `cursor`, and the page's statement reads an index in order on both backends (no sort of the table)."""
 
@@ -12,11 +12,11 @@ import pytest
 from sqlalchemy import select
 from hypothesis import given, settings as hsettings, strategies as st
 
-from taskgrove.agent import cursor
-from taskgrove.agent.errors import INVALID_PARAMS, RpcError
-from taskgrove.agent.auth import Caller
-from taskgrove.agent.requests import ListTasks, NewTree
-from taskgrove.agent.settings import Settings
+from taskgrove.agent.foundations import cursor
+from taskgrove.agent.foundations.errors import INVALID_PARAMS, RpcError
+from taskgrove.agent.foundations.auth import Caller
+from taskgrove.agent.foundations.requests import ListTasks, NewTree
+from taskgrove.agent.foundations.settings import Settings
 from taskgrove.storage.models import tasks_table
 from taskgrove.storage.repository import list_query
 from tests.conftest import Client, running_app

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from taskgrove.agent.requests import NewTree
+from taskgrove.agent.foundations.requests import NewTree
 
 FAIL = {"method": "command_executor"}  # no allow-list configured: fails at once
 PRIORITY = "priority must be an integer from 0 (urgent) to 3 (low)"
@@ -348,7 +348,7 @@ async def test_a_create_that_differs_from_the_stored_tree_is_still_refused(clien
 
 
 async def test_a_resent_create_of_a_tree_stored_but_never_run_runs_it(client):
-    from taskgrove.agent.auth import ANONYMOUS
+    from taskgrove.agent.foundations.auth import ANONYMOUS
 
     await client.services.tasks.create_tree(NewTree.from_params(RESENT), ANONYMOUS)  # as a create cut off before it ran
     answer = await client.result("tasks.create", RESENT)

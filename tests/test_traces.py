@@ -28,8 +28,8 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from taskgrove.agent import tracing
-from taskgrove.agent.settings import Settings, SettingsError
+from taskgrove.agent.foundations import tracing
+from taskgrove.agent.foundations.settings import Settings, SettingsError
 from taskgrove.executors.llm import LLMExecutor
 from taskgrove.storage import executions
 from tests.conftest import Client

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from taskgrove.agent.ui import STATIC
+from taskgrove.agent.surfaces.ui import STATIC
 
 SECRET = "ui-routes-secret-with-enough-bytes-for-hs256"
 

@@ -243,7 +243,7 @@ def test_respond_and_emit_params_property(tmp_path: Any) -> None:
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
-    from taskgrove.agent.settings import Settings
+    from taskgrove.agent.foundations.settings import Settings
     from tests.conftest import running_app
 
     config = Settings.from_env({"SERVICE_DATABASE_URL": f"sqlite:///{tmp_path / 'p.db'}",

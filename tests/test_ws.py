@@ -21,10 +21,10 @@ import websockets
 from websockets.exceptions import InvalidStatus
 
 from taskgrove.agent.app import build_app
-from taskgrove.agent.auth import mint_token
-from taskgrove.agent.requests import NewTree
-from taskgrove.agent.settings import Settings
-from taskgrove.agent.ws import BUFFER_EVENTS
+from taskgrove.agent.foundations.auth import mint_token
+from taskgrove.agent.foundations.requests import NewTree
+from taskgrove.agent.foundations.settings import Settings
+from taskgrove.agent.surfaces.ws import BUFFER_EVENTS
 
 SECRET = "test-secret-for-live-channels-0123456789"
 
@@ -363,7 +363,7 @@ async def test_jwt_handshake_and_permissions(live: Callable[..., Any]) -> None:
 
 async def test_a_run_of_two_system_info_tasks_shows_task_progress(live: Callable[..., Any]) -> None:
     """Issue 14: executors that report no progress of their own still send `task_progress` at start."""
-    from taskgrove.agent.auth import ANONYMOUS
+    from taskgrove.agent.foundations.auth import ANONYMOUS
 
     async with live() as server:
         await server.services.tasks.create_tree(NewTree.from_params([

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from taskgrove.agent import tracing
+from taskgrove.agent.foundations import tracing
 from taskgrove.agent.engine import history, waits
 from taskgrove.agent.engine.background import Background
 from taskgrove.agent.engine.bus import PROGRESS, TASK_START
@@ -27,9 +27,9 @@ from taskgrove.agent.engine.publish import Publisher
 from taskgrove.agent.engine.retry import RetryPolicy, iso_in, stored_policy
 from taskgrove.agent.engine.schemas import compiled_schema
 from taskgrove.agent.engine.run import COMPLETED, FAILED, IN_PROGRESS, PENDING, TreeRun
-from taskgrove.agent.logs import current_task
-from taskgrove.agent.metrics import Metrics
-from taskgrove.agent.settings import Settings
+from taskgrove.agent.foundations.logconfig import current_task
+from taskgrove.agent.foundations.metrics import Metrics
+from taskgrove.agent.foundations.settings import Settings
 from taskgrove.executors.base import ExecutionContext, Executor, ExecutorError, Waiting
 from taskgrove.executors.registry import ExecutorRegistry
 from taskgrove.llm import usage as llm_usage
@@ -66,7 +66,7 @@ class Running:
     settled: bool = False
     began: float = 0.0  # monotonic, for the duration metric
     log: AttemptLog | None = None  # its task log (engine/logbook.py); None when logs are off
-    span: Any = None  # its trace span while traces are on (agent/tracing.py)
+    span: Any = None  # its trace span while traces are on (agent/foundations/tracing.py)
     queued_at: str | None = None  # when it became runnable (engine/history.py)
 
     @property

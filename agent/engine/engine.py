@@ -38,8 +38,8 @@ from taskgrove.agent.engine.retry import RetryPolicy, iso_in
 from taskgrove.agent.engine.run import INTERRUPTED, TreeRun
 from taskgrove.agent.engine.runs import AlreadyRunning, NotExecutable, RunKeeper
 from taskgrove.agent.engine.waits import AlreadyAnswered, NotWaiting, Waits
-from taskgrove.agent.metrics import Metrics
-from taskgrove.agent.settings import Settings
+from taskgrove.agent.foundations.metrics import Metrics
+from taskgrove.agent.foundations.settings import Settings
 from taskgrove.executors.registry import ExecutorRegistry
 from taskgrove.storage import executions
 from taskgrove.storage.models import UNFINISHED_STATUSES

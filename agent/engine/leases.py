@@ -17,7 +17,7 @@ import time
 from datetime import datetime, timedelta
 from typing import Any, Mapping
 
-from taskgrove.agent import tracing
+from taskgrove.agent.foundations import tracing
 from taskgrove.agent.engine.bus import PROGRESS, TASK_FAILED
 from taskgrove.agent.engine.follow import follow_execution
 from taskgrove.agent.engine.run import INTERRUPTED, RESTART_ERROR

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from taskgrove.agent.settings import Settings
+from taskgrove.agent.foundations.settings import Settings
 from taskgrove.storage.sharing import per_second
 
 

@@ -131,7 +131,7 @@ _HANDLER = CaptureHandler()
 
 
 def install_handler() -> None:
-    """Put the capture handler on the root logger once (agent/logs.py `configure` keeps it)."""
+    """Put the capture handler on the root logger once (agent/foundations/logconfig.py `configure` keeps it)."""
     root = logging.getLogger()
     if _HANDLER not in root.handlers:
         root.addHandler(_HANDLER)

@@ -30,8 +30,8 @@ from taskgrove.agent.engine.publish import Publisher
 from taskgrove.agent.engine.retry import seconds_until
 from taskgrove.agent.engine.run import COMPLETED, FAILED, IN_PROGRESS, PENDING, TreeRun
 from taskgrove.agent.engine.runs import MAY_USE_LOOP_THREAD, RunKeeper
-from taskgrove.agent.metrics import Metrics
-from taskgrove.agent.settings import Settings
+from taskgrove.agent.foundations.metrics import Metrics
+from taskgrove.agent.foundations.settings import Settings
 from taskgrove.executors.registry import ExecutorRegistry
 from taskgrove.storage import executions
 from taskgrove.storage.connections import is_transient

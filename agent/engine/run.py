@@ -73,7 +73,7 @@ class TreeRun:
     # is a compare-and-set on it, so a request that joined meanwhile is never lost.
     execution_id: str = ""
     version: str = ""
-    # The execution's stored trace context and start (agent/tracing.py: its spans are made from them).
+    # The execution's stored trace context and start (agent/foundations/tracing.py: its spans are made from them).
     traceparent: str | None = None
     began: str = ""
     # Per task: the context of the request that asked for its execution (user, LLM key from the

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from taskgrove.agent import tracing
+from taskgrove.agent.foundations import tracing
 from taskgrove.agent.engine.attempts import Attempts
 from taskgrove.agent.engine.background import Background
 from taskgrove.agent.engine.bus import FINAL, TASK_CANCELLED

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from taskgrove.agent import tracing
+from taskgrove.agent.foundations import tracing
 from taskgrove.agent.engine.engine import Engine
 from taskgrove.agent.engine.follow import follow_execution
 from taskgrove.agent.engine.slots import iso, parse_iso, plan

@@ -27,7 +27,7 @@ from taskgrove.agent.engine.publish import Publisher
 from taskgrove.agent.engine.retry import iso_in, seconds_until
 from taskgrove.agent.engine.schemas import compiled_schema
 from taskgrove.agent.engine.run import TreeRun
-from taskgrove.agent.metrics import Metrics
+from taskgrove.agent.foundations.metrics import Metrics
 from taskgrove.storage import waits as stored
 from taskgrove.storage.waits import public_wait, read
 from taskgrove.storage.repository import TaskRepository

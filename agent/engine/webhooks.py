@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 from taskgrove.agent.engine.bus import FINAL, TASK_COMPLETED
 from taskgrove.agent.engine.bus import Subscription
 from taskgrove.agent.engine.stream import run_summary, wire_event
-from taskgrove.agent.errors import invalid_params
-from taskgrove.agent.settings import Settings
+from taskgrove.agent.foundations.errors import invalid_params
+from taskgrove.agent.foundations.settings import Settings
 from taskgrove.executors.netguard import UnsafeURLError, ensure_public_url, log_url
 from taskgrove.executors import tls
 
@@ -88,7 +88,7 @@ async def deliver_webhooks(events: AsyncIterable[Mapping[str, Any]] | Subscripti
                            traceparent: str | None = None) -> None:
     """Post each event until `final`. `events`: a bus subscription, or `follow.follow_execution`
     (which ends with `final` from the database even when the owner's own event never arrives).
-    `traceparent` (traces on: the execution span's, agent/tracing.py) is sent with every post."""
+    `traceparent` (traces on: the execution span's, agent/foundations/tracing.py) is sent with every post."""
     import httpx  # lazy: loads rich, click and pygments (httpx._main); not needed until a webhook is sent
 
     headers = {**config.headers, "traceparent": traceparent} if traceparent else config.headers

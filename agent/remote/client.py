@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import httpx
 
 DEFAULT_URL = "http://127.0.0.1:8000"
-# One /ws connection watches at most this many tasks (agent/ws.py MAX_SUBSCRIPTIONS).
+# One /ws connection watches at most this many tasks (agent/surfaces/ws.py MAX_SUBSCRIPTIONS).
 WS_SUBSCRIPTIONS = 1000
 # Put by a connection the service closed.
 _CLOSED = object()

@@ -5,7 +5,7 @@ Revises: 0001
 
 Column names and types follow a2a.server.models (TaskMixin, PushNotificationConfigMixin) of
 a2a-sdk 1.3, so the SDK's DatabaseTaskStore and DatabasePushNotificationConfigStore work on them
-unchanged (agent/a2a/store.py). Ids are 64 wide instead of the SDK's 36: an agent task's
+unchanged (agent/surfaces/a2a/store.py). Ids are 64 wide instead of the SDK's 36: an agent task's
 context id is our root task id, and ours may be up to 64 characters.
 """
 import sqlalchemy as sa

@@ -5,7 +5,7 @@ Revises: 0005
 
 `ix_tasks_user_unfinished` holds (user, status) of every task that is `pending` or `in_progress`,
 and only those: SERVICE_MAX_PENDING_PER_USER counts a user's unfinished tasks through it before a
-request stores more (agent/admission.py), at a cost bounded by the quota whatever the user's
+request stores more (agent/services/admission.py), at a cost bounded by the quota whatever the user's
 history (the status makes it a covering index: the count never reads the table). Partial, so a
 task leaves it when it ends and finished tasks never cost it anything.
 """

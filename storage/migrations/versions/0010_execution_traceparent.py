@@ -6,7 +6,7 @@ Revises: 0009
 `executions.traceparent` holds the caller's `traceparent` header (or, for an execution started
 without one while traces are on, a fresh trace id with a zero parent id): every instance that
 drives the execution, the one that started it or one that took it over, parents its spans on it,
-so a resumed or taken-over execution continues the same trace (agent/tracing.py). SQL NULL when
+so a resumed or taken-over execution continues the same trace (agent/foundations/tracing.py). SQL NULL when
 the caller sent none and traces were off.
 """
 import sqlalchemy as sa
