@@ -25,6 +25,8 @@ from typing import Any
 
 import httpx
 
+from taskgrove.storage import jsonvalues
+
 # The A2A 0.3 task states and roles (lowercase on that wire); 1.0 names are upper case.
 STATES_0_3 = frozenset({"submitted", "working", "input-required", "completed", "canceled", "failed",
                         "rejected", "auth-required", "unknown"})
@@ -49,12 +51,19 @@ def normalize(value: Any) -> Any:
     """A remote agent's JSON with the tolerated deviations put right (see the module docstring).
 
     Only protocol objects are touched: the content of data parts and metadata (`data`,
-    `metadata`) is the agent's own and passes as it is, even where it has a `state` key."""
-    if isinstance(value, list):
-        return [normalize(v) for v in value]
-    if not isinstance(value, dict):
-        return value
-    out = {k: v if k in OPAQUE_KEYS else normalize(v) for k, v in value.items()}
+    `metadata`) is the agent's own and passes as it is, even where it has a `state` key.
+    A copy made by the JSON gate's walker (storage.jsonvalues.rebuild): no recursion, and
+    jsonvalues.TooDeep past its STORED_MAX_DEPTH."""
+    return jsonvalues.rebuild(value, _as_it_is, keep=OPAQUE_KEYS, where="the A2A agent's answer",
+                              each_dict=_put_right)
+
+
+def _as_it_is(item: Any, _key: str | None) -> Any:
+    return item
+
+
+def _put_right(out: dict[str, Any]) -> None:
+    """One protocol object's tolerated deviations put right, in place (its members are copies)."""
     status = out.get("status")
     if isinstance(status, dict):
         if isinstance(status.get("timestamp"), str):
@@ -65,14 +74,19 @@ def normalize(value: Any) -> Any:
     role = out.get("role")
     if isinstance(role, str) and role.islower() and role not in ROLES_0_3 and "parts" in out:
         out["role"] = "agent"
-    return out
 
 
 def _rewrite_json(raw: bytes) -> bytes:
+    """`raw` normalized; parsed by the JSON gate (storage.jsonvalues.loads). A text the gate
+    refuses is passed on as it is (the SDK reports it), except one nested deeper than the gate's
+    STORED_MAX_DEPTH: that raises the gate's JsonTextError, which fails the task with its words."""
     try:
-        return json.dumps(normalize(json.loads(raw))).encode()
-    except ValueError:  # not JSON (or not UTF-8): the SDK reports it as it is
-        return raw
+        parsed = jsonvalues.loads(raw, jsonvalues.STORED_MAX_DEPTH, what="the A2A agent's answer")
+    except jsonvalues.JsonTextError:
+        if jsonvalues.too_deep(raw, jsonvalues.STORED_MAX_DEPTH):
+            raise
+        return raw  # not JSON (or not UTF-8): the SDK reports it as it is
+    return json.dumps(normalize(parsed.value)).encode()
 
 
 class _JsonBody(httpx.AsyncByteStream):

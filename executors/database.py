@@ -33,6 +33,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from taskgrove.executors.base import ExecutionContext, Executor, ExecutorError
+from taskgrove.storage import jsonvalues
 
 READ_KEYWORDS = ("SELECT", "WITH", "EXPLAIN", "SHOW", "VALUES", "TABLE", "PRAGMA")
 # PRAGMAs that take an argument yet only read (schema introspection and checks).
@@ -126,6 +127,17 @@ def json_safe(value: Any) -> Any:
     """
     if value is None or isinstance(value, (bool, int, str)):
         return value
+    if isinstance(value, (Mapping, list, tuple, set, frozenset)):
+        # The JSON gate's walker (storage.jsonvalues.rebuild): no recursion, and
+        # jsonvalues.TooDeep past its STORED_MAX_DEPTH (a JSON column's document can nest deep).
+        return jsonvalues.rebuild(value, _scalar_safe, where="a row's value")
+    return _scalar_safe(value, None)
+
+
+def _scalar_safe(value: Any, _key: str | None) -> Any:
+    """json_safe of a value that holds no other."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
     if isinstance(value, float):
         return value if math.isfinite(value) else str(value)
     if isinstance(value, Decimal):
@@ -138,10 +150,6 @@ def json_safe(value: Any) -> Any:
         return value.total_seconds()
     if isinstance(value, (bytes, bytearray, memoryview)):
         return base64.b64encode(bytes(value)).decode("ascii")
-    if isinstance(value, Mapping):
-        return {str(key): json_safe(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [json_safe(item) for item in value]
     if isinstance(value, (uuid.UUID, ipaddress._BaseAddress, ipaddress._BaseNetwork)):
         return str(value)
     return str(value)

@@ -12,7 +12,6 @@ with an error status, because dependants of a task should not run on a failed ca
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from urllib.parse import urlsplit, urlunsplit
 from typing import TYPE_CHECKING, Any
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from taskgrove.executors.base import ExecutionContext, Executor, ExecutorError
 from taskgrove.executors.netguard import UnsafeURLError, ensure_public_url, redact_url, request_guard
 from taskgrove.executors import tls
+from taskgrove.storage import jsonvalues
 
 # httpx is imported where a request is made: at module level it would load with the executor
 # registry at start-up, and with it rich, click and pygments (httpx._main, ~4 MB).
@@ -234,9 +234,9 @@ class RestExecutor(Executor):
             raise ExecutorError(message, retryable=response.status_code in (408, 425, 429))
         parsed: Any = text
         if not truncated and _is_json(response.headers.get("content-type", "")) and text:
-            try:
-                parsed = json.loads(text)
-            except ValueError:
+            try:  # the JSON gate (storage.jsonvalues): bounded depth, our words, never a RecursionError
+                parsed = jsonvalues.loads(text, jsonvalues.STORED_MAX_DEPTH, what="the response body").value
+            except jsonvalues.JsonTextError:
                 parsed = text
         return {
             "status_code": response.status_code,

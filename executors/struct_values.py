@@ -10,15 +10,26 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from taskgrove.storage import jsonvalues
+
 
 def restore_ints(value: Any, fractions: frozenset[str], key: str | None = None) -> Any:
-    """Whole floats back to ints, except under the keys in `fractions` (where 1.0 is a fraction)."""
+    """Whole floats back to ints, except under the keys in `fractions` (where 1.0 is a fraction).
+
+    A copy made by the JSON gate's walker (storage.jsonvalues.rebuild): no recursion, and
+    jsonvalues.TooDeep past its STORED_MAX_DEPTH (protobuf refuses a Struct past 100 levels first)."""
     if isinstance(value, float):
-        if key not in fractions and value.is_integer() and abs(value) < 2**53:
-            return int(value)
+        return _whole(value, key, fractions)
+    if not isinstance(value, (Mapping, list)):
         return value
-    if isinstance(value, Mapping):
-        return {k: restore_ints(v, fractions, k) for k, v in value.items()}
-    if isinstance(value, list):
-        return [restore_ints(v, fractions, key) for v in value]
+
+    def leaf(item: Any, near: str | None) -> Any:  # `near` is None only above the first object
+        return _whole(item, key if near is None else near, fractions) if isinstance(item, float) else item
+
+    return jsonvalues.rebuild(value, leaf, where="the A2A data")
+
+
+def _whole(value: float, key: str | None, fractions: frozenset[str]) -> float | int:
+    if key not in fractions and value.is_integer() and abs(value) < 2**53:
+        return int(value)
     return value

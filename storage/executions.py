@@ -35,6 +35,7 @@ from sqlalchemy.util import await_
 from taskgrove.storage import attempts as history_rows
 from taskgrove.storage import statements
 from taskgrove.storage.attempts import Attempt
+from taskgrove.storage.jsonvalues import read_stored
 from taskgrove.storage.models import JSON_COLUMNS, TaskStatus
 from taskgrove.storage.models import executions_table as X
 from taskgrove.storage.models import tasks_table as T
@@ -435,7 +436,7 @@ def _sqlite_claim(cursor: sqlite3.Cursor, ids: Sequence[str], owner: str, until:
         sql = statements.claim(len(chunk)).sqlite
         for tid, epoch, attempt, checkpoint in cursor.execute(sql, (stamp, owner, until, *chunk)):
             claimed[tid] = {"lease_epoch": epoch, "attempt": attempt,
-                            "checkpoint": None if checkpoint in (None, "null") else json.loads(checkpoint)}
+                            "checkpoint": None if checkpoint in (None, "null") else read_stored(checkpoint)}
     return claimed
 
 

@@ -7,8 +7,8 @@ So every surface parses request text with `loads`, every write is checked with `
 stored JSON column is read with `read_stored` (which never raises), and replies are encoded with
 `dumps`, which never fails on depth. The rule lives here once, whatever the surface.
 
-Every surface uses it: `/tasks` and `/system` (agent.rpc.jsonrpc), `/` and the A2A REST routes
-(agent.a2a.envelope parses with `loads` and checks with `problem`, so `/` and `/tasks` word each
+Every surface uses it: `/tasks` and `/system` (agent.surfaces.jsonrpc), `/` and the A2A REST routes
+(agent.surfaces.a2a.envelope parses with `loads` and checks with `problem`, so `/` and `/tasks` word each
 mistake alike), GraphQL over HTTP and WebSocket, the event WebSocket, MCP, and the writes of
 storage.trees and the service. Executors' results go through storage.results.storable, which
 converts as it checks (dates to text, size, shared structures) but refuses a scalar in the words
@@ -16,6 +16,15 @@ of this module (NOT_FINITE, NOT_UNICODE) at the place `path_of` names.
 
 Nothing here recurses: depth is measured on the text before parsing, and values are walked with
 an explicit stack (`problem`; `_sanitized` and `_iter_encode` repair and encode without recursion).
+
+Walks of a value outside this module go through `rebuild` (a converted copy, with a stack, held to
+STORED_MAX_DEPTH with `problem`'s words: TooDeep), so none of them can end in a RecursionError:
+- executors.database.json_safe: a driver's row values (a JSON column's document, arrays);
+- executors.a2a_lenient.normalize: a remote agent's answer, parsed with `loads` first;
+- executors.struct_values.restore_ints: a protobuf Struct's numbers given back as ints.
+Stored JSON columns are read with `read_stored` everywhere, also those SQLAlchemy's JSON type does
+not read (storage.waits `read`: the `waiting` and `wait_answers` text columns; a claim's checkpoint
+read on the driver's cursor, storage.executions).
 
 Three walks share these rules (NOT_FINITE, NOT_UNICODE, `is_valid_text`, `path_of`) but not one
 traversal, on purpose: `problem` only checks, and is the fast one every create and update pays;
@@ -28,14 +37,14 @@ faults each one names first.
 
 The depth limits, and why each exists:
 - SERVICE_MAX_JSON_DEPTH (settings.max_json_depth, default DEFAULT_MAX_DEPTH = 100): the deepest
-  request body, applied to every HTTP body by agent.bodylimit before any surface and to each
+  request body, applied to every HTTP body by agent.surfaces.bodylimit before any surface and to each
   WebSocket message by `loads`. Surfaces that parse a body again after bodylimit pass
   STORED_MAX_DEPTH, so the setting is applied once.
 - STORED_MAX_DEPTH = 500: the ceiling. The setting may not exceed it; values written by
   storage.trees and the service are checked against it and stored values are read back within
   it, so whatever a request may carry can be stored, read and sent back (Python's json,
   graphql-core and most clients fail near 1000).
-- agent.a2a.envelope.MAX_DEPTH = 90: an A2A data part becomes a protobuf Struct, which the SDK
+- agent.surfaces.a2a.envelope.MAX_DEPTH = 90: an A2A data part becomes a protobuf Struct, which the SDK
   cannot build past 100 levels; A2A requests are held to it in addition to the setting.
 - SERVICE_MAX_RESULT_DEPTH (settings.max_result_depth): executors' results (storage.results).
 (SERVICE_GRAPHQL_MAX_DEPTH bounds a query's selections, not a JSON value.)
@@ -46,7 +55,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
@@ -284,6 +293,56 @@ def problem(value: Any, where: str, max_depth: int | None = None, *, numbers: bo
         else:
             return f"{_path(where, place)} is not a JSON value ({type(item).__name__})"
     return None
+
+
+class TooDeep(ValueError):
+    """A value nested deeper than `rebuild` may walk; the message names the place as `problem` does."""
+
+
+def rebuild(value: Any, leaf: Callable[[Any, str | None], Any], *, keep: Collection[str] = (),
+            where: str = "value", max_depth: int = STORED_MAX_DEPTH,
+            each_dict: Callable[[dict[str, Any]], None] | None = None) -> Any:
+    """A converted copy of `value`, for walks that change a value as they go (see the module
+    docstring): mappings become dicts with text keys, lists, tuples and sets become lists, and
+    every other item becomes `leaf(item, key)`, `key` being the nearest mapping key above it
+    (None at the top). Values under a key in `keep` are taken as they are, unwalked.
+    `each_dict` is called on every dict made, once the copy is whole.
+
+    Walked with a stack, never recursion: TooDeep, worded as `problem` words it, when containers
+    nest deeper than `max_depth` (counted as `problem` counts: the outermost is level 1)."""
+    root: list[Any] = [None]
+    made: list[dict[str, Any]] = []
+    # item, the container its copy goes into and its slot there, nearest key, depth, place link
+    stack: list[tuple[Any, Any, Any, str | None, int, Any]] = [(value, root, 0, None, 1, None)]
+    while stack:
+        item, holder, slot, key, depth, place = stack.pop()
+        if isinstance(item, Mapping):
+            if depth > max_depth:
+                raise TooDeep(f"{_path(where, place)} is nested deeper than {max_depth} levels")
+            copy: dict[str, Any] = {}
+            holder[slot] = copy
+            if each_dict is not None:
+                made.append(copy)
+            for name, child in item.items():
+                name = name if name.__class__ is str else str(name)
+                if name in keep:
+                    copy[name] = child
+                    continue
+                copy[name] = None  # the key's place in the order; its value comes off the stack
+                stack.append((child, copy, name, name, depth + 1, (place, name)))
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            if depth > max_depth:
+                raise TooDeep(f"{_path(where, place)} is nested deeper than {max_depth} levels")
+            items: list[Any] = [None] * len(item)
+            holder[slot] = items
+            stack.extend((child, items, index, key, depth + 1, (place, index))
+                         for index, child in enumerate(item))
+        else:
+            holder[slot] = leaf(item, key)
+    if each_dict is not None:
+        for copy in made:
+            each_dict(copy)
+    return root[0]
 
 
 def _path(where: str, place: Any) -> str:

@@ -23,13 +23,13 @@ another writer changed, and the batch is tried again at the next sweep).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import and_, case, delete, func, or_, select, tuple_
 from sqlalchemy.engine import Connection
 
+from taskgrove.storage.jsonvalues import read_stored
 from taskgrove.storage.status import FINISHED_STATUSES, TaskStatus
 from taskgrove.storage.models import events_table as E
 from taskgrove.storage.models import executions_table as X
@@ -161,7 +161,7 @@ def event_floors(c: Connection) -> dict[tuple[str | None, str], str]:
                                                     T.c.status == TaskStatus.IN_PROGRESS.value)
     floors: dict[tuple[str | None, str], str] = {}
     for user_id, text in c.execute(query):
-        wait = json.loads(text)
+        wait = read_stored(text)  # an Unreadable (empty) for a bad row: no event
         if not isinstance(wait, dict) or wait.get("kind") != "event":
             continue
         key, since = (user_id, str(wait.get("event"))), str(wait.get("since") or "")

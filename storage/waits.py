@@ -9,7 +9,6 @@ next wait of the same task (each park follows a claim, which raises the epoch).
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 from sqlalchemy import insert, select, update
 from sqlalchemy.engine import Connection
 
+from taskgrove.storage.jsonvalues import Unreadable, read_stored
 from taskgrove.storage.models import TaskStatus
 from taskgrove.storage.models import events_table as E
 from taskgrove.storage.models import tasks_table as T
@@ -29,15 +29,17 @@ EVENT_KEYS = ("event", "match")
 
 
 def read(text: str | None) -> Any:
-    """A wait column's value: NULL (no wait, no answers) is never decoded."""
-    return None if text is None else json.loads(text)
+    """A wait column's value (`waiting`, `wait_answers`: text columns, so SQLAlchemy does not
+    decode them), read by the JSON gate's reader: NULL (no wait, no answers) is never decoded, and
+    a row that cannot be read back is a jsonvalues.Unreadable (an empty dict), never an exception."""
+    return None if text is None else read_stored(text)
 
 
 def public_wait(text: str | None) -> dict[str, Any] | None:
     """What reads show of a stored wait: kind, prompt, schema, since, deadline (and for an event
     its name and match); None when the task waits for nothing."""
     wait = read(text)
-    if not isinstance(wait, dict):
+    if not isinstance(wait, dict) or isinstance(wait, Unreadable):
         return None
     shown = {key: wait.get(key) for key in PUBLIC_KEYS}
     if wait.get("kind") == "event":
