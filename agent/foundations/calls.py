@@ -56,6 +56,13 @@ class CallContext:
     observe: Callable[[str, str, float], None] | None = field(default=None, repr=False)
 
 
+    def execution_call(self) -> dict[str, Any]:
+        """What an execution started by this call remembers of it: who, their LLM key for this
+        request only, and the trace to continue (the engine's `call`)."""
+        return {"user_id": self.caller.user_id, "llm_api_key": self.llm_api_key, "llm_provider": self.llm_provider,
+                "traceparent": self.traceparent}
+
+
 Handler = Callable[[Any, CallContext], Awaitable[Any]]
 
 

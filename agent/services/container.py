@@ -20,6 +20,7 @@ from taskgrove.agent.foundations.calls import Handler
 from taskgrove.agent.services.idempotent import IdempotentMethods
 from taskgrove.agent.services.schedule_service import schedule_methods
 from taskgrove.agent.services.task_service import task_methods
+from taskgrove.agent.services.execution_service import ExecutionService, execution_methods
 from taskgrove.agent.foundations.calls import typed, without_params
 from taskgrove.agent.services.log_service import log_methods
 from taskgrove.agent.services.wait_service import wait_methods
@@ -53,6 +54,8 @@ class Services:
     registry: ExecutorRegistry
     engine: Engine
     tasks: TaskService
+    # Starting, following and cancelling executions; the running lists; attempts.
+    executions: ExecutionService
     system: SystemService
     schedule_loop: ScheduleLoop
     schedules: ScheduleService
@@ -87,7 +90,8 @@ class Services:
         metrics = Metrics()
         engine = Engine(repo, registry, settings, bus, metrics=metrics)
         admission = Admission(settings, repo, metrics)
-        tasks = TaskService(repo, engine, registry, bus, settings, admission)
+        tasks = TaskService(repo, engine, registry, settings, admission)
+        executions = ExecutionService(repo, engine, bus, settings, tasks)
         system = SystemService(repo, engine, registry, tasks)
         engine.services["tasks"] = tasks
         engine.services["registry"] = registry  # generate_executor offers the app's executors
@@ -101,9 +105,9 @@ class Services:
         schedules = ScheduleService(repo, schedule_loop, settings)
         waits = WaitService(repo, engine, settings)
         logs = LogService(repo, bus)
-        services = cls(settings, repo, bus, registry, engine, tasks, system, schedule_loop, schedules, admission,
+        services = cls(settings, repo, bus, registry, engine, tasks, executions, system, schedule_loop, schedules, admission,
                        waits, logs, keys=keys, metrics=metrics, usage=usage)
-        services.task_methods = {**task_methods(tasks), **schedule_methods(schedules), **wait_methods(waits),
+        services.task_methods = {**task_methods(tasks), **execution_methods(executions), **schedule_methods(schedules), **wait_methods(waits),
                                  **log_methods(logs)}
         idempotent = services.idempotency = IdempotentMethods(repo, settings)
         for name in ("tasks.create", "tasks.execute", "execute_task_tree", "tasks.copy", "tasks.clone"):

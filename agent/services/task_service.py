@@ -7,8 +7,6 @@ messages) live only in this module, agent/foundations/requests.py and storage.tr
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 from collections.abc import Mapping
 from functools import partial
 from typing import Any
@@ -17,26 +15,20 @@ from sqlalchemy.exc import IntegrityError
 
 from taskgrove.agent.foundations import cursor
 from taskgrove.agent.services.admission import Admission
-from taskgrove.agent.foundations import tracing
 from taskgrove.agent.foundations.auth import Caller
-from taskgrove.agent.engine.bus import EventBus
-from taskgrove.agent.engine.engine import AlreadyRunning, Engine, NotExecutable
-from taskgrove.agent.engine.retry import PolicyError, RetryPolicy, stored_policy
-from taskgrove.agent.engine.follow import follow_execution
-from taskgrove.agent.engine.stream import sse_events
-from taskgrove.agent.engine.webhooks import WebhookConfig, deliver_webhooks
+from taskgrove.agent.engine.engine import AlreadyRunning, Engine
+from taskgrove.agent.engine.retry_policy import PolicyError, RetryPolicy, stored_policy
 from taskgrove.agent.foundations.errors import (INVALID_PARAMS, QuotaExceeded, RpcError, invalid_params, permission_denied,
                                    task_not_found)
 from taskgrove.agent.services import clone_rules
-from taskgrove.agent.foundations.requests import (CancelTasks, CloneTask, CopyTask, CountRunning, DeleteTask, ExecuteTask, GetTask,
-                                      GetTree, ListChildren, ListRunning, ListTasks, NewTree, RunningStatus,
-                                      TaskAttempts, UpdateTask)
-from taskgrove.agent.foundations.calls import CallContext, Handler, StreamReply, typed
+from taskgrove.agent.foundations.requests import (CloneTask, CopyTask, DeleteTask, GetTask,
+                                      GetTree, ListChildren, ListTasks, NewTree, UpdateTask)
+from taskgrove.agent.foundations.calls import CallContext, Handler, typed
 from taskgrove.agent.foundations.settings import Settings
 from taskgrove.agent.services.usage_service import tree_total
 from taskgrove.executors.registry import ExecutorRegistry
 from taskgrove.llm.budget import budget_remaining
-from taskgrove.storage import attempts, fields, jsonvalues, trees
+from taskgrove.storage import fields, jsonvalues, trees
 from taskgrove.storage import usage as stored_usage
 from taskgrove.storage.executions import OverQuota
 from taskgrove.storage.models import UNFINISHED_STATUSES, TaskStatus
@@ -56,7 +48,6 @@ class TaskService:
         repo: TaskRepository,
         engine: Engine,
         registry: ExecutorRegistry,
-        bus: EventBus,
         settings: Settings,
         admission: Admission,
     ) -> None:
@@ -65,24 +56,17 @@ class TaskService:
         self.admission = admission
         self.engine = engine
         self.registry = registry
-        self.bus = bus
         self.settings = settings
-        self._background: set[asyncio.Task[Any]] = set()
 
     # --- helpers --------------------------------------------------------------------------
 
-    async def _task_for(self, task_id: str, caller: Caller) -> dict[str, Any]:
+    async def task_for(self, task_id: str, caller: Caller) -> dict[str, Any]:
         row = await self.repo.get(task_id)
         if row is None:
             raise task_not_found(task_id)
         if not caller.can_access(row["user_id"]):
             raise permission_denied(f"You may not access task '{task_id}'")
         return row
-
-    def _spawn(self, coro: Any) -> None:
-        job = asyncio.create_task(coro)
-        self._background.add(job)
-        job.add_done_callback(self._background.discard)
 
     # --- create and read ------------------------------------------------------------------
 
@@ -177,7 +161,7 @@ class TaskService:
         """One new task under an existing task (GraphQL createTask with parentId); not executed.
 
         The tree's owner owns the new task; an admin may add under anyone's task."""
-        parent = await self._task_for(parent_id, caller)
+        parent = await self.task_for(parent_id, caller)
         if parent["origin_type"] == "archive":
             raise invalid_params(f"Task '{parent_id}' is an archive (read-only): no task can be added under it")
         rows = self.prepare(request, caller)
@@ -196,7 +180,7 @@ class TaskService:
             return trees.nest(await self.repo.tree(root_id), root_id)
         quota = self.admission.quota_for(ctx.caller, rows[0]["user_id"], _unfinished(rows))
         try:
-            run = await self.engine.create_and_execute(rows, _call(ctx), quota)
+            run = await self.engine.create_and_execute(rows, ctx.execution_call(), quota)
         except OverQuota as over:
             if not await self.repo.get_many([root_id]):  # a new tree over the quota
                 raise self.admission.over_quota(over.quota, over.unfinished) from None
@@ -215,7 +199,7 @@ class TaskService:
         run = await self.engine.following(rows[0]["id"])
         if run is None and never_executed(stored):
             try:  # stored but never executed (tasks.create_tree, a clone): run it as create would have
-                run = await self.engine.execute(rows[0]["id"], _call(ctx))
+                run = await self.engine.execute(rows[0]["id"], ctx.execution_call())
             except AlreadyRunning:
                 run = await self.engine.following(rows[0]["id"])
         return run
@@ -275,19 +259,11 @@ class TaskService:
         return [public(r) for r in rows if ctx.caller.can_access(r["user_id"])]
 
     async def tree(self, request: GetTree, ctx: CallContext) -> dict[str, Any]:
-        row = await self._task_for(request.task_id, ctx.caller)
+        row = await self.task_for(request.task_id, ctx.caller)
         rows = await self.repo.tree(row["task_tree_id"])
         nested = trees.nest(rows, row["task_tree_id"])
         nested["tree_usage"] = tree_total(r.get("usage") for r in rows)
         return nested
-
-    async def attempts(self, request: TaskAttempts, ctx: CallContext) -> list[dict[str, Any]]:
-        """The attempt history (storage/attempts.py) of one task, or of every task of its tree,
-        oldest first per task; an attempt in progress last, as `running`."""
-        row = await self._task_for(request.task_id, ctx.caller)
-        rows = await self.repo.tree(row["task_tree_id"]) if request.tree else [row]
-        found = await self.repo.attempts([r["id"] for r in rows])
-        return [shown for r in rows for shown in attempts.with_current(found[r["id"]], r)]
 
     # --- update and delete ----------------------------------------------------------------
 
@@ -474,125 +450,6 @@ class TaskService:
         if len(selected) > self.settings.max_tree_tasks:
             raise invalid_params(str(trees.too_many_tasks(self.settings.max_tree_tasks, len(selected))))
 
-    # --- execution ------------------------------------------------------------------------
-
-    async def execute(self, request: ExecuteTask, ctx: CallContext) -> Any:
-        task_id, streaming = request.task_id, request.streaming
-        webhook = await WebhookConfig.parse(request.webhook_config, self.settings) \
-            if request.webhook_config is not None else None
-        await self._task_for(task_id, ctx.caller)
-        answer: dict[str, Any] = {"protocol": ctx.surface}
-        if request.copy_execution:
-            copies = await self.copy_tree(task_id, request.copy_children, ctx.caller)
-            copy_of = {c["original_task_id"]: c["id"] for c in copies}
-            answer["original_task_id"] = task_id
-            task_id = copy_of[task_id]
-        row = await self.repo.get(task_id)
-        if row is None:  # deleted meanwhile
-            raise task_not_found(task_id)
-        tree_id = row["task_tree_id"]
-        # Subscribe before starting, so not even an instant `final` is missed.
-        subs = [self.bus.subscribe(lambda e: e["root_task_id"] == tree_id, maxsize=10_000)
-                for wanted in (streaming, webhook is not None) if wanted]
-        try:
-            run = await self.engine.execute(task_id, _call(ctx), webhook=dataclasses.asdict(webhook) if webhook else None)
-        except AlreadyRunning:
-            # Joined a running execution (here or elsewhere): streams and webhooks follow it to its end.
-            answer = {"success": False, **answer, "root_task_id": tree_id, "task_id": task_id,
-                      "status": "already_running", "message": f"Task '{task_id}' is already running"}
-            return self._followed(answer, subs, tree_id, streaming, webhook)
-        except BaseException as exc:
-            for sub in subs:
-                sub.close()
-            if isinstance(exc, NotExecutable):
-                raise invalid_params(str(exc)) from None
-            if isinstance(exc, KeyError):
-                raise task_not_found(task_id) from None
-            raise
-        if await self.repo.get(task_id) is None:  # deleted (tasks.delete, retention) as it was opened: it ran nothing
-            for sub in subs:
-                sub.close()
-            raise task_not_found(task_id)
-        answer = {"success": True, **answer, "root_task_id": tree_id, "task_id": task_id, "status": "started",
-                  "message": f"Execution of task '{task_id}' started"}
-        # The execution span's context for the webhook's posts (traces on; a remote run: the caller's).
-        trace = tracing.execution_header(getattr(run, "traceparent", None), getattr(run, "execution_id", "")) \
-            if tracing.ENABLED and getattr(run, "execution_id", "") else ctx.traceparent
-        return self._followed(answer, subs, tree_id, streaming, webhook, trace)
-
-    def _followed(self, answer: dict[str, Any], subs: list[Any], tree_id: str, streaming: bool,
-                  webhook: WebhookConfig | None, traceparent: str | None = None) -> Any:
-        """The execute reply; its stream and webhook follow the execution to `final` (one each)."""
-        if streaming or webhook:
-            answer["streaming"] = True
-        if webhook:
-            answer["webhook_url"] = webhook.url
-            self._spawn(deliver_webhooks(follow_execution(self.repo, subs[-1], tree_id), webhook, traceparent))
-        if streaming:
-            return StreamReply(first=answer, events=sse_events(follow_execution(self.repo, subs[0], tree_id), tree_id),
-                               close=subs[0].close)
-        return answer
-
-    async def running_list(self, request: ListRunning, ctx: CallContext) -> list[dict[str, Any]]:
-        user_id = request.user_id
-        rows = [public(r) for r in self.engine.running_rows()
-                if (user_id is None or r["user_id"] == user_id) and ctx.caller.can_access(r["user_id"])]
-        return rows[:request.limit]
-
-    async def running_status(self, request: RunningStatus, ctx: CallContext) -> list[dict[str, Any]]:
-        ids = request.task_ids
-        found = await self.repo.get_many(ids)
-        answer = []
-        for tid in ids:
-            row = found.get(tid)
-            if row is None:
-                answer.append({"task_id": tid, "context_id": tid, "status": "not_found"})
-            elif not ctx.caller.can_access(row["user_id"]):
-                answer.append({"task_id": tid, "context_id": tid, "status": "permission_denied"})
-            else:
-                answer.append({
-                    "task_id": tid, "context_id": tid, "status": row["status"], "progress": row["progress"],
-                    "name": row["name"], "error": row["error"], "is_running": tid in self.engine.running,
-                    "started_at": row["started_at"], "updated_at": row["updated_at"],
-                })
-        return answer
-
-    async def running_count(self, request: CountRunning, ctx: CallContext) -> dict[str, Any]:
-        user_id = request.user_id
-        if user_id is not None and ctx.caller.authenticated and not ctx.caller.unrestricted \
-                and user_id != ctx.caller.user_id:
-            raise permission_denied("Counting another user's running tasks needs the admin role")
-        target = user_id
-        if target is None and ctx.caller.authenticated and not ctx.caller.unrestricted:
-            target = ctx.caller.user_id
-        count = sum(1 for r in self.engine.running_rows() if target is None or r["user_id"] == target)
-        answer: dict[str, Any] = {"count": count}
-        if user_id is not None:
-            answer["user_id"] = user_id
-        return answer
-
-    async def cancel(self, request: CancelTasks, ctx: CallContext) -> list[dict[str, Any]]:
-        return [await self.cancel_one(tid, ctx.caller, force=request.force, error_message=request.error_message)
-                for tid in request.task_ids]
-
-    async def cancel_one(self, task_id: str, caller: Caller, *, force: bool = False,
-                         error_message: str | None = None) -> dict[str, Any]:
-        answer: dict[str, Any] = {"task_id": task_id, "force": force, "token_usage": None, "result": None}
-        row = await self.repo.get(task_id)
-        if row is None:
-            return {**answer, "status": "error", "message": f"Task {task_id} not found", "error": "not_found"}
-        if not caller.can_access(row["user_id"]):
-            return {**answer, "status": "failed", "message": f"Permission denied for task {task_id}",
-                    "error": "permission_denied"}
-        if row["status"] not in UNFINISHED_STATUSES:
-            return {**answer, "status": "failed",
-                    "message": f"Task {task_id} is already {row['status']}, cannot cancel"}
-        outcome = await self.engine.cancel(task_id, error_message)
-        if outcome["status"] != TaskStatus.CANCELLED:
-            return {**answer, "status": "failed",
-                    "message": f"Task {task_id} is already {outcome['status']}, cannot cancel"}
-        return {**answer, "status": "cancelled", "message": f"Task {task_id} cancelled",
-                "token_usage": outcome["token_usage"], "result": outcome["result"]}
 
 
 def _field_problem(key: str, value: Any) -> str | None:
@@ -623,11 +480,6 @@ def _unfinished(rows: list[dict[str, Any]]) -> int:
     return sum(1 for row in rows if row.get("status", TaskStatus.PENDING) in UNFINISHED_STATUSES)
 
 
-def _call(ctx: CallContext) -> dict[str, Any]:
-    return {"user_id": ctx.caller.user_id, "llm_api_key": ctx.llm_api_key, "llm_provider": ctx.llm_provider,
-            "traceparent": ctx.traceparent}
-
-
 def task_methods(service: TaskService) -> dict[str, Handler]:
     return {
         "tasks.create": typed(partial(NewTree.from_params, max_tasks=service.settings.max_tree_tasks), service.create),
@@ -640,12 +492,4 @@ def task_methods(service: TaskService) -> dict[str, Handler]:
         "tasks.list": typed(ListTasks.from_params, service.list),
         "tasks.children": typed(ListChildren.from_params, service.children),
         "tasks.tree": typed(GetTree.from_params, service.tree),
-        "tasks.attempts": typed(TaskAttempts.from_params, service.attempts),
-        "tasks.execute": typed(ExecuteTask.from_params, service.execute),
-        "execute_task_tree": typed(ExecuteTask.from_params, service.execute),
-        "tasks.running.list": typed(ListRunning.from_params, service.running_list),
-        "tasks.running.status": typed(RunningStatus.from_params, service.running_status),
-        "tasks.running.count": typed(CountRunning.from_params, service.running_count),
-        "tasks.cancel": typed(CancelTasks.from_params, service.cancel),
-        "tasks.running.cancel": typed(CancelTasks.from_params, service.cancel),
     }

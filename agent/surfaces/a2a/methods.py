@@ -151,7 +151,7 @@ class AgentMethods:
         checked_text(task_id, "task_id")
         if force:
             log.info("cancel of task %s asked with force=true (force is logged only)", task_id)
-        outcome = await self._services.tasks.cancel_one(task_id, ctx.caller, force=force, error_message=error_message)
+        outcome = await self._services.executions.cancel_one(task_id, ctx.caller, force=force, error_message=error_message)
         row = await self._services.repo.get(task_id)
         context_id = row["task_tree_id"] if row is not None else task_id
         data: dict[str, Any] = {

@@ -108,7 +108,7 @@ async def create_task(info: strawberry.Info, task_input: CreateTaskInput | None)
     else:
         rows = await service_call(service.add_child, parent_id, NewTree([new]), ctx.call.caller)
     task_id = rows[0]["id"]
-    await service_call(service.execute, ExecuteTask(task_id), ctx.call)
+    await service_call(ctx.services.executions.execute, ExecuteTask(task_id), ctx.call)
     created = await service_call(service.get, GetTask(task_id), ctx.call)
     assert created is not None
     return TaskType.from_wire(created)
@@ -135,7 +135,7 @@ async def cancel_task(info: strawberry.Info, task_id: str | None) -> bool:
     one the caller may not see is an error, as on tasks.get."""
     ctx = _context(info)
     tid = required(task_id, "taskId")
-    [answer] = await service_call(ctx.services.tasks.cancel, checked(CancelTasks.one, tid), ctx.call)
+    [answer] = await service_call(ctx.services.executions.cancel, checked(CancelTasks.one, tid), ctx.call)
     if answer["status"] == "cancelled":
         return True
     if answer.get("error") == "not_found":
