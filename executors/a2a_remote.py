@@ -64,6 +64,7 @@ from google.protobuf.json_format import MessageToDict, ParseError
 from pydantic import ValidationError
 
 from taskgrove.executors.a2a_lenient import LenientTransport
+from taskgrove.executors.a2a_states import state_name
 from taskgrove.executors.base import ExecutionContext, Executor, ExecutorError
 from taskgrove.executors.netguard import UnsafeURLError, ensure_public_url, redact_url, request_guard
 from taskgrove.executors.struct_values import restore_ints
@@ -88,15 +89,6 @@ LINGER = 15.0
 CONNECT_TIMEOUT = 30.0
 # Keys whose values are fractions: a whole 1.0 stays a float there (see struct_values).
 _FLOAT_KEYS = frozenset({"progress", "tree_progress", "task_progress"})
-
-
-def state_name(state: int) -> str:
-    """`completed`, `working`, `input-required`, ... (the A2A 0.3 spelling SPEC.md uses)."""
-    try:
-        name = TaskState.Name(state)
-    except ValueError:
-        return "unknown"
-    return name.removeprefix("TASK_STATE_").lower().replace("_", "-")
 
 
 def message_id(context: ExecutionContext) -> str:

@@ -42,7 +42,7 @@ class Meter(Protocol):
     async def after(self, call: CallUsage) -> None: ...
 
 
-class Breakers(Protocol):
+class BreakerGate(Protocol):
     """The circuit breakers of a service (llm/breaker.py): asked before a call, told its outcome."""
 
     def usable(self, provider: str, model: str) -> bool: ...
@@ -297,7 +297,7 @@ class LLMClient:
     """
 
     def __init__(self, settings: LLMSettings, key_lookup: KeyLookup | None = None,
-                 meter: Meter | None = None, breakers: Breakers | None = None,
+                 meter: Meter | None = None, breakers: BreakerGate | None = None,
                  traceparent: str | None = None) -> None:
         self.settings = settings
         self.key_lookup = key_lookup

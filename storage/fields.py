@@ -101,7 +101,7 @@ def check_timeout(value: Any) -> str | None:
 
 
 def check_retry(value: Any) -> str | None:
-    """Only the shape; the policy's own fields are agent.engine.retry.RetryPolicy's to judge."""
+    """Only the shape; the policy's own fields are agent.engine.retry_policy.RetryPolicy's to judge."""
     if value is not None and not isinstance(value, Mapping):
         return "retry must be an object such as {\"max_attempts\": 3}"
     return None

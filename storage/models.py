@@ -68,7 +68,7 @@ class Task(Base):
     lease_expires_at: Mapped[str | None] = mapped_column(String(40), nullable=True)
     # Fencing token, with lease_owner: every engine write for a claimed task compares both.
     lease_epoch: Mapped[int] = mapped_column(Integer, default=0)
-    # Retry policy (engine/retry.py), attempts started so far, and when the next one is due.
+    # Retry policy (engine/retry_policy.py), attempts started so far, and when the next one is due.
     retry: Mapped[dict | None] = mapped_column(JSON, nullable=True)
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     next_attempt_at: Mapped[str | None] = mapped_column(String(40), nullable=True)

@@ -1,4 +1,4 @@
-"""agent/engine/run.TreeRun decides, in memory, which waiting tasks may run and which can never
+"""agent/engine/tree_run.TreeRun decides, in memory, which waiting tasks may run and which can never
 run. It keeps a per-task count of dependencies known to be satisfied, so a task is not re-checked
 from its first dependency each time one of them ends. Whatever the order of endings, its decisions
 must be exactly those of checking every dependency of every waiting task afresh (`verdict`)."""
@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from taskgrove.agent.engine.run import TreeRun
+from taskgrove.agent.engine.tree_run import TreeRun
 
 
 def verdict(run: TreeRun, tid: str) -> str:

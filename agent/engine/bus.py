@@ -23,7 +23,7 @@ TASK_CANCELLED = "task_cancelled"
 FINAL = "final"
 
 
-class Subscription:
+class BusSubscription:
     def __init__(self, bus: "EventBus", match: Filter, maxsize: int) -> None:
         self._bus = bus
         self._match = match
@@ -53,7 +53,7 @@ class Subscription:
         finally:
             self.close()
 
-    def __enter__(self) -> "Subscription":
+    def __enter__(self) -> "BusSubscription":
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -62,10 +62,10 @@ class Subscription:
 
 class EventBus:
     def __init__(self) -> None:
-        self._subscribers: set[Subscription] = set()
+        self._subscribers: set[BusSubscription] = set()
 
-    def subscribe(self, match: Filter | None = None, *, maxsize: int = 1000) -> Subscription:
-        sub = Subscription(self, match or (lambda _e: True), maxsize)
+    def subscribe(self, match: Filter | None = None, *, maxsize: int = 1000) -> BusSubscription:
+        sub = BusSubscription(self, match or (lambda _e: True), maxsize)
         self._subscribers.add(sub)
         return sub
 

@@ -6,9 +6,9 @@ job:
 - the pass loop (engine/passes.py): one loop owns every write of the execution path; each pass
   writes outcomes and progress, claims runnable tasks and ends finished runs in one transaction,
   then publishes the events and starts the claimed attempts;
-- attempts (engine/attempts.py): one executor run under its timeout, with its checkpoints,
+- attempts (engine/live_attempts.py): one executor run under its timeout, with its checkpoints,
   progress and cancel hook;
-- runs (engine/runs.py): the executions this instance drives, in memory, opened, rebuilt from the
+- runs (engine/run_keeper.py): the executions this instance drives, in memory, opened, rebuilt from the
   database and ended one at a time;
 - leases (engine/leases.py): renewal, takeover and recovery, through the runs' public methods.
 
@@ -27,16 +27,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from taskgrove.agent.engine import history
-from taskgrove.agent.engine.attempts import Attempts
+from taskgrove.agent.engine.live_attempts import Attempts
 from taskgrove.agent.engine.background import Background
 from taskgrove.agent.engine.bus import PROGRESS, TASK_CANCELLED, TASK_COMPLETED, TASK_FAILED, EventBus
 from taskgrove.agent.engine.leases import LeaseKeeper
 from taskgrove.agent.engine.notify import PgNotifier, asyncpg_dsn
 from taskgrove.agent.engine.passes import PassLoop
 from taskgrove.agent.engine.publish import Publisher
-from taskgrove.agent.engine.retry import RetryPolicy, iso_in
-from taskgrove.agent.engine.run import INTERRUPTED, TreeRun
-from taskgrove.agent.engine.runs import AlreadyRunning, NotExecutable, RunKeeper
+from taskgrove.agent.engine.retry_policy import RetryPolicy, iso_in
+from taskgrove.agent.engine.tree_run import INTERRUPTED, TreeRun
+from taskgrove.agent.engine.run_keeper import AlreadyRunning, NotExecutable, RunKeeper
 from taskgrove.agent.engine.waits import AlreadyAnswered, NotWaiting, Waits
 from taskgrove.agent.foundations.metrics import Metrics
 from taskgrove.agent.foundations.settings import Settings

@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-from taskgrove.agent.engine.run import PENDING, TreeRun
+from taskgrove.agent.engine.tree_run import PENDING, TreeRun
 from taskgrove.storage import attempts as A
 from taskgrove.storage.attempts import Attempt
 
 
-class Running(Protocol):
-    """What this module reads of an attempt (engine/attempts.py `Running`, which imports this
+class AttemptFacts(Protocol):
+    """What this module reads of an attempt (engine/live_attempts.py `LiveAttempt`, which imports this
     module: a Protocol keeps the import one way)."""
 
     task_id: str
@@ -50,7 +50,7 @@ def queue_seconds(queued_at: str | None, started_at: str) -> float | None:
     return A.seconds_between(queued_at, started_at)
 
 
-def ended(running: Running, outcome: Mapping[str, Any]) -> Attempt:
+def ended(running: AttemptFacts, outcome: Mapping[str, Any]) -> Attempt:
     """The history row of an attempt whose outcome the pass writes now."""
     values = outcome["values"]
     status = values.get("status")
@@ -63,12 +63,12 @@ def ended(running: Running, outcome: Mapping[str, Any]) -> Attempt:
                    values.get("error") if kind in (A.FAILED, A.RETRY) else None)
 
 
-def rows_of(recorded: Iterable[tuple[Running, Mapping[str, Any]]]) -> dict[str, Attempt]:
+def rows_of(recorded: Iterable[tuple[AttemptFacts, Mapping[str, Any]]]) -> dict[str, Attempt]:
     """By task id, the history rows of a pass's recorded outcomes."""
     return {running.task_id: ended(running, outcome) for running, outcome in recorded}
 
 
-def cancelled(running: Running | None, stamp: str, error: str) -> Attempt | None:
+def cancelled(running: AttemptFacts | None, stamp: str, error: str) -> Attempt | None:
     """The history row of an attempt running here that a cancel ends (None: none runs here)."""
     if running is None:
         return None

@@ -19,8 +19,8 @@ from typing import Any, Mapping
 
 from taskgrove.agent.foundations import tracing
 from taskgrove.agent.engine.bus import PROGRESS, TASK_FAILED
-from taskgrove.agent.engine.follow import follow_execution
-from taskgrove.agent.engine.run import INTERRUPTED, RESTART_ERROR
+from taskgrove.agent.engine.follow_final import follow_execution
+from taskgrove.agent.engine.tree_run import INTERRUPTED, RESTART_ERROR
 from taskgrove.agent.engine.webhooks import WebhookConfig, deliver_webhooks
 from taskgrove.storage import executions
 from taskgrove.storage.status import TaskStatus
@@ -34,8 +34,8 @@ class LeaseKeeper:
     """Owned by one Engine (typed Any: the engine module imports this one, not the reverse).
 
     Of the engine it uses the settings, the repository and its identity, and the public methods
-    of its runs (engine/runs.py: `drop`, `refresh_later`, `take_over`) and attempts
-    (engine/attempts.py: `detach`, `stop`)."""
+    of its runs (engine/run_keeper.py: `drop`, `refresh_later`, `take_over`) and attempts
+    (engine/live_attempts.py: `detach`, `stop`)."""
 
     def __init__(self, engine: Any) -> None:
         self.engine = engine

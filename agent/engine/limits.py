@@ -18,7 +18,7 @@ from taskgrove.storage.sharing import per_second
 
 
 @dataclass(frozen=True)
-class Limits:
+class TaskLimits:
     key: str | None = None  # concurrency key
     limit: int | None = None  # tasks of the key in progress at once, across instances
     rate_key: str | None = None
@@ -28,10 +28,10 @@ class Limits:
         return self.limit is not None or self.interval is not None
 
 
-NONE = Limits()
+NONE = TaskLimits()
 
 
-def limits_of(row: Mapping[str, Any], settings: Settings) -> Limits:
+def limits_of(row: Mapping[str, Any], settings: Settings) -> TaskLimits:
     concurrency, rate = row.get("concurrency"), row.get("rate_limit")
     if not concurrency and not rate:
         return NONE
@@ -44,4 +44,4 @@ def limits_of(row: Mapping[str, Any], settings: Settings) -> Limits:
         rate_key = rate["key"]
         rates = [r for r in (per_second(rate), settings.rate_limits.get(rate_key)) if r is not None]
         interval = 1.0 / min(rates) if rates else None
-    return Limits(key if limit is not None else None, limit, rate_key if interval is not None else None, interval)
+    return TaskLimits(key if limit is not None else None, limit, rate_key if interval is not None else None, interval)

@@ -3,11 +3,11 @@
 Each pass writes all outcomes and progress the attempts gathered since the last pass, claims the
 next runnable tasks (taken in fair order, engine/fair.py) and ends the runs whose last task just
 ended, in one transaction; then it publishes the events and starts the claimed attempts
-(engine/attempts.py). Batching this way keeps a 1000-task tree to a few dozen transactions.
+(engine/live_attempts.py). Batching this way keeps a 1000-task tree to a few dozen transactions.
 
 Every claim succeeds only if the database agrees the task may run, and every write for an
 attempt is fenced by the token its claim returned (storage/executions.py). What the database
-refuses makes the run concerned re-read the database (engine/runs.py).
+refuses makes the run concerned re-read the database (engine/run_keeper.py).
 """
 
 from __future__ import annotations
@@ -21,15 +21,15 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from taskgrove.agent.engine import history, waits
-from taskgrove.agent.engine.attempts import Attempts, Running
+from taskgrove.agent.engine.live_attempts import Attempts, LiveAttempt
 from taskgrove.agent.engine.background import Background
 from taskgrove.agent.engine.bus import PROGRESS, TASK_COMPLETED, TASK_FAILED
 from taskgrove.agent.engine.fair import FairQueue
-from taskgrove.agent.engine.limits import Limits, limits_of
+from taskgrove.agent.engine.limits import TaskLimits, limits_of
 from taskgrove.agent.engine.publish import Publisher
-from taskgrove.agent.engine.retry import seconds_until
-from taskgrove.agent.engine.run import COMPLETED, FAILED, IN_PROGRESS, PENDING, TreeRun
-from taskgrove.agent.engine.runs import MAY_USE_LOOP_THREAD, RunKeeper
+from taskgrove.agent.engine.retry_policy import seconds_until
+from taskgrove.agent.engine.tree_run import COMPLETED, FAILED, IN_PROGRESS, PENDING, TreeRun
+from taskgrove.agent.engine.run_keeper import MAY_USE_LOOP_THREAD, RunKeeper
 from taskgrove.agent.foundations.metrics import Metrics
 from taskgrove.agent.foundations.settings import Settings
 from taskgrove.executors.registry import ExecutorRegistry
@@ -49,7 +49,7 @@ WRITE_RETRY_MAX_SECONDS = 2.0
 KEY_RECHECK_SECONDS = 0.5
 
 Write = tuple[str, int, dict[str, Any]]  # (task id, lease epoch, values)
-Limited = tuple[str, TreeRun, Limits]
+Limited = tuple[str, TreeRun, TaskLimits]
 _NOBODY: Mapping[Any, int] = {}  # the running counts when one user is queued: the order across users is moot  # a task claimed on its own: (task id, run, its limits)
 
 
@@ -59,7 +59,7 @@ class _Pass:
     __slots__ = ("stamp", "recorded", "taken", "limited", "ending", "touched", "accepted", "claimed", "ended",
                  "verdicts", "stale")
 
-    def __init__(self, stamp: str, recorded: list[tuple[Running, dict[str, Any]]], taken: list[tuple[str, TreeRun]],
+    def __init__(self, stamp: str, recorded: list[tuple[LiveAttempt, dict[str, Any]]], taken: list[tuple[str, TreeRun]],
                  limited: list[Limited], ending: list[TreeRun], touched: dict[int, TreeRun]) -> None:
         self.stamp = stamp
         self.recorded = recorded
@@ -256,7 +256,7 @@ class PassLoop:
 
     # --- outcomes -------------------------------------------------------------------------
 
-    def _record(self, outcome: dict[str, Any]) -> Running | None:
+    def _record(self, outcome: dict[str, Any]) -> LiveAttempt | None:
         """Apply an outcome to the in-memory run; None when it must not be published (cancelled)."""
         tid = outcome["id"]
         running = self.running.pop(tid, None)
@@ -281,7 +281,7 @@ class PassLoop:
             run.finished(tid, values["status"])
         return running  # what became runnable is queued by _gather, once per run
 
-    def _publish_outcome(self, running: Running, outcome: dict[str, Any]) -> None:
+    def _publish_outcome(self, running: LiveAttempt, outcome: dict[str, Any]) -> None:
         tid, run, values = running.task_id, running.run, outcome["values"]
         self.metrics.attempt_ended(running.executor_id, "parked" if "status" not in values else
                                    "retry" if values["status"] == PENDING else values["status"],
@@ -368,7 +368,7 @@ class PassLoop:
             row = run.rows[tid]
             self.ready.push((row["priority"], row["created_at"], tid, tree_id), row.get("user_id"))
 
-    def _defer(self, tid: str, run: TreeRun, limits: Limits, verdict: str, value: Any) -> None:
+    def _defer(self, tid: str, run: TreeRun, limits: TaskLimits, verdict: str, value: Any) -> None:
         """The database refused a limited claim for its key or rate: wait without a slot."""
         if verdict == "key":
             self.waiting_for[tid] = f"concurrency key {limits.key} ({value}/{limits.limit})"
@@ -453,7 +453,7 @@ class PassLoop:
 
     # --- writing --------------------------------------------------------------------------
 
-    async def _claim_limited(self, tid: str, limits: Limits, stamp: str) -> tuple[str, Any]:
+    async def _claim_limited(self, tid: str, limits: TaskLimits, stamp: str) -> tuple[str, Any]:
         """One limited claim in its own transaction; a database error leaves it for a later pass."""
         try:
             return await self.repo.transact(executions.claim_limited, tid, limits.key, limits.limit, limits.rate_key,

@@ -18,7 +18,7 @@ from typing import Any
 
 from taskgrove.agent.foundations import tracing
 from taskgrove.agent.engine.engine import Engine
-from taskgrove.agent.engine.follow import follow_execution
+from taskgrove.agent.engine.follow_final import follow_execution
 from taskgrove.agent.engine.slots import iso, parse_iso, plan
 from taskgrove.agent.engine.webhooks import WebhookConfig, deliver_webhooks
 from taskgrove.storage import schedules

@@ -1,4 +1,4 @@
-"""JSON Schemas compiled once: executors' input schemas (engine/attempts.py), waits' answer schemas
+"""JSON Schemas compiled once: executors' input schemas (engine/live_attempts.py), waits' answer schemas
 (engine/waits.py)."""
 
 from __future__ import annotations

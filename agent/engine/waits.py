@@ -2,7 +2,7 @@
 
 An executor waits through its `ExecutionContext` (executors/base.py: `wait_for_input`,
 `wait_for_event`, `sleep`), which raises `Waiting` unless the attempt already holds that wait's
-answer. The attempt then ends as *parked* (engine/attempts.py builds the outcome, the pass loop
+answer. The attempt then ends as *parked* (engine/live_attempts.py builds the outcome, the pass loop
 writes it, fenced like every outcome): the task stays `in_progress` with its `waiting` set and no
 lease, its run keeps it in `TreeRun.parked`, its dependents wait with it. Ending a wait is one
 compare-and-set (storage/waits.py): the answer (tasks.respond), the event (events.emit, or the look
@@ -24,9 +24,9 @@ from typing import Any
 from taskgrove.agent.engine.background import Background
 from taskgrove.agent.engine.bus import PROGRESS, TASK_FAILED
 from taskgrove.agent.engine.publish import Publisher
-from taskgrove.agent.engine.retry import iso_in, seconds_until
+from taskgrove.agent.engine.retry_policy import iso_in, seconds_until
 from taskgrove.agent.engine.schemas import compiled_schema
-from taskgrove.agent.engine.run import TreeRun
+from taskgrove.agent.engine.tree_run import TreeRun
 from taskgrove.agent.foundations.metrics import Metrics
 from taskgrove.storage import waits as stored
 from taskgrove.storage.waits import public_wait, read

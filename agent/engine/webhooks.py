@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from taskgrove.agent.engine.bus import FINAL, TASK_COMPLETED
-from taskgrove.agent.engine.bus import Subscription
+from taskgrove.agent.engine.bus import BusSubscription
 from taskgrove.agent.engine.stream import run_summary, wire_event
 from taskgrove.agent.foundations.errors import invalid_params
 from taskgrove.agent.foundations.settings import Settings
@@ -84,7 +84,7 @@ def webhook_payload(event: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-async def deliver_webhooks(events: AsyncIterable[Mapping[str, Any]] | Subscription, config: WebhookConfig,
+async def deliver_webhooks(events: AsyncIterable[Mapping[str, Any]] | BusSubscription, config: WebhookConfig,
                            traceparent: str | None = None) -> None:
     """Post each event until `final`. `events`: a bus subscription, or `follow.follow_execution`
     (which ends with `final` from the database even when the owner's own event never arrives).
@@ -101,7 +101,7 @@ async def deliver_webhooks(events: AsyncIterable[Mapping[str, Any]] | Subscripti
                 if event["type"] == FINAL:
                     return
         finally:
-            if isinstance(events, Subscription):
+            if isinstance(events, BusSubscription):
                 events.close()
             else:
                 await events.aclose()  # type: ignore[attr-defined]

@@ -284,7 +284,7 @@ class Settings:
     # Server secret from which the key that encrypts stored LLM keys is derived.
     secret_key: str | None = None
     # --- durable execution (docs/failures.md) ---
-    # Retry policy of tasks that do not give their own `retry` (engine/retry.py).
+    # Retry policy of tasks that do not give their own `retry` (engine/retry_policy.py).
     default_max_attempts: int = 1
     default_backoff: str = "exponential"
     default_retry_base_seconds: float = 1.0
@@ -466,7 +466,7 @@ class Settings:
 
     @property
     def default_retry(self) -> dict[str, Any]:
-        """The retry policy of a task that gives none (engine/retry.py)."""
+        """The retry policy of a task that gives none (engine/retry_policy.py)."""
         return {"max_attempts": self.default_max_attempts, "backoff": self.default_backoff,
                 "base_seconds": self.default_retry_base_seconds, "max_seconds": self.default_retry_max_seconds,
                 "jitter": self.default_retry_jitter}

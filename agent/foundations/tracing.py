@@ -21,7 +21,7 @@ start to the end. So:
 - an attempt span's id is derived from its execution, task and claim (`attempt_span_id`): an
   attempt cut off mid-call is reported under the id its calls carried, by the instance that
   settles it, and never also by its own instance (which drops its span when it learns the attempt
-  was settled: agent/engine/attempts.py), so the called service's spans keep their parent.
+  was settled: agent/engine/live_attempts.py), so the called service's spans keep their parent.
 
 So a trace survives a kill -9: the attempt that died with its instance is reported by the
 instance that settles it (`interrupted`), its re-run by the instance that takes the execution

@@ -15,7 +15,7 @@ import json
 import time
 from typing import Any
 
-from taskgrove.agent.engine.retry import iso_in
+from taskgrove.agent.engine.retry_policy import iso_in
 from taskgrove.agent.foundations.errors import invalid_params
 from taskgrove.agent.foundations.calls import CallContext, Handler, StreamReply
 from taskgrove.agent.foundations.settings import Settings

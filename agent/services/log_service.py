@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from taskgrove.agent.engine.bus import EventBus, Subscription
+from taskgrove.agent.engine.bus import EventBus, BusSubscription
 from taskgrove.agent.engine.logbook import TASK_LOG, wire_line
 from taskgrove.agent.foundations.errors import permission_denied, task_not_found
 from taskgrove.agent.foundations.requests import TaskLogs
@@ -64,12 +64,12 @@ class LogService:
         full = len(lines) == request.limit
         return {"task_id": request.task_id, "lines": lines, "next_after": lines[-1]["seq"] if full else None}
 
-    def subscribe(self, task_id: str) -> Subscription:
+    def subscribe(self, task_id: str) -> BusSubscription:
         """Wake-ups for `task_id`'s new lines; subscribe before the first read, so none is missed."""
         return self.bus.subscribe(lambda e: e["type"] == TASK_LOG and e.get("log_task_id") == task_id,
                                   maxsize=100)
 
-    async def follow(self, request: TaskLogs, subscription: Subscription) -> AsyncIterator[list[dict[str, Any]]]:
+    async def follow(self, request: TaskLogs, subscription: BusSubscription) -> AsyncIterator[list[dict[str, Any]]]:
         """Batches of lines after `request.after`, as they are stored, until the task is finished
         and every line it had was given. Closes `subscription` when done."""
         after = request.after
@@ -96,7 +96,7 @@ class LogService:
         finally:
             subscription.close()
 
-    async def _sse(self, request: TaskLogs, subscription: Subscription) -> AsyncIterator[dict[str, Any]]:
+    async def _sse(self, request: TaskLogs, subscription: BusSubscription) -> AsyncIterator[dict[str, Any]]:
         async for lines in self.follow(request, subscription):
             yield {"type": TASK_LOG, "task_id": request.task_id, "lines": lines, "timestamp": now_iso()}
         yield {"type": "stream_end", "task_id": request.task_id, "timestamp": now_iso()}

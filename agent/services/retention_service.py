@@ -21,7 +21,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from taskgrove.agent.engine.retry import iso_in
+from taskgrove.agent.engine.retry_policy import iso_in
 from taskgrove.agent.foundations.errors import invalid_params, permission_denied
 from taskgrove.agent.foundations.metrics import Metrics
 from taskgrove.agent.foundations.requests import PurgeTasks

@@ -45,9 +45,9 @@ from taskgrove.agent.surfaces.a2a.push import PushTargets
 from taskgrove.agent.surfaces.a2a.tree_cancel import cancel_tree
 from taskgrove.agent.surfaces.a2a.wire import data_message, run_data
 from taskgrove.agent.engine import bus
-from taskgrove.agent.engine.bus import Event, Subscription
+from taskgrove.agent.engine.bus import Event, BusSubscription
 from taskgrove.agent.engine.engine import AlreadyRunning, NotExecutable
-from taskgrove.agent.engine.follow import follow_execution, stored_final
+from taskgrove.agent.engine.follow_final import follow_execution, stored_final
 from taskgrove.agent.foundations.errors import RpcError
 from taskgrove.agent.foundations.requests import RespondToTask
 from taskgrove.agent.services.task_service import never_executed
@@ -173,7 +173,7 @@ class TaskTreeAgentExecutor(AgentExecutor):
         message.parts.append(new_text_part(wait.text(problem)))
         await updater.requires_input(message=message)
 
-    async def _follow(self, subscription: Subscription, updater: TaskUpdater, plan: TreePlan,
+    async def _follow(self, subscription: BusSubscription, updater: TaskUpdater, plan: TreePlan,
                       task_id: str) -> Event | InputWait | None:
         """Report engine events until the run's `final` event (returned), a wait for input of one
         of its tasks (returned), or None once cancelled.

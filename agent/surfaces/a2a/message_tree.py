@@ -213,7 +213,7 @@ def _run_call(call: CallContext) -> dict[str, Any]:
 def _state_word(state: Any) -> str:
     if state is None:
         return "unknown"
-    from taskgrove.agent.surfaces.a2a.wire import state_name
+    from taskgrove.executors.a2a_states import state_name
 
     return state_name(state)
 

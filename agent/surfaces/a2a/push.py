@@ -31,7 +31,8 @@ from a2a.utils.proto_utils import to_stream_response
 from google.protobuf.json_format import MessageToDict
 
 from taskgrove.agent.surfaces.a2a.envelope import WIRE_0_3, WIRE_1_0
-from taskgrove.agent.surfaces.a2a.wire import TERMINAL_STATES, event_json, message_data, restore_ints, state_name
+from taskgrove.agent.surfaces.a2a.wire import TERMINAL_STATES, event_json, message_data, restore_ints
+from taskgrove.executors.a2a_states import state_name
 from taskgrove.agent.engine.webhooks import post_with_retries
 from taskgrove.executors.netguard import UnsafeURLError, ensure_public_url
 

@@ -118,7 +118,7 @@ def agent_endpoint(services: "Services", methods: dict[str, Handler],
     return endpoint
 
 
-class _Refused(Exception):
+class _RefusedRequest(Exception):
     """The SDK answered an error: not an answer to replay, the key stays free."""
 
     def __init__(self, answer: dict[str, Any]) -> None:
@@ -134,13 +134,13 @@ async def _send_once(services: "Services", request: Request, payload: dict[str, 
     async def send(_params: Any, _ctx: CallContext) -> Any:
         answer = await as_json(await _sdk_call(request, payload, ctx, relay), method, payload["id"], wire)
         if "result" not in answer:
-            raise _Refused(answer)
+            raise _RefusedRequest(answer)
         return answer["result"]
 
     assert services.idempotency is not None
     try:
         result = await services.idempotency.once(method, send, payload.get("params"), ctx, key)
-    except _Refused as refused:
+    except _RefusedRequest as refused:
         return JsonReply(refused.answer)  # a quota refusal keeps its 429
     except RpcError as exc:
         return JSONResponse(error_body(wire, payload["id"], exc.code, exc.message, exc.data))

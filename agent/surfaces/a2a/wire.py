@@ -15,7 +15,7 @@ from typing import Any
 
 from a2a.compat.v0_3 import conversions
 from a2a.helpers.proto_helpers import new_data_message
-from a2a.types.a2a_pb2 import Message, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus, TaskStatusUpdateEvent
+from a2a.types.a2a_pb2 import Message, Task, TaskArtifactUpdateEvent, TaskState, TaskStatusUpdateEvent
 from google.protobuf.json_format import MessageToDict
 
 from taskgrove.executors import struct_values
@@ -93,8 +93,3 @@ def event_json(event: Task | TaskStatusUpdateEvent | TaskArtifactUpdateEvent | M
     if isinstance(event, TaskArtifactUpdateEvent):
         return spec_json(_dump(conversions.to_compat_task_artifact_update_event(event)))
     return spec_json(_dump(conversions.to_compat_message(event)))
-
-
-def state_name(state: int) -> str:
-    """`working`, `completed`, `failed`, `canceled`, ... (the 0.3 spelling SPEC.md uses)."""
-    return conversions.to_compat_task_status(TaskStatus(state=state)).state.value

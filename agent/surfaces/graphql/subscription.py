@@ -17,7 +17,7 @@ from typing import Any
 import strawberry
 
 from taskgrove.agent.engine import bus
-from taskgrove.agent.engine.bus import Subscription
+from taskgrove.agent.engine.bus import BusSubscription
 from taskgrove.agent.foundations.errors import task_not_found
 from taskgrove.agent.surfaces.graphql.errors import checked, from_rpc, service_call
 from taskgrove.agent.surfaces.graphql.resolvers import GraphQLContext, required
@@ -33,7 +33,7 @@ BUFFER_EVENTS = 64
 CHECK_EVERY = 2.0
 
 
-async def _next_change(subscription: Subscription, service: TaskService, tid: str, ctx: GraphQLContext) -> Mapping[str, Any] | None:
+async def _next_change(subscription: BusSubscription, service: TaskService, tid: str, ctx: GraphQLContext) -> Mapping[str, Any] | None:
     """The next status event, or the stored task once it has ended without its event arriving;
     None when the task is gone."""
     while True:

@@ -1,7 +1,7 @@
 """Runs: the executions this instance drives, in memory, and how they are opened, rebuilt and ended.
 
 The database is the truth (storage/executions.py): an execution request is a row that any
-instance can continue. The in-memory `TreeRun`s (engine/run.py) are an index of it, rebuilt from
+instance can continue. The in-memory `TreeRun`s (engine/tree_run.py) are an index of it, rebuilt from
 the database whenever it may be stale (a join, a takeover, a write that was refused). Opening,
 joining, rebuilding and ending happen one at a time (`RunKeeper.lock`), so two starts never both
 create a run. The lease keeper (engine/leases.py) uses the public methods here: `drop`,
@@ -17,12 +17,12 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from taskgrove.agent.foundations import tracing
-from taskgrove.agent.engine.attempts import Attempts
+from taskgrove.agent.engine.live_attempts import Attempts
 from taskgrove.agent.engine.background import Background
 from taskgrove.agent.engine.bus import FINAL, TASK_CANCELLED
 from taskgrove.agent.engine.publish import Publisher
-from taskgrove.agent.engine.retry import seconds_until
-from taskgrove.agent.engine.run import TreeRun, select_for_execution
+from taskgrove.agent.engine.retry_policy import seconds_until
+from taskgrove.agent.engine.tree_run import TreeRun, select_for_execution
 from taskgrove.storage import executions
 from taskgrove.storage.connections import is_transient
 from taskgrove.storage.repository import SMALL_PASS, TaskRepository

@@ -24,9 +24,9 @@ from taskgrove.agent.engine.background import Background
 from taskgrove.agent.engine.bus import PROGRESS, TASK_START
 from taskgrove.agent.engine.logbook import AttemptLog, Logbook
 from taskgrove.agent.engine.publish import Publisher
-from taskgrove.agent.engine.retry import RetryPolicy, iso_in, stored_policy
+from taskgrove.agent.engine.retry_policy import RetryPolicy, iso_in, stored_policy
 from taskgrove.agent.engine.schemas import compiled_schema
-from taskgrove.agent.engine.run import COMPLETED, FAILED, IN_PROGRESS, PENDING, TreeRun
+from taskgrove.agent.engine.tree_run import COMPLETED, FAILED, IN_PROGRESS, PENDING, TreeRun
 from taskgrove.agent.foundations.logconfig import current_task
 from taskgrove.agent.foundations.metrics import Metrics
 from taskgrove.agent.foundations.settings import Settings
@@ -49,7 +49,7 @@ MAX_ERROR_CHARS = 10_000
 
 
 @dataclass
-class Running:
+class LiveAttempt:
     """An attempt whose executor coroutine runs in this process, with the token its claim holds."""
 
     task_id: str
@@ -112,7 +112,7 @@ def _validate_inputs(inputs: dict[str, Any], schema: dict[str, Any],
         raise ExecutorError(f"Input validation failed at '{where}': {error.message}", retryable=False)
 
 
-def _add_unstored_usage(running: Running, values: dict[str, Any]) -> None:
+def _add_unstored_usage(running: LiveAttempt, values: dict[str, Any]) -> None:
     """Costs (docs/costs.md): add to the task's usage what the attempt's LLM calls used that no
     meter stored as they ended (`Executor.llm_usage`; None for the service's own LLM clients,
     whose every call is already added to the stored sum), whether the attempt ends or parks."""
@@ -143,7 +143,7 @@ class Attempts:
         self.publisher = publisher
         self.background = background
         self.wake = wake
-        self.running: dict[str, Running] = {}
+        self.running: dict[str, LiveAttempt] = {}
         self.outcomes: list[dict[str, Any]] = []
         self.progress: dict[str, float] = {}
         self.logbook = Logbook(repo, publisher.bus, settings.max_log_bytes)
@@ -156,7 +156,7 @@ class Attempts:
         self.metrics.queue_waited(history.queue_seconds(queued_at, stamp))
         row.update(started_at=stamp, completed_at=None, progress=0.0, result=None, error=None,
                    attempt=claim["attempt"], lease_owner=self.instance_id, lease_epoch=claim["lease_epoch"])
-        running = Running(task_id=tid, run=run, epoch=claim["lease_epoch"], attempt=claim["attempt"],
+        running = LiveAttempt(task_id=tid, run=run, epoch=claim["lease_epoch"], attempt=claim["attempt"],
                           checkpoint=claim["checkpoint"], executor_id=self.registry.wanted(row),
                           began=time.monotonic(), queued_at=queued_at)
         self.running[tid] = running
@@ -177,7 +177,7 @@ class Attempts:
         publish(run, PROGRESS, tid, status=IN_PROGRESS, progress=0.0, attempt=attempt, message=started,
                 status_changed=True)
 
-    async def _run_executor(self, running: Running) -> None:
+    async def _run_executor(self, running: LiveAttempt) -> None:
         """The attempt's whole life: its executor under the timeout, its log lines stored, then its
         outcome to the pass loop (so the lines are readable once the outcome is)."""
         current_task.set((running.task_id, running.run.tree_id))  # this asyncio task's own log context
@@ -193,7 +193,7 @@ class Attempts:
             await self.logbook.flush()
         self._hand_in(running, None if running.cancelled else outcome)
 
-    def _hand_in(self, running: Running, outcome: dict[str, Any] | None) -> None:
+    def _hand_in(self, running: LiveAttempt, outcome: dict[str, Any] | None) -> None:
         """Give the pass loop the attempt's outcome (None: the attempt was detached, its outcome
         is discarded, and its span ends now). An outcome's span ends once the pass stored it."""
         if outcome is None:
@@ -202,7 +202,7 @@ class Attempts:
             self.outcomes.append(outcome)
             self.wake.set()
 
-    def end_span(self, running: Running, outcome: dict[str, Any] | None, *, stored: bool = True) -> None:
+    def end_span(self, running: LiveAttempt, outcome: dict[str, Any] | None, *, stored: bool = True) -> None:
         """End the attempt's span (traces on), once: with its outcome when the database took it.
         An attempt whose outcome was refused (`stored` False), or that was settled as
         interrupted, is reported by the instance that settled it, under the same id
@@ -211,7 +211,7 @@ class Attempts:
         if span is not None and stored and not running.settled:
             tracing.end_attempt(span, outcome, running.cancelled and not running.stopped)
 
-    async def _attempt(self, running: Running) -> dict[str, Any] | None:
+    async def _attempt(self, running: LiveAttempt) -> dict[str, Any] | None:
         """Its executor under the timeout, then its outcome (completed, failed, or pending again
         with a retry delay, or parked); None when the attempt was cancelled."""
         row = running.row
@@ -248,7 +248,7 @@ class Attempts:
             values = _failure(row, f"{type(exc).__name__}: {exc}")
         return None if running.cancelled else self._outcome(running, policy, values, retryable)
 
-    def _parked(self, running: Running, wait: dict[str, Any]) -> dict[str, Any]:
+    def _parked(self, running: LiveAttempt, wait: dict[str, Any]) -> dict[str, Any]:
         """What the pass loop writes for an attempt that parks on `wait`: the task stays in
         progress, with the wait and its deadline, and without a lease (no instance holds it).
         A wait that cannot be stored (its schema, prompt or default) fails the task instead."""
@@ -269,7 +269,7 @@ class Attempts:
         _add_unstored_usage(running, values)
         return {"id": running.task_id, "values": values, "wait": wait}
 
-    def _outcome(self, running: Running, policy: RetryPolicy, values: dict[str, Any],
+    def _outcome(self, running: LiveAttempt, policy: RetryPolicy, values: dict[str, Any],
                  retryable: bool) -> dict[str, Any]:
         """What the pass loop writes for this attempt: its values, and a retry delay when it runs again."""
         row = running.row
@@ -293,7 +293,7 @@ class Attempts:
             values["completed_at"] = stamp
         return outcome
 
-    async def _call_executor(self, running: Running, policy: RetryPolicy) -> Any:
+    async def _call_executor(self, running: LiveAttempt, policy: RetryPolicy) -> Any:
         row, run = running.row, running.run
         cls = self.registry.resolve(row)
         if cls is None:
@@ -354,7 +354,7 @@ class Attempts:
         )
         return await executor.execute(inputs, context)
 
-    async def _store_checkpoint(self, running: Running, data: Any) -> None:
+    async def _store_checkpoint(self, running: LiveAttempt, data: Any) -> None:
         try:
             value = storable(data, max_depth=self.settings.max_result_depth,
                              max_bytes=self.settings.max_checkpoint_bytes, what="checkpoint")
@@ -368,7 +368,7 @@ class Attempts:
             raise ExecutorError("This attempt no longer holds its task (cancelled, or taken over)")
         running.checkpoint = value
 
-    async def _until_stopped(self, running: Running) -> None:
+    async def _until_stopped(self, running: LiveAttempt) -> None:
         """A fenced write of the attempt was refused: the task was cancelled (or its status set
         by hand), or another instance took it over. A cancel decides in the database first and
         stops the work after (cancel hook, then the coroutine), so when the task is found finished
@@ -382,7 +382,7 @@ class Attempts:
 
     # --- stopping attempts from outside ----------------------------------------------------
 
-    def detach(self, task_id: str, *, shutdown: bool = False, settled: bool = False) -> Running | None:
+    def detach(self, task_id: str, *, shutdown: bool = False, settled: bool = False) -> LiveAttempt | None:
         """Take a running task out of the engine's hands: its late outcome is discarded.
         `shutdown`: the service stops (the attempt is handed back, to run again), not a cancel;
         `settled`: it was settled as interrupted (its lease lost), which reports its span."""
@@ -395,7 +395,7 @@ class Attempts:
                 self.end_span(running, None)
         return running
 
-    async def stop(self, running: Running | None) -> dict[str, Any]:
+    async def stop(self, running: LiveAttempt | None) -> dict[str, Any]:
         """Stop detached work: the executor's cancel hook first, then its coroutine."""
         if running is None:
             return {}
@@ -409,7 +409,7 @@ class Attempts:
         `settled`: another instance settled it as interrupted (see detach)."""
         self.background.spawn(self.stop(self.detach(task_id, settled=settled)))
 
-    async def call_cancel_hook(self, running: Running) -> dict[str, Any]:
+    async def call_cancel_hook(self, running: LiveAttempt) -> dict[str, Any]:
         if running.executor is None:
             return {}
         try:

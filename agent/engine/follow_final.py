@@ -15,7 +15,7 @@ from typing import Any
 import asyncio
 
 from taskgrove.agent.engine.bus import FINAL
-from taskgrove.agent.engine.bus import Subscription
+from taskgrove.agent.engine.bus import BusSubscription
 from taskgrove.storage import executions
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.status import FINISHED_STATUSES, TaskStatus
@@ -25,7 +25,7 @@ from taskgrove.storage.trees import now_iso
 CHECK_EVERY = 1.0
 
 
-async def follow_execution(repo: TaskRepository, subscription: Subscription, tree_id: str,
+async def follow_execution(repo: TaskRepository, subscription: BusSubscription, tree_id: str,
                            check_every: float = CHECK_EVERY) -> AsyncIterator[dict[str, Any]]:
     """The engine events of the tree's execution, ending with exactly one `final`.
 
