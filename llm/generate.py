@@ -23,7 +23,7 @@ from typing import Any
 
 from taskgrove.llm.client import LLMClient, add_usage, empty_usage
 from taskgrove.storage import fields
-from taskgrove.storage.trees import find_cycle
+from taskgrove.storage.tree_graph import find_cycle
 
 MAX_TOKENS_LIMIT = 200_000
 
@@ -165,7 +165,7 @@ def tasks_of(value: Any) -> list[Any]:
 def _find_cycle(edges: Mapping[int, list[int]], n: int) -> list[int] | None:
     """One cycle in a directed graph over 0..n-1, as a closed path [a, b, ..., a], or None.
 
-    storage.trees.find_cycle: iterative, so a long generated chain cannot exhaust the stack."""
+    storage.tree_graph.find_cycle: iterative, so a long generated chain cannot exhaust the stack."""
     return find_cycle({i: edges.get(i, []) for i in range(n)})
 
 

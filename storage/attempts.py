@@ -117,7 +117,7 @@ def ms_between(earlier: str | None, later: str | None) -> float | None:
 
 def seconds_between(earlier: str | None, later: str | None) -> float | None:
     """Seconds from one stored time to another (the queue wait metric, once per attempt), None if
-    one is missing, never negative. Two stored times (trees.now_iso: `...THH:MM:SS.ffffff+00:00`)
+    one is missing, never negative. Two stored times (clock.now_iso: `...THH:MM:SS.ffffff+00:00`)
     of the same minute, the usual case, are told apart by their seconds alone: a fifth of the
     cost of parsing both."""
     if not earlier or not later:

@@ -1,13 +1,13 @@
 """The field rules of a task: one table saying, per settable field, what value it accepts and how
 a wrong one is worded.
 
-Why one table: tasks.create (storage.trees), tasks.update (agent.services.task_service), tasks.clone's
-reset_fields (storage.trees.reset_values) and the planner's validation (llm.generate) all check the
+Why one table: tasks.create (storage.new_tree), tasks.update (agent.services.task_service), tasks.clone's
+reset_fields (storage.copy_plan.reset_values) and the planner's validation (llm.generate) all check the
 same fields; with the rule written once, a client sees the same sentence for the same mistake
 whichever call it made. The limits come from the column widths in storage.models.
 
 What is *not* here: the JSON value gate (non-finite numbers, lone surrogates, depth: storage.
-jsonvalues), references between tasks (parent_id, dependencies: storage.trees) and the sharing
+jsonvalues), references between tasks (parent_id, dependencies: storage.new_tree) and the sharing
 policies (concurrency, rate_limit: storage.sharing), which need more than one value to decide.
 """
 

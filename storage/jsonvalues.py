@@ -10,7 +10,7 @@ stored JSON column is read with `read_stored` (which never raises), and replies 
 Every surface uses it: `/tasks` and `/system` (agent.surfaces.jsonrpc), `/` and the A2A REST routes
 (agent.surfaces.a2a.envelope parses with `loads` and checks with `problem`, so `/` and `/tasks` word each
 mistake alike), GraphQL over HTTP and WebSocket, the event WebSocket, MCP, and the writes of
-storage.trees and the service. Executors' results go through storage.results.storable, which
+storage.new_tree and the service. Executors' results go through storage.results.storable, which
 converts as it checks (dates to text, size, shared structures) but refuses a scalar in the words
 of this module (NOT_FINITE, NOT_UNICODE) at the place `path_of` names.
 
@@ -41,7 +41,7 @@ The depth limits, and why each exists:
   WebSocket message by `loads`. Surfaces that parse a body again after bodylimit pass
   STORED_MAX_DEPTH, so the setting is applied once.
 - STORED_MAX_DEPTH = 500: the ceiling. The setting may not exceed it; values written by
-  storage.trees and the service are checked against it and stored values are read back within
+  storage.new_tree and the service are checked against it and stored values are read back within
   it, so whatever a request may carry can be stored, read and sent back (Python's json,
   graphql-core and most clients fail near 1000).
 - agent.surfaces.a2a.envelope.MAX_DEPTH = 90: an A2A data part becomes a protobuf Struct, which the SDK
@@ -390,7 +390,7 @@ def is_valid_text(text: str) -> bool:
 class Unreadable(dict):  # type: ignore[type-arg]
     """Stands in for a stored JSON value that cannot be read back (not JSON, not finite, not
     Unicode, too deep). An empty dict, so every consumer keeps working; `reason` says why and
-    `storage.trees.public` reports it instead of the value."""
+    `storage.task_view.public` reports it instead of the value."""
 
     def __init__(self, reason: str) -> None:
         super().__init__()

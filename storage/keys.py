@@ -23,7 +23,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from taskgrove.storage.models import llm_keys_table as K
-from taskgrove.storage.trees import now_iso
+from taskgrove.storage.clock import now_iso
 
 if TYPE_CHECKING:  # pragma: no cover
     from cryptography.fernet import Fernet

@@ -362,7 +362,7 @@ _TASK_COLUMNS = frozenset(tasks_table.c.keys())
 
 def with_defaults(row: Mapping[str, Any]) -> dict[str, Any]:
     """A full row for `row`: every column present, unknown keys dropped. A row holding columns
-    only (every new tree's, from storage/trees.py) is merged at C speed, without a Python step
+    only (every new tree's, from storage/new_tree.py) is merged at C speed, without a Python step
     per key (a 1000-task insert makes a thousand)."""
     if _TASK_COLUMNS.issuperset(row):
         return {**_DEFAULTS, **row}

@@ -18,7 +18,7 @@ from sqlalchemy import and_, case, delete, func, insert, literal, null, select, 
 from sqlalchemy.engine import Connection
 
 from taskgrove.storage import executions
-from taskgrove.storage import trees
+from taskgrove.storage import copy_plan
 from taskgrove.storage.attempts import ms_between
 from taskgrove.storage.models import executions_table as X
 from taskgrove.storage.repository import read_tree
@@ -154,8 +154,8 @@ def claim_slot(c: Connection, schedule: Mapping[str, Any], slot: str | None, nex
 
 def _copies(template: list[Row], task_id: str, schedule_id: str, slot: str | None) -> list[Row]:
     """A fresh copy of the template (tasks.copy semantics), root first; the root names its run."""
-    selected, root = trees.connect(template, trees.copy_selection(template, task_id, False))
-    copies = trees.plan_copies(template, selected, root, origin_for=dict.fromkeys(selected, "clone"),
-                               reset=trees.RESETTABLE)
+    selected, root = copy_plan.connect(template, copy_plan.copy_selection(template, task_id, False))
+    copies = copy_plan.plan_copies(template, selected, root, origin_for=dict.fromkeys(selected, "clone"),
+                                   reset=copy_plan.RESETTABLE)
     copies[0]["extra"] = {**(copies[0].get("extra") or {}), "schedule_id": schedule_id, "schedule_slot": slot}
     return copies

@@ -21,7 +21,7 @@ _SUMMED = ("prompt_tokens", "completion_tokens", "total_tokens", "cost_usd", "ca
 
 # A usage sum as answers show it (docs/costs.md). A stored sum whose `cost_usd` is unknown (a call
 # of a model without a price) also keeps PRICED_COST, the dollars of its priced calls: the sum a
-# dollar budget is held to (llm/budget.py), never shown. Named here because storage/trees.py's
+# dollar budget is held to (llm/budget.py), never shown. Named here because storage/task_view.py's
 # `public` drops it and storage imports nothing above it; llm/usage.py does the arithmetic.
 PRICED_COST = "priced_cost_usd"
 
