@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     # Clients of a running service: this process's SERVICE_* settings do not matter.
     if args.command == "mcp":
-        from taskgrove.agent.surfaces.mcp.stdio import serve_stdio
+        from taskgrove.agent.surfaces.mcp.stdio_proxy import serve_stdio
 
         asyncio.run(serve_stdio(args.url, args.token))
         return

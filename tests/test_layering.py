@@ -172,3 +172,42 @@ def test_every_agent_module_has_a_layer() -> None:
     assert not homeless, f"a folder of agent/ that is no layer (add it to AGENT_LAYERS): {homeless}"
     top_level = sorted(name for name in MODULES if _room(name) == TOP_LEVEL)
     assert top_level == ["taskgrove.agent.app", "taskgrove.agent.cli"], top_level
+
+
+# Module names used in two places on purpose: the same concept at two layers (docs/ARCHITECTURE.md,
+# "One name for one thing"). Any other name used twice is a newcomer's trap and fails below.
+SHARED_MODULE_NAMES = {
+    "__init__.py": "a package's marker",
+}
+MAX_SHARED_NAMES = 4  # issue 44: at most four module names used twice, each documented
+
+
+def _package_files() -> list[Path]:
+    return [path for name, path in MODULES.items() if name != "taskgrove"]
+
+
+def test_one_module_name_for_one_thing() -> None:
+    seen: dict[str, list[str]] = {}
+    for path in _package_files():
+        seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    twice = {name: places for name, places in seen.items() if len(places) > 1}
+    unexplained = {name: places for name, places in twice.items() if name not in SHARED_MODULE_NAMES}
+    assert not unexplained, f"module names used more than once: {unexplained}"
+    assert len(set(twice) - {"__init__.py"}) <= MAX_SHARED_NAMES
+
+
+def test_one_class_name_for_one_thing() -> None:
+    """No two classes of the package share a name (a reader searching for it finds one)."""
+    where: dict[str, list[str]] = {}
+    for path in _package_files():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                where.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
+    twice = {name: places for name, places in where.items() if len(places) > 1}
+    assert not twice, f"class names defined more than once: {twice}"
+
+
+def test_no_module_over_600_lines() -> None:
+    long = {str(path.relative_to(ROOT)): n for path in _package_files()
+            if (n := len(path.read_text(encoding="utf-8").splitlines())) > 600}
+    assert not long, f"split these by concern: {long}"

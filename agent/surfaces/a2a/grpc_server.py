@@ -45,7 +45,7 @@ from google.protobuf import any_pb2, duration_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_reflection.v1alpha import reflection
 
-from taskgrove.agent.surfaces.a2a.calls import BLOCKING_KEY, CALL_KEY, PUSH_KEY, SECRET_HEADERS, WIRE_KEY, CallerUser
+from taskgrove.agent.surfaces.a2a.caller_context import BLOCKING_KEY, CALL_KEY, PUSH_KEY, SECRET_HEADERS, WIRE_KEY, CallerUser
 from taskgrove.agent.surfaces.a2a.envelope import WIRE_0_3, WIRE_1_0
 from taskgrove.agent.foundations.auth import AuthError
 from taskgrove.agent.surfaces.edge import header_context
@@ -109,7 +109,7 @@ def metadata_of(context: grpc.aio.ServicerContext) -> dict[str, str]:
 
 class CallerGrpcContextBuilder(GrpcServerCallContextBuilder):
     """Our caller from the call's metadata, in the state our handler and executor read
-    (the gRPC form of agent.surfaces.a2a.calls.CallerContextBuilder)."""
+    (the gRPC form of agent.surfaces.a2a.caller_context.CallerContextBuilder)."""
 
     def __init__(self, services: "Services", wire: str) -> None:
         self._services = services

@@ -29,7 +29,7 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.errors import InvalidParamsError
 
 from taskgrove.agent.surfaces.a2a import store
-from taskgrove.agent.surfaces.a2a.calls import BLOCKING_KEY, CALL_KEY, PUSH_KEY, wire_for
+from taskgrove.agent.surfaces.a2a.caller_context import BLOCKING_KEY, CALL_KEY, PUSH_KEY, wire_for
 from taskgrove.agent.surfaces.a2a.executor import TaskTreeAgentExecutor
 from taskgrove.agent.surfaces.a2a.message_tree import TreeRequestContextBuilder, push_requested
 from taskgrove.agent.surfaces.a2a.push import PushConfigError, PushTargets, SpecPushSender, check_url

@@ -1,6 +1,7 @@
 """Durable waits through A2A: a tree that waits for input makes its agent task `input-required`.
 
-While a task of an agent task's tree waits for input (docs/waits.md), the agent task is
+While a task of an agent task's tree waits for input (docs/waits.md), or for the answer to a
+question a remote agent asked it (kind `agent_input`, docs/agents.md), the agent task is
 `input-required` (1.0: TASK_STATE_INPUT_REQUIRED) and its status message carries the wait: the
 prompt as a text part, and in the data part (the run summary) `task_id`, `prompt`, `schema`,
 `deadline` and `next` (how to answer). The database is the truth about what waits: this module
@@ -30,6 +31,8 @@ from taskgrove.storage.status import TaskStatus
 from taskgrove.storage.waits import public_wait
 
 ANSWER_KEY = "value"
+# The waits an A2A caller answers: a person's input, and another agent's question from any depth.
+ASKED = ("input", "agent_input")
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,9 @@ class InputWait:
     schema: Any
     since: str | None
     deadline: str | None
+    # Who asks, when the question is another agent's (a wait of kind agent_input: a remote A2A
+    # task of this tree asked, docs/agents.md): its name, url, remote ids, and who asked it.
+    agent: Mapping[str, Any] | None = None
 
     @property
     def takes_text(self) -> bool:
@@ -62,13 +68,19 @@ class InputWait:
         """What the status message's data part carries beside the run summary."""
         data = {"task_id": self.task_id, "prompt": self.prompt, "schema": self.schema, "since": self.since,
                 "deadline": self.deadline, "next": self.hint()}
+        if self.agent is not None:
+            data["agent"] = dict(self.agent)
         if problem is not None:
             data["problem"] = problem
         return data
 
     def text(self, problem: str | None = None) -> str:
-        """The prompt as the text part (after the reason an answer was not taken)."""
-        return self.prompt if problem is None else f"Not accepted: {problem}\n\n{self.prompt}"
+        """The prompt as the text part (after the reason an answer was not taken), naming the agent
+        that asks when it is another agent's question."""
+        prompt = self.prompt
+        if self.agent is not None:
+            prompt = f"The agent {self.agent.get('name') or self.agent.get('url') or 'downstream'} asks: {prompt}"
+        return prompt if problem is None else f"Not accepted: {problem}\n\n{prompt}"
 
 
 @dataclass(frozen=True)
@@ -90,9 +102,10 @@ def waits_for_input(rows: Iterable[Mapping[str, Any]]) -> list[InputWait]:
     found = []
     for row in rows:
         wait = _public(row.get("waiting"))
-        if wait is not None and wait.get("kind") == "input" and row["status"] == TaskStatus.IN_PROGRESS:
+        if wait is not None and wait.get("kind") in ASKED and row["status"] == TaskStatus.IN_PROGRESS:
+            agent = wait.get("agent") if isinstance(wait.get("agent"), Mapping) else None
             found.append((wait.get("since") or "", InputWait(row["id"], wait.get("prompt") or "", wait.get("schema"),
-                                                              wait.get("since"), wait.get("deadline"))))
+                                                              wait.get("since"), wait.get("deadline"), agent)))
     return [wait for _, wait in sorted(found, key=lambda pair: pair[0])]
 
 

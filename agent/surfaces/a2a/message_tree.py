@@ -34,7 +34,7 @@ from a2a.utils.errors import (
 )
 from google.protobuf.json_format import MessageToDict
 
-from taskgrove.agent.surfaces.a2a.calls import PUSH_KEY, call_of, wire_for
+from taskgrove.agent.surfaces.a2a.caller_context import PUSH_KEY, call_of, wire_for
 from taskgrove.agent.surfaces.a2a.card import llm_configured
 from taskgrove.agent.surfaces.a2a.input_required import ANSWER_KEY, Answer, InputWait, read_answer, waits_for_input
 from taskgrove.agent.surfaces.a2a.plain_language import (

@@ -22,14 +22,14 @@ from a2a.utils.errors import JSON_RPC_ERROR_CODE_MAP, A2AError
 from google.protobuf import struct_pb2
 from google.protobuf.json_format import ParseDict, ParseError
 
-from taskgrove.agent.surfaces.a2a.calls import CALL_KEY, PUSH_KEY
+from taskgrove.agent.surfaces.a2a.caller_context import CALL_KEY, PUSH_KEY
 from taskgrove.agent.surfaces.a2a.handler import TaskgroveRequestHandler
 from taskgrove.agent.surfaces.a2a.push import PushConfigError, parse_target
 from taskgrove.agent.surfaces.a2a.wire import PROTOCOL, event_json, task_json
 from taskgrove.agent.foundations.errors import INTERNAL_ERROR, RpcError, invalid_params
 from taskgrove.agent.foundations.calls import CallContext, Handler, StreamReply
 from taskgrove.agent.foundations.params import checked_text
-from taskgrove.storage.trees import now_iso
+from taskgrove.storage.clock import now_iso
 
 if TYPE_CHECKING:  # pragma: no cover
     from taskgrove.agent.services.container import Services

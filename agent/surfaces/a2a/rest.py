@@ -30,7 +30,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
 from taskgrove.agent.surfaces.a2a import quota
-from taskgrove.agent.surfaces.a2a.calls import BLOCKING_KEY, CALL_KEY, PUSH_KEY, WIRE_KEY, CallerContextBuilder
+from taskgrove.agent.surfaces.a2a.caller_context import BLOCKING_KEY, CALL_KEY, PUSH_KEY, WIRE_KEY, CallerContextBuilder
 from taskgrove.agent.surfaces.a2a.card import REST_PREFIX
 from taskgrove.agent.surfaces.a2a.envelope import (
     MAX_DEPTH,
@@ -40,7 +40,7 @@ from taskgrove.agent.surfaces.a2a.envelope import (
 )
 from taskgrove.agent.surfaces.a2a.extras import explicitly_blocking, push_extras
 from taskgrove.agent.surfaces.a2a.handler import TaskgroveRequestHandler
-from taskgrove.agent.surfaces.a2a.params import nul_in_names
+from taskgrove.agent.surfaces.a2a.params_check import nul_in_names
 from taskgrove.agent.surfaces.a2a.push import PushConfigError
 from taskgrove.agent.surfaces.a2a.wire import restore_ints
 from taskgrove.agent.foundations.auth import AuthError
@@ -104,7 +104,7 @@ def _guarded(services: "Services", endpoint: Endpoint) -> Endpoint:
                 return rest_error(400, "INVALID_ARGUMENT", found)
         where = nul_in_names({"path": dict(request.path_params), "query": dict(request.query_params.multi_items()),
                               "body": payload}, "request")
-        if where is not None:  # the JSON-RPC rule of agent.surfaces.a2a.params, for the ids in paths and queries
+        if where is not None:  # the JSON-RPC rule of agent.surfaces.a2a.params_check, for the ids in paths and queries
             return rest_error(400, "INVALID_ARGUMENT", f"{where.removeprefix('request.')} must not contain NUL characters")
         wrapped = {"params": payload} if isinstance(payload, dict) else {}
         try:

@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from taskgrove.agent.surfaces.a2a import quota
-from taskgrove.agent.surfaces.a2a.calls import BLOCKING_KEY, CALL_KEY, PUSH_KEY, CallerContextBuilder
+from taskgrove.agent.surfaces.a2a.caller_context import BLOCKING_KEY, CALL_KEY, PUSH_KEY, CallerContextBuilder
 from taskgrove.agent.surfaces.a2a.envelope import (
     EnvelopeError,
     calls_of,
@@ -35,7 +35,7 @@ from taskgrove.agent.surfaces.a2a.envelope import (
 )
 from taskgrove.agent.surfaces.a2a.handler import TaskgroveRequestHandler, build_surface
 from taskgrove.agent.surfaces.a2a.methods import AgentMethods
-from taskgrove.agent.surfaces.a2a.params import check_params, check_version
+from taskgrove.agent.surfaces.a2a.params_check import check_params, check_version
 from taskgrove.agent.surfaces.a2a.push import PushConfigError
 from taskgrove.agent.surfaces.a2a.extras import explicitly_blocking, push_extras
 from taskgrove.agent.surfaces.a2a.relay import Relay, as_json

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 import strawberry
 
 from taskgrove.agent.foundations.errors import invalid_params, permission_denied, task_not_found
-from taskgrove.agent.surfaces.graphql.budget import ListBudget, budget_of
-from taskgrove.agent.surfaces.graphql.errors import checked, from_rpc, service_call
+from taskgrove.agent.surfaces.graphql.list_budget import ListBudget, budget_of
+from taskgrove.agent.surfaces.graphql.graphql_errors import checked, from_rpc, service_call
 from taskgrove.agent.surfaces.graphql.types import (
     CreateTaskInput,
     PurgeResult,
@@ -44,7 +44,7 @@ class GraphQLContext:
     response: Any = None
     # Filled by strawberry from a graphql-transport-ws `connection_init` payload.
     connection_params: Any = None
-    # List items this request may still return (agent/surfaces/graphql/budget.py).
+    # List items this request may still return (agent/surfaces/graphql/list_budget.py).
     list_budget: ListBudget | None = None
 
 

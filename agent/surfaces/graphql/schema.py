@@ -12,7 +12,7 @@ from strawberry.scalars import JSON
 from strawberry.extensions import AddValidationRules, MaxAliasesLimiter, MaxTokensLimiter, QueryDepthLimiter
 
 from taskgrove.agent.surfaces.graphql import resolvers
-from taskgrove.agent.surfaces.graphql.errors import classify_errors
+from taskgrove.agent.surfaces.graphql.graphql_errors import classify_errors
 from taskgrove.agent.surfaces.graphql.subscription import task_status_changes
 from taskgrove.agent.surfaces.graphql.types import CreateTaskInput, PurgeResult, TaskStatusEnum, TaskType, UpdateTaskInput
 

@@ -19,7 +19,7 @@ import strawberry
 from taskgrove.agent.engine import bus
 from taskgrove.agent.engine.bus import BusSubscription
 from taskgrove.agent.foundations.errors import task_not_found
-from taskgrove.agent.surfaces.graphql.errors import checked, from_rpc, service_call
+from taskgrove.agent.surfaces.graphql.graphql_errors import checked, from_rpc, service_call
 from taskgrove.agent.surfaces.graphql.resolvers import GraphQLContext, required
 from taskgrove.agent.surfaces.graphql.types import TERMINAL, TaskStatusEnum, TaskType
 from taskgrove.agent.foundations.requests import GetTask, task_id_text

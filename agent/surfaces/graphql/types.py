@@ -14,8 +14,8 @@ from typing import Any, Optional
 import strawberry
 from strawberry.scalars import JSON
 
-from taskgrove.agent.surfaces.graphql.budget import budget_of
-from taskgrove.agent.surfaces.graphql.errors import checked, service_call
+from taskgrove.agent.surfaces.graphql.list_budget import budget_of
+from taskgrove.agent.surfaces.graphql.graphql_errors import checked, service_call
 from taskgrove.agent.foundations.requests import ListChildren, task_id_text
 from taskgrove.storage.status import TaskStatus
 

@@ -37,7 +37,7 @@ from taskgrove.agent.foundations.auth import AuthError
 from taskgrove.agent.surfaces.bodylimit import replaying
 from taskgrove.agent.foundations.errors import INTERNAL_ERROR, RpcError
 from taskgrove.agent.surfaces.graphql import request as checks
-from taskgrove.agent.surfaces.graphql.errors import (
+from taskgrove.agent.surfaces.graphql.graphql_errors import (
     INTERNAL_MESSAGE,
     error_response,
     quota_response,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from taskgrove.agent.foundations.errors import INVALID_PARAMS, RpcError
-from taskgrove.agent.surfaces.graphql.errors import from_rpc
+from taskgrove.agent.surfaces.graphql.graphql_errors import from_rpc
 
 
 class ListBudget:
