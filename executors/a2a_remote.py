@@ -23,8 +23,9 @@ How a run goes:
      remote task id and its state at that moment (usually `working`).
 3. The `progress` of each status message's data part becomes this task's progress.
 4. The result is the remote task's final state, its artifacts and ids (see `_outcome`). A remote
-   `failed` or `rejected` state, a remote cancel, or a state that asks for input fails this task
-   with the remote agent's message.
+   `failed` or `rejected` state or a remote cancel fails this task with the remote agent's message.
+   A state that asks (`input-required`, `auth-required`) parks this task on a durable wait, answered
+   with tasks.respond (executors/a2a_questions.py); only `blocking: false` returns it as it is.
 
 `cancel()` cancels the remote task (tasks/cancel), closes the client and returns what is known so
 far as the partial result. The whole exchange is bounded by `timeout`; when it expires the remote
@@ -64,6 +65,7 @@ from google.protobuf.json_format import MessageToDict, ParseError
 from pydantic import ValidationError
 
 from taskgrove.executors.a2a_lenient import LenientTransport
+from taskgrove.executors.a2a_questions import RemoteQuestions
 from taskgrove.executors.a2a_states import state_name
 from taskgrove.executors.base import ExecutionContext, Executor, ExecutorError
 from taskgrove.executors.netguard import UnsafeURLError, ensure_public_url, redact_url, request_guard
@@ -76,7 +78,7 @@ TERMINAL = frozenset({
     TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_FAILED,
     TaskState.TASK_STATE_CANCELED, TaskState.TASK_STATE_REJECTED,
 })
-# The remote agent waits for something this executor cannot give: the exchange ends there.
+# The remote agent waits for an answer: the exchange pauses there (a wait, executors/a2a_questions.py).
 INTERRUPTED = frozenset({TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED})
 FAILED = frozenset({TaskState.TASK_STATE_FAILED, TaskState.TASK_STATE_REJECTED})
 
@@ -180,9 +182,10 @@ def _parser_text(exc: ParseError | ValidationError) -> str:
     return f"{field}: {innermost}" if field else innermost
 
 
-class RemoteAgentCall(Executor):
+class RemoteAgentCall(RemoteQuestions, Executor):
     """One run of a2a_agent_executor (executors/a2a.py holds the registered class, which delegates
-    here): the message sent, the remote task followed, its outcome returned."""
+    here): the message sent, the remote task followed, its outcome returned; a question of the
+    remote task is a durable wait (RemoteQuestions, executors/a2a_questions.py)."""
 
     def __init__(self, params: Any = None) -> None:
         super().__init__(params)
@@ -229,6 +232,7 @@ class RemoteAgentCall(Executor):
         timeout = float(inputs.get("timeout", 300))
         poll_interval = float(inputs.get("poll_interval", 0.5))
         blocking = bool(inputs.get("blocking", True))
+        answer_timeout = inputs.get("answer_timeout_seconds")  # how long a remote question waits
         headers = inputs.get("headers") or {}
         if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
             raise ExecutorError("headers must be an object of string values")
@@ -267,6 +271,8 @@ class RemoteAgentCall(Executor):
                 if await self._reattach(context):  # an earlier attempt had sent it: follow that task
                     if blocking and not self._finished():
                         await self._poll(context, poll_interval)
+                    if blocking:
+                        await self._answer_questions(context, url, bool(streaming), poll_interval, answer_timeout)
                     return self._check_outcome()
                 if not blocking:
                     await self._send(request, context)
@@ -277,6 +283,7 @@ class RemoteAgentCall(Executor):
                     await self._send(request, context)
                 if self._reply is None and not self._finished():
                     await self._poll(context, poll_interval)
+                await self._answer_questions(context, url, bool(streaming), poll_interval, answer_timeout)
         except TimeoutError:
             if self._cancelled:
                 raise ExecutorError("cancelled") from None

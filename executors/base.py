@@ -154,6 +154,15 @@ class ExecutionContext:
         return self._wait({"kind": "event", "prompt": f"event {name}", "schema": None, "event": str(name),
                            "match": dict(match) if match else None}, timeout, default)
 
+    async def wait_for_agent(self, question: Mapping[str, Any], timeout: float | None = None) -> Any:
+        """The answer (tasks.respond) to a question another agent asked this task (a remote A2A
+        task's `input-required`, executors/a2a_questions.py): a wait of kind `agent_input` with the
+        question's `prompt`, `schema` and `agent` (who asks). After `timeout` seconds the task fails."""
+        schema = question.get("schema")
+        return self._wait({"kind": "agent_input", "prompt": str(question.get("prompt") or ""),
+                           "schema": dict(schema) if schema else None, "agent": dict(question.get("agent") or {})},
+                          timeout, ABSENT)
+
     async def sleep(self, seconds: float) -> None:
         """A durable timer: no slot while it runs, and a restart does not lose it."""
         self._wait({"kind": "timer", "prompt": f"sleep {float(seconds):g}s", "schema": None},

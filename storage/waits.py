@@ -26,6 +26,8 @@ Row = dict[str, Any]
 # What reads show of a wait (the stored form also keeps index, timeout and default).
 PUBLIC_KEYS = ("kind", "prompt", "schema", "since", "deadline")
 EVENT_KEYS = ("event", "match")
+# A question of another agent (kind `agent_input`, executors/a2a_questions.py) also shows who asks.
+AGENT_KEYS = ("agent",)
 
 
 def read(text: str | None) -> Any:
@@ -44,6 +46,8 @@ def public_wait(text: str | None) -> dict[str, Any] | None:
     shown = {key: wait.get(key) for key in PUBLIC_KEYS}
     if wait.get("kind") == "event":
         shown.update({key: wait.get(key) for key in EVENT_KEYS})
+    elif wait.get("kind") == "agent_input":
+        shown.update({key: wait.get(key) for key in AGENT_KEYS})
     return shown
 
 

@@ -33,6 +33,8 @@ from taskgrove.agent.foundations.settings import Settings
 from taskgrove.agent.services.system_service import SystemService
 from taskgrove.agent.services.wait_service import WaitService
 from taskgrove.agent.services.log_service import LogService
+from taskgrove.agent.services.agent_wiring import AgentDirectoryParts
+from taskgrove.agent.services.remote_questions import RemoteQuestionCancels
 from taskgrove.executors.database import dispose_engines
 from taskgrove.executors.registry import ExecutorRegistry
 from taskgrove.llm.breaker import Breakers
@@ -77,6 +79,10 @@ class Services:
     retention: Retention | None = None
     # Costs of LLM work (docs/costs.md): counted per call, summed per tree and per user and day.
     usage: UsageService | None = None
+    # Cancels the remote task of a task that ended while a remote agent's question waited.
+    remote_questions: RemoteQuestionCancels | None = None
+    # The directory of agents (agents.*, delegation by name or skill, the planner's agents).
+    agents: AgentDirectoryParts | None = None
     # Set once the schema is at the migrations' head (for /readyz).
     migrated: bool = False
 
@@ -113,10 +119,13 @@ class Services:
         for name in ("tasks.create", "tasks.execute", "execute_task_tree", "tasks.copy", "tasks.clone"):
             services.task_methods[name] = idempotent.wrap(name, services.task_methods[name])
         services.retention = Retention(repo, settings, metrics)
+        services.remote_questions = RemoteQuestionCancels(repo, bus, settings)
         services.task_methods["tasks.purge"] = typed(PurgeTasks.from_params, services.retention.purge)
         generate = GenerateService(tasks, registry, settings, engine.services)
         services.task_methods["tasks.generate"] = typed(GenerateTree.from_params, generate.generate)
         services.task_methods["usage.get"] = typed(UsageQuery.from_params, usage.get)
+        services.agents = AgentDirectoryParts.build(repo, settings, metrics, engine.services, tasks)
+        services.task_methods.update(services.agents.methods())
         services.system_methods = {
             "system.health": without_params(system.health),
             "system.executors": without_params(system.executors),
@@ -131,17 +140,25 @@ class Services:
         await migrate(self.repo.engine)
         self.migrated = True
         await self.engine.start()
+        if self.remote_questions is not None:
+            self.remote_questions.start()
         if self.settings.enable_scheduler:
             self.schedule_loop.start()
+        if self.agents is not None:
+            self.agents.refresher.start()
         if self.retention is not None:
             self.retention.start()  # only when SERVICE_RETENTION is set
 
     async def stop(self) -> None:
         await self.schedule_loop.stop()  # no new runs; the engine then hands back what is running
+        if self.agents is not None:
+            await self.agents.refresher.stop()
         if self.retention is not None:
             await self.retention.stop()
         for hook in self.shutdown_hooks:
             await hook()
+        if self.remote_questions is not None:
+            await self.remote_questions.stop()
         await self.engine.stop()
         await dispose_engines()  # database_executor's connection pools
         await self.repo.close()

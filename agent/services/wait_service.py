@@ -25,6 +25,10 @@ from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.results import Unstorable, storable
 from taskgrove.storage.waits import public_wait, read
 
+# The waits tasks.respond answers: a person's input, and a question of another agent (agent_input:
+# a remote A2A task's input-required, whose answer the task sends back to it).
+ANSWERABLE = ("input", "agent_input")
+
 
 class WaitService:
     def __init__(self, repo: TaskRepository, engine: Engine, settings: Settings) -> None:
@@ -49,7 +53,7 @@ class WaitService:
         if not ctx.caller.can_access(row["user_id"]):
             raise permission_denied(f"Only the owner or an admin may answer task '{task_id}'")
         wait = read(row.get("waiting"))
-        if not isinstance(wait, dict) or wait.get("kind") != "input":
+        if not isinstance(wait, dict) or wait.get("kind") not in ANSWERABLE:
             raise invalid_params(f"task {task_id} is not waiting for input")
         value = self._storable(request.value)
         if (problem := schema_problem(wait.get("schema"), value)) is not None:
