@@ -9,23 +9,23 @@
         tree = client.create(report)            # a TaskTree, typed
         done = client.wait(tree.id)
 
-One module per job: `aio` (AsyncClient), `sync` (Client), `builder` (Tree), `models` (the typed
-answers), `errors` (the exceptions and the one table mapping answers to them), `retry` (what is
-resent, when), `rpc` (the HTTP side), `watch` (live events over /ws). The manual: docs/client.md.
+One module per job: `aio` (AsyncClient), `sync` (Client), `builder` (Tree), `answers` (the typed
+answers), `exceptions` (the exceptions and the one table mapping answers to them), `resend` (what
+is resent, when), `rpc` (the HTTP side), `watch` (live events over /ws). The manual: docs/client.md.
 It imports nothing of the service: httpx, websockets, pydantic and anyio are all it needs.
 """
 
 from taskgrove.client.aio import UNSET, AsyncClient
 from taskgrove.client.builder import Needs, TaskSpec, Tree, optional
-from taskgrove.client.errors import (Conflict, InvalidParams, InvalidRequest, MethodNotFound, NotFound,
+from taskgrove.client.exceptions import (Conflict, InvalidParams, InvalidRequest, MethodNotFound, NotFound,
                                      PermissionDenied, ProtocolError, QuotaExceeded, ServerError, TaskgroveError,
                                      Unavailable, Unreachable)
-from taskgrove.client.models import (Answer, Attempt, Budget, Cancellation, ClonePreview, Deletion, Dependency,
+from taskgrove.client.answers import (Answer, Attempt, Budget, Cancellation, ClonePreview, Deletion, Dependency,
                                      Emitted, Event, EventData, Execution, ExecutorInfo, Executors, Health,
                                      LlmKeyDeleted, LlmKeyStatus, LlmKeyStored, LogLine, LogPage, Purge, RetryPolicy,
                                      RunningCount, RunningStatus, Schedule, ScheduleDeletion, ScheduleRun, Task,
                                      TaskPage, TaskStatus, TaskTree, Usage, UsageDay, UsageTotals, Wait)
-from taskgrove.client.retry import Retry, RetryEvent, Safety
+from taskgrove.client.resend import Retry, RetryEvent, Safety
 from taskgrove.client.sync import Client, Watch
 from taskgrove.client.watch import TreeWatch, WatchedTask
 

@@ -8,8 +8,8 @@
         done = await client.tree(tree.id)
 
 Each method sends one JSON-RPC call through `Connection.call` (client/rpc.py) with the call's
-`Safety`, which decides what a lost answer may do (client/retry.py), and reads the answer into
-its model (client/models.py). `Client` (client/sync.py) offers the same methods without `await`.
+`Safety`, which decides what a lost answer may do (client/resend.py), and reads the answer into
+its model (client/answers.py). `Client` (client/sync.py) offers the same methods without `await`.
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ import httpx
 from pydantic import BaseModel
 
 from taskgrove.client.builder import TaskSpec
-from taskgrove.client.errors import NotFound
-from taskgrove.client.models import (JSON, Answer, Attempt, Budget, Cancellation, ClonePreview, Deletion, Emitted,
+from taskgrove.client.exceptions import NotFound
+from taskgrove.client.answers import (JSON, Answer, Attempt, Budget, Cancellation, ClonePreview, Deletion, Emitted,
                                      Execution, Executors, Health, LlmKeyDeleted, LlmKeyStatus, LlmKeyStored,
                                      LogLine, LogPage, Purge, RunningCount, RunningStatus, Schedule,
                                      ScheduleDeletion, ScheduleRun, Task, TaskPage, TaskStatus, TaskTree, Usage)
-from taskgrove.client.retry import Retry, Safety
+from taskgrove.client.resend import Retry, Safety
 from taskgrove.client.rpc import Connection
 from taskgrove.client.watch import TreeWatch
 
@@ -71,7 +71,7 @@ class AsyncClient:
     `url` defaults to TASKGROVE_URL (else http://127.0.0.1:8000), `token` to TASKGROVE_TOKEN.
     `timeout`: seconds (or an httpx.Timeout) per HTTP request, 120 s read by default since
     tasks.create answers once its tree has run. `retry`: when and how calls are sent again
-    (client/retry.py: 5 tries, Retry-After honoured). `transport`: an httpx transport, e.g.
+    (client/resend.py: 5 tries, Retry-After honoured). `transport`: an httpx transport, e.g.
     `httpx.ASGITransport(app)` to talk to an app in the same process. Close it with `aclose()`
     or use it as `async with AsyncClient(...) as client:` (one connection pool for all calls)."""
 

@@ -2,7 +2,7 @@
 Idempotency-Key of a write, the answer turned into a result or an exception, and the retries.
 
 Everything that goes over HTTP goes through `Connection.call`, so the rules of resending
-(client/retry.py) and of errors (client/errors.py) hold for every method of both clients.
+(client/resend.py) and of errors (client/exceptions.py) hold for every method of both clients.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from typing import Any
 
 import httpx
 
-from taskgrove.client.errors import (ProtocolError, TaskgroveError, Unreachable, from_http_status, from_rpc_error,
+from taskgrove.client.exceptions import (ProtocolError, TaskgroveError, Unreachable, from_http_status, from_rpc_error,
                                      parse_retry_after)
-from taskgrove.client.retry import Retry, RetryEvent, Safety
+from taskgrove.client.resend import Retry, RetryEvent, Safety
 
 log = logging.getLogger("taskgrove.client")
 

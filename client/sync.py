@@ -25,11 +25,11 @@ import httpx
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from taskgrove.client.aio import UNSET, AsyncBudgets, AsyncClient, AsyncLlmKeys, AsyncSchedules, TreeInput
-from taskgrove.client.models import (JSON, Answer, Attempt, Budget, Cancellation, ClonePreview, Deletion, Emitted,
+from taskgrove.client.answers import (JSON, Answer, Attempt, Budget, Cancellation, ClonePreview, Deletion, Emitted,
                                      Event, Execution, Executors, Health, LlmKeyDeleted, LlmKeyStatus, LlmKeyStored,
                                      LogLine, LogPage, Purge, RunningCount, RunningStatus, Schedule,
                                      ScheduleDeletion, ScheduleRun, Task, TaskPage, TaskStatus, TaskTree, Usage)
-from taskgrove.client.retry import Retry
+from taskgrove.client.resend import Retry
 from taskgrove.client.watch import TreeWatch, WatchedTask
 
 T = TypeVar("T")

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Generic
 
-from taskgrove.client.errors import (INVALID_PARAMS, PERMISSION_DENIED, NotFound, PermissionDenied, TaskgroveError,
+from taskgrove.client.exceptions import (INVALID_PARAMS, PERMISSION_DENIED, NotFound, PermissionDenied, TaskgroveError,
                                      Unavailable, Unreachable, from_rpc_error)
-from taskgrove.client.models import AnswerT, Event, EventData, TaskStatus, TaskTree, Wait
+from taskgrove.client.answers import AnswerT, Event, EventData, TaskStatus, TaskTree, Wait
 
 log = logging.getLogger("taskgrove.client")
 
@@ -52,7 +52,7 @@ class WatchedTask:
     waiting: Wait | None = None
 
 
-class TreeState:
+class WatchState:
     """Every task of one tree, fed by /ws messages and by fresh reads of the tree."""
 
     def __init__(self, tree: TaskTree) -> None:
@@ -193,7 +193,7 @@ class TreeWatch(Generic[AnswerT]):
         self._resync_after = resync_after
         self._backoff = backoff
         self._max_backoff = max_backoff
-        self.state: TreeState | None = None
+        self.state: WatchState | None = None
         self.connections = 0  # connections opened so far (more than the chunks: it reconnected)
         self._events = self._run()
 
@@ -223,7 +223,7 @@ class TreeWatch(Generic[AnswerT]):
 
     async def _run(self) -> AsyncGenerator[Event[AnswerT], None]:
         tree = self._tree if isinstance(self._tree, TaskTree) else await self._read_tree(self._tree)
-        state = self.state = TreeState(tree)
+        state = self.state = WatchState(tree)
         loop = asyncio.get_running_loop()
         outage: float | None = None
         failures = 0

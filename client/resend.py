@@ -25,7 +25,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from taskgrove.client.errors import (QuotaExceeded, TaskgroveError, Unavailable, Unreachable,
+from taskgrove.client.exceptions import (QuotaExceeded, TaskgroveError, Unavailable, Unreachable,
                                      resend_later)
 
 

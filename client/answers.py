@@ -6,7 +6,7 @@ pydantic checks each answer against its model as it is read, and gives mypy real
 
 Why `extra="allow"`: a newer service may add a field; an older client keeps working and keeps the
 field (in `model_extra`), instead of failing on every read. The other direction is guarded by
-`tests/test_client_models.py`: it calls every method on a real service and fails when an answer
+`tests/test_client_answers.py`: it calls every method on a real service and fails when an answer
 holds a field no model declares (or a model declares one the service never sends), so the models
 cannot drift from the service unnoticed.
 
