@@ -21,8 +21,8 @@ import time
 import uuid
 from typing import Any
 
-from taskgrove.storage import db, executions, trees
-from taskgrove.storage.trees import now_iso
+from taskgrove.storage import db, executions, new_tree
+from taskgrove.storage.clock import now_iso
 
 
 def five_task_tree(user: str) -> list[dict[str, Any]]:
@@ -31,7 +31,7 @@ def five_task_tree(user: str) -> list[dict[str, Any]]:
               "dependencies": [{"id": f"c{i}{s}", "required": True} for i in range(4)]}]
     tasks += [{"id": f"c{i}{s}", "name": f"c{i}", "parent_id": f"r{s}", "schemas": {"method": "noop_executor"},
                "inputs": {"i": i}} for i in range(4)]
-    return trees.prepare_new_tree(tasks, default_user=user)
+    return new_tree.prepare_new_tree(tasks, default_user=user)
 
 
 async def measure(count: int, batch: int, savepoints: bool, temp_memory: bool) -> None:

@@ -413,7 +413,7 @@ def take_over(c: Any, task_id: str) -> None:
     and owner (the claim's fencing token), a lease that runs for an hour."""
     from sqlalchemy import update
 
-    from taskgrove.agent.engine.retry_policy import iso_in
+    from taskgrove.storage.clock import iso_in
     from taskgrove.storage.models import tasks_table as T
 
     c.execute(update(T).where(T.c.id == task_id).values(lease_epoch=T.c.lease_epoch + 1, lease_owner="elsewhere",

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from taskgrove.storage import trees
+from taskgrove.storage import tree_graph
 from tests.conftest import Client
 
 PAIRS = 200  # opposite update pairs: 400 concurrent tasks.update calls
@@ -86,7 +86,7 @@ async def test_hundreds_of_concurrent_opposite_updates_never_store_a_cycle(clien
     assert len(errors) == PAIRS, "exactly one of each opposite pair wins"
     rows = await stored_rows(client)
     graph = {tid: [d["id"] for d in row["dependencies"]] for tid, row in rows.items()}
-    assert trees.find_cycle(graph) is None
+    assert tree_graph.find_cycle(graph) is None
     assert sum(1 for deps in graph.values() if deps) == PAIRS
 
 
@@ -175,7 +175,7 @@ async def test_after_any_race_no_completed_task_has_an_unfinished_required_depen
     assert await client.runs_ended(30)
     rows = await stored_rows(client)
     graph = {tid: [d["id"] for d in row["dependencies"]] for tid, row in rows.items()}
-    assert trees.find_cycle(graph) is None
+    assert tree_graph.find_cycle(graph) is None
     for row in rows.values():
         for dep in row["dependencies"]:
             stored = rows.get(dep["id"])

@@ -334,7 +334,7 @@ async def test_an_attempt_settled_as_interrupted_is_reported_under_the_id_its_ca
     from starlette.requests import Request
     from starlette.responses import JSONResponse
 
-    from taskgrove.storage.trees import now_iso
+    from taskgrove.storage.clock import now_iso
 
     seen: list[str] = []
     release = asyncio.Event()

@@ -34,7 +34,7 @@ from taskgrove.agent.engine.leases import LeaseKeeper
 from taskgrove.agent.engine.notify import PgNotifier, asyncpg_dsn
 from taskgrove.agent.engine.passes import PassLoop
 from taskgrove.agent.engine.publish import Publisher
-from taskgrove.agent.engine.retry_policy import RetryPolicy, iso_in
+from taskgrove.agent.engine.retry_policy import RetryPolicy
 from taskgrove.agent.engine.tree_run import INTERRUPTED, TreeRun
 from taskgrove.agent.engine.run_keeper import AlreadyRunning, NotExecutable, RunKeeper
 from taskgrove.agent.engine.waits import AlreadyAnswered, NotWaiting, Waits
@@ -45,7 +45,7 @@ from taskgrove.storage import executions
 from taskgrove.storage.models import UNFINISHED_STATUSES
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.status import TaskStatus
-from taskgrove.storage.trees import now_iso
+from taskgrove.storage.clock import iso_in, now_iso
 from taskgrove.storage.results import Unstorable, storable
 
 __all__ = ["AlreadyAnswered", "AlreadyRunning", "Engine", "NotExecutable", "NotWaiting"]
@@ -122,7 +122,10 @@ class Engine:
             self.publisher.notifier = PgNotifier(asyncpg_dsn(self.settings.database_url), self.instance_id,
                                                  self.bus, self.cancelled_elsewhere, self.event_elsewhere)
             await self.publisher.notifier.start()
-        self.leases = LeaseKeeper(self)
+        self.leases = LeaseKeeper(repo=self.repo, settings=self.settings, metrics=self.metrics, registry=self.registry,
+                                  bus=self.bus, publisher=self.publisher, background=self.background,
+                                  run_keeper=self.run_keeper, attempts=self.attempts, instance_id=self.instance_id,
+                                  lease_until=self.lease_until, sqlite=self.sqlite)
         await self.leases.recover_at_start()
         self._tasks = [
             asyncio.create_task(self.passes.loop(), name="taskgrove-engine"),

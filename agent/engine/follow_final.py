@@ -19,7 +19,7 @@ from taskgrove.agent.engine.bus import BusSubscription
 from taskgrove.storage import executions
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.status import FINISHED_STATUSES, TaskStatus
-from taskgrove.storage.trees import now_iso
+from taskgrove.storage.clock import now_iso
 
 # How long a follower waits for an event before it asks the database whether the execution ended.
 CHECK_EVERY = 1.0

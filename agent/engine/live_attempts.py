@@ -24,7 +24,7 @@ from taskgrove.agent.engine.background import Background
 from taskgrove.agent.engine.bus import PROGRESS, TASK_START
 from taskgrove.agent.engine.logbook import AttemptLog, Logbook
 from taskgrove.agent.engine.publish import Publisher
-from taskgrove.agent.engine.retry_policy import RetryPolicy, iso_in, stored_policy
+from taskgrove.agent.engine.retry_policy import RetryPolicy, stored_policy
 from taskgrove.agent.engine.schemas import compiled_schema
 from taskgrove.agent.engine.tree_run import COMPLETED, FAILED, IN_PROGRESS, PENDING, TreeRun
 from taskgrove.agent.foundations.logconfig import current_task
@@ -36,7 +36,8 @@ from taskgrove.llm import usage as llm_usage
 from taskgrove.storage import executions
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.status import FINISHED_STATUSES
-from taskgrove.storage.trees import PublicView, now_iso
+from taskgrove.storage.clock import iso_in, now_iso
+from taskgrove.storage.task_view import PublicView
 from taskgrove.storage.results import Unstorable, storable, storable_async
 
 log = logging.getLogger(__name__)

@@ -29,7 +29,7 @@ from typing import Any
 from taskgrove.agent.engine.bus import EventBus
 from taskgrove.storage.logs import STREAMS
 from taskgrove.storage.repository import TaskRepository
-from taskgrove.storage.trees import now_iso
+from taskgrove.storage.clock import now_iso
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from typing import Any
 from taskgrove.agent.engine.bus import EventBus
 from taskgrove.agent.engine.notify import PgNotifier
 from taskgrove.agent.engine.tree_run import TreeRun
-from taskgrove.storage.trees import now_iso
+from taskgrove.storage.clock import now_iso
 
 
 class Publisher:

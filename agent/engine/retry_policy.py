@@ -11,10 +11,7 @@ import functools
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any
-
-from taskgrove.storage.trees import now_iso
 
 BACKOFFS = ("fixed", "exponential", "linear")
 MAX_ATTEMPTS = 100
@@ -97,17 +94,3 @@ def stored_policy(row: Mapping[str, Any], defaults: RetryPolicy) -> RetryPolicy:
         return RetryPolicy.parse(row.get("retry"), defaults)
     except PolicyError:
         return defaults
-
-
-def iso_in(seconds: float) -> str:
-    """The stored form of a moment `seconds` from now (the width of the timestamp columns)."""
-    return now_iso(round(seconds * 1_000_000))
-
-
-def seconds_until(stamp: str | None) -> float:
-    if not stamp:
-        return 0.0
-    try:
-        return (datetime.fromisoformat(stamp) - datetime.now(timezone.utc)).total_seconds()
-    except ValueError:
-        return 0.0

@@ -22,7 +22,7 @@ from taskgrove.agent.engine.follow_final import follow_execution
 from taskgrove.agent.engine.slots import iso, parse_iso, plan
 from taskgrove.agent.engine.webhooks import WebhookConfig, deliver_webhooks
 from taskgrove.storage import schedules
-from taskgrove.storage.trees import now_iso
+from taskgrove.storage.clock import now_iso
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from taskgrove.agent.engine.bus import FINAL, TASK_CANCELLED, TASK_COMPLETED, TASK_FAILED
 from taskgrove.storage.status import TaskStatus
-from taskgrove.storage.trees import now_iso
+from taskgrove.storage.clock import now_iso
 
 # Cancellation has no event type of its own in SPEC.md: it is reported as task_failed with
 # status "cancelled".

@@ -15,16 +15,16 @@ waits answered from `wait_answers`. The database holds all of it, so any instanc
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections import Counter
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from taskgrove.agent.engine.background import Background
 from taskgrove.agent.engine.bus import PROGRESS, TASK_FAILED
 from taskgrove.agent.engine.publish import Publisher
-from taskgrove.agent.engine.retry_policy import iso_in, seconds_until
 from taskgrove.agent.engine.schemas import compiled_schema
 from taskgrove.agent.engine.tree_run import TreeRun
 from taskgrove.agent.foundations.metrics import Metrics
@@ -32,7 +32,7 @@ from taskgrove.storage import waits as stored
 from taskgrove.storage.waits import public_wait, read
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.status import TaskStatus
-from taskgrove.storage.trees import now_iso
+from taskgrove.storage.clock import iso_in, now_iso, seconds_until
 
 log = logging.getLogger(__name__)
 
@@ -103,14 +103,36 @@ def timeout_error(wait: Mapping[str, Any]) -> str:
     return f"No {what} within {wait.get('timeout') or 0:g} s (timeout_seconds); the wait has no default"
 
 
+class WaitRuns(Protocol):
+    """What waits need of the run keeper (engine/run_keeper.py `RunKeeper`, which imports this
+    module through the attempts: a Protocol keeps the import one way)."""
+
+    @property
+    def runs(self) -> Mapping[str, TreeRun]: ...
+
+    @property
+    def lock(self) -> asyncio.Lock: ...
+
+    def refresh_later(self, tree_id: str) -> None: ...
+
+
+class WaitPasses(Protocol):
+    """What waits need of the pass loop (engine/passes.py `PassLoop`, which imports this module)."""
+
+    @property
+    def wake(self) -> asyncio.Event: ...
+
+    def settle(self, run: TreeRun) -> None: ...
+
+    def wake_at(self, tid: str, tree_id: str, at: str) -> None: ...
+
+
 class Waits:
     """Answers, timeouts and events for parked tasks; resumes them on the instance that drives
-    their tree (or tells that instance, or leaves them to the takeover when nobody does).
-
-    `run_keeper` and `passes` are the engine's (typed Any: they import this module's users)."""
+    their tree (or tells that instance, or leaves them to the takeover when nobody does)."""
 
     def __init__(self, repo: TaskRepository, metrics: Metrics, publisher: Publisher, background: Background,
-                 run_keeper: Any, passes: Any) -> None:
+                 run_keeper: WaitRuns, passes: WaitPasses) -> None:
         self.repo = repo
         self.metrics = metrics
         self.publisher = publisher

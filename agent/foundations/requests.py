@@ -25,9 +25,9 @@ from taskgrove.agent.foundations import cursor
 from taskgrove.agent.foundations.errors import invalid_params
 from taskgrove.agent.foundations import params as rpc_params
 from taskgrove.agent.foundations.settings import parse_duration
-from taskgrove.storage import trees
+from taskgrove.storage import copy_plan, ids, new_tree
 from taskgrove.storage.status import TASK_STATUSES
-from taskgrove.storage.trees import TreeError
+from taskgrove.storage.new_tree import TreeError
 
 # tasks.list and tasks.running.list: how many tasks one answer holds, and how far a page may start.
 DEFAULT_LIMIT = 100
@@ -246,7 +246,7 @@ CLONE_MODES = ("copy", "link", "archive", "mixed")
 
 @dataclass(slots=True)
 class CloneTask:
-    """tasks.clone. `reset`: the values cloned tasks start from (storage.trees.reset_values);
+    """tasks.clone. `reset`: the values cloned tasks start from (storage.copy_plan.reset_values);
     `overrides`: the other fields an object `reset_fields` sets, applied to linked and archived
     tasks too."""
 
@@ -256,7 +256,7 @@ class CloneTask:
     with_children: bool = False
     link_ids: list[str] = dataclasses.field(default_factory=list)
     save: bool = True
-    reset: dict[str, Any] = dataclasses.field(default_factory=lambda: dict(trees.RESETTABLE))
+    reset: dict[str, Any] = dataclasses.field(default_factory=lambda: dict(copy_plan.RESETTABLE))
     overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @classmethod
@@ -274,10 +274,10 @@ class CloneTask:
             raise invalid_params("origin_type 'mixed' needs link_task_ids: the ids to link instead of copy")
         raw = params.get("reset_fields")
         try:
-            reset = trees.reset_values(raw)
+            reset = copy_plan.reset_values(raw)
         except TreeError as exc:
             raise invalid_params(str(exc)) from None
-        overrides = {k: v for k, v in raw.items() if k not in trees.RESETTABLE} if isinstance(raw, Mapping) else {}
+        overrides = {k: v for k, v in raw.items() if k not in copy_plan.RESETTABLE} if isinstance(raw, Mapping) else {}
         return cls(task_id, mode, recursive, with_children, link_ids, save, reset, overrides)  # type: ignore[arg-type]
 
 
@@ -307,12 +307,12 @@ class ExecuteTask:
 class NewTree:
     """tasks.create and every other way to store a new tree (GraphQL createTask, A2A data parts,
     tasks.generate, the command line, executors): its tasks flat, each parent before its children,
-    as storage.trees.prepare_new_tree validates them."""
+    as storage.new_tree.prepare_new_tree validates them."""
 
     tasks: list[dict[str, Any]]
 
     @classmethod
-    def from_params(cls, params: Any, max_tasks: int = trees.DEFAULT_MAX_TREE_TASKS) -> NewTree:
+    def from_params(cls, params: Any, max_tasks: int = new_tree.DEFAULT_MAX_TREE_TASKS) -> NewTree:
         """`params.tasks` (array or object) or `params` itself (array or object), nested children
         flattened (parent first, siblings in order). Stops as soon as the tree has more than
         `max_tasks` tasks (SERVICE_MAX_TREE_TASKS), so an oversized request costs no more than
@@ -332,7 +332,7 @@ def _flat_tasks(params: Any, max_tasks: int) -> list[dict[str, Any]]:
     if not isinstance(params, list) or not params:
         raise TreeError("tasks must be a non-empty array of task objects or one task object")
     if len(params) > max_tasks:
-        raise trees.too_many_tasks(max_tasks, len(params))
+        raise new_tree.too_many_tasks(max_tasks, len(params))
     flat: list[dict[str, Any]] = []
     # Explicit stack (no recursion over nesting depth), items pushed in reverse to keep order.
     stack: list[tuple[Any, str | None, str]] = [
@@ -341,7 +341,7 @@ def _flat_tasks(params: Any, max_tasks: int) -> list[dict[str, Any]]:
     while stack:
         item, parent_id, where = stack.pop()
         if len(flat) >= max_tasks:
-            raise trees.too_many_tasks(max_tasks)
+            raise new_tree.too_many_tasks(max_tasks)
         if type(item) is not dict and not isinstance(item, Mapping):
             raise TreeError(f"{where}: each task must be an object, got {type(item).__name__}")
         task = dict(item)
@@ -353,7 +353,7 @@ def _flat_tasks(params: Any, max_tasks: int) -> list[dict[str, Any]]:
             if not isinstance(children, list):
                 raise TreeError(f"{where}: children must be an array")
             if not task.get("id"):
-                task["id"] = trees.new_id()
+                task["id"] = ids.new_id()
             stack.extend((child, task["id"], f"{where}.children[{index}]")
                          for index, child in reversed(list(enumerate(children))))
     return flat

@@ -24,7 +24,7 @@ from taskgrove.llm.client import LLMError
 from taskgrove.llm.usage import CallUsage
 from taskgrove.storage import usage as stored_usage
 from taskgrove.storage.repository import TaskRepository
-from taskgrove.storage.trees import now_iso
+from taskgrove.storage.clock import now_iso
 
 Price = Callable[[str, int, int], "float | None"]
 Pause = Callable[[str], Awaitable[Any]]  # ExecutionContext.wait_for_input: raises Waiting, or the answer

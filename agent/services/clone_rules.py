@@ -9,7 +9,7 @@ from typing import Any
 
 from taskgrove.agent.foundations.errors import invalid_params
 from taskgrove.storage.status import TaskStatus
-from taskgrove.storage.trees import public
+from taskgrove.storage.task_view import public
 
 
 def origins(mode: str, rows: list[dict[str, Any]], selected: set[str], link_ids: list[str]) -> dict[str, str]:

@@ -26,7 +26,7 @@ from taskgrove.agent.services.task_service import TaskService
 from taskgrove.storage import attempts
 from taskgrove.storage.models import UNFINISHED_STATUSES, TaskStatus
 from taskgrove.storage.repository import TaskRepository
-from taskgrove.storage.trees import public
+from taskgrove.storage.task_view import public
 
 
 class ExecutionService:

@@ -15,13 +15,12 @@ import json
 import time
 from typing import Any
 
-from taskgrove.agent.engine.retry_policy import iso_in
 from taskgrove.agent.foundations.errors import invalid_params
 from taskgrove.agent.foundations.calls import CallContext, Handler, StreamReply
 from taskgrove.agent.foundations.settings import Settings
 from taskgrove.storage import idempotency as keys
 from taskgrove.storage.repository import TaskRepository
-from taskgrove.storage.trees import now_iso
+from taskgrove.storage.clock import iso_in, now_iso
 
 HEADER = "idempotency-key"
 MAX_KEY = 255

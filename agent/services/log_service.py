@@ -20,7 +20,7 @@ from taskgrove.agent.foundations.requests import TaskLogs
 from taskgrove.agent.foundations.calls import CallContext, Handler, StreamReply, typed
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.status import FINISHED_STATUSES
-from taskgrove.storage.trees import now_iso
+from taskgrove.storage.clock import now_iso
 
 POLL_SECONDS = 1.0
 

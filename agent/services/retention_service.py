@@ -21,7 +21,6 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from taskgrove.agent.engine.retry_policy import iso_in
 from taskgrove.agent.foundations.errors import invalid_params, permission_denied
 from taskgrove.agent.foundations.metrics import Metrics
 from taskgrove.agent.foundations.requests import PurgeTasks
@@ -30,7 +29,7 @@ from taskgrove.agent.foundations.settings import Settings
 from taskgrove.storage import retention
 from taskgrove.storage import statements
 from taskgrove.storage.repository import TaskRepository
-from taskgrove.storage.trees import now_iso
+from taskgrove.storage.clock import iso_in, now_iso
 
 log = logging.getLogger(__name__)
 

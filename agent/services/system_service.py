@@ -17,7 +17,7 @@ from taskgrove.agent.foundations.calls import CallContext
 from taskgrove.agent.services.task_service import TaskService
 from taskgrove.executors.registry import ExecutorRegistry
 from taskgrove.storage.repository import TaskRepository
-from taskgrove.storage.trees import now_iso
+from taskgrove.storage.clock import now_iso
 
 
 # A transaction committed this recently proves the database answers: health needs no query of its own.

@@ -2,12 +2,12 @@
 
 A surface parses its wire format into the operation's typed request (agent/foundations/requests.py, where the
 params are read once) and hands it and the caller here; the rules (validation, permissions,
-messages) live only in this module, agent/foundations/requests.py and storage.trees.
+messages) live only in this module, agent/foundations/requests.py and storage.new_tree.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
@@ -28,12 +28,14 @@ from taskgrove.agent.foundations.settings import Settings
 from taskgrove.agent.services.usage_service import tree_total
 from taskgrove.executors.registry import ExecutorRegistry
 from taskgrove.llm.budget import budget_remaining
-from taskgrove.storage import fields, jsonvalues, trees
+from taskgrove.storage import copy_plan, fields, jsonvalues, new_tree, task_view, tree_graph
 from taskgrove.storage import usage as stored_usage
 from taskgrove.storage.executions import OverQuota
 from taskgrove.storage.models import UNFINISHED_STATUSES, TaskStatus
 from taskgrove.storage.repository import TaskRepository
-from taskgrove.storage.trees import TreeError, now_iso, public
+from taskgrove.storage.clock import now_iso
+from taskgrove.storage.new_tree import TreeError
+from taskgrove.storage.task_view import public
 
 UPDATABLE = {
     "status", "inputs", "name", "priority", "params", "schemas", "dependencies", "result", "error",
@@ -57,6 +59,9 @@ class TaskService:
         self.engine = engine
         self.registry = registry
         self.settings = settings
+        # Called with every new tree's rows once prepared (the directory's default concurrency key
+        # of a task delegated to an agent by name, agent/services/agent_lookup.py).
+        self.row_hooks: list[Callable[[list[dict[str, Any]]], None]] = []
 
     # --- helpers --------------------------------------------------------------------------
 
@@ -74,7 +79,7 @@ class TaskService:
         """Validated rows for a new tree (no I/O), permission rules applied. `values_checked`: the
         value gate already cleared the request's values (CallContext.values_checked)."""
         try:
-            rows = trees.prepare_new_tree(request.tasks, default_user=caller.user_id, values_checked=values_checked)
+            rows = new_tree.prepare_new_tree(request.tasks, default_user=caller.user_id, values_checked=values_checked)
         except TreeError as exc:
             raise invalid_params(str(exc)) from None
         defaults = self.engine.default_retry
@@ -82,7 +87,7 @@ class TaskService:
             try:
                 row["retry"] = RetryPolicy.parse(row.get("retry"), defaults).as_dict()
             except PolicyError as exc:
-                raise invalid_params(f"{trees.label(row, index)}: {exc}") from None
+                raise invalid_params(f"{new_tree.label(row, index)}: {exc}") from None
         owner = rows[0]["user_id"]
         if caller.authenticated and caller.user_id is not None and not caller.is_admin and owner != caller.user_id:
             raise permission_denied(f"You may not create tasks for user '{owner}'")
@@ -90,9 +95,11 @@ class TaskService:
             if (row["schemas"] or (row["params"] or {}).get("executor_id")) and self.registry.resolve(row) is None:
                 wanted = self.registry.wanted(row)
                 raise invalid_params(
-                    f"{trees.label(row, index)}: executor '{wanted}' is not available "
+                    f"{new_tree.label(row, index)}: executor '{wanted}' is not available "
                     f"(available: {', '.join(self.registry.ids()) or 'none'})"
                 )
+        for hook in self.row_hooks:
+            hook(rows)
         return rows
 
     async def create_tree(self, request: NewTree, caller: Caller) -> list[dict[str, Any]]:
@@ -147,7 +154,7 @@ class TaskService:
         taken = await self.repo.get_many(row["id"] for row in rows)
         for index, row in enumerate(rows):
             if row["id"] in taken:
-                raise invalid_params(f"{trees.label(row, index)}: id '{row['id']}' already exists") from None
+                raise invalid_params(f"{new_tree.label(row, index)}: id '{row['id']}' already exists") from None
         raise invalid_params("One of the task ids already exists; nothing was created") from None
 
     async def create_tree_for(self, tasks: Any, user_id: str | None) -> list[dict[str, Any]]:
@@ -177,7 +184,7 @@ class TaskService:
         root_id = rows[0]["id"]
         if rows[0]["origin_type"] == "archive":  # e.g. an archive made from a clone preview: stored, not run
             await self._store(rows, ctx.caller)  # these rows: prepared again, a root without an id would get another
-            return trees.nest(await self.repo.tree(root_id), root_id)
+            return task_view.nest(await self.repo.tree(root_id), root_id)
         quota = self.admission.quota_for(ctx.caller, rows[0]["user_id"], _unfinished(rows))
         try:
             run = await self.engine.create_and_execute(rows, ctx.execution_call(), quota)
@@ -189,7 +196,7 @@ class TaskService:
             run = await self._resent(rows, ctx)
         if run is not None:
             await self.engine.wait(run, self.settings.create_wait_timeout, until_waiting=True)
-        return trees.nest(await self.repo.tree(root_id), root_id)
+        return task_view.nest(await self.repo.tree(root_id), root_id)
 
     async def _resent(self, rows: list[dict[str, Any]], ctx: CallContext) -> Any:
         """The same tree sent again (a client whose first create was cut off): answer as the first
@@ -261,7 +268,7 @@ class TaskService:
     async def tree(self, request: GetTree, ctx: CallContext) -> dict[str, Any]:
         row = await self.task_for(request.task_id, ctx.caller)
         rows = await self.repo.tree(row["task_tree_id"])
-        nested = trees.nest(rows, row["task_tree_id"])
+        nested = task_view.nest(rows, row["task_tree_id"])
         nested["tree_usage"] = tree_total(r.get("usage") for r in rows)
         return nested
 
@@ -333,7 +340,7 @@ class TaskService:
         if row["status"] != TaskStatus.PENDING:
             problems.append(f"Cannot update 'dependencies': task status is '{row['status']}' (must be 'pending')")
         try:
-            deps = trees.normalize_dependencies(raw, "dependencies")
+            deps = new_tree.normalize_dependencies(raw, "dependencies")
         except TreeError as exc:
             return problems + [f"Cannot update 'dependencies': {exc}"], []
         rows = {r["id"]: r for r in await self.repo.tree(row["task_tree_id"], conn)}
@@ -342,10 +349,10 @@ class TaskService:
                 problems.append(f"Dependency reference '{dep['id']}' not found in task tree")
         graph = {tid: [d["id"] for d in r["dependencies"]] for tid, r in rows.items()}
         graph[row["id"]] = [d["id"] for d in deps if d["id"] in rows]
-        cycle = trees.find_cycle(graph)
+        cycle = tree_graph.find_cycle(graph)
         if cycle:
-            problems.append(trees.format_cycle(cycle))
-        dependents = trees.transitive([row["id"]], trees.dependents_index(rows.values())) - {row["id"]}
+            problems.append(tree_graph.format_cycle(cycle))
+        dependents = tree_graph.transitive([row["id"]], tree_graph.dependents_index(rows.values())) - {row["id"]}
         busy = sorted(tid for tid in dependents if rows[tid]["status"] == TaskStatus.IN_PROGRESS)
         if busy:
             problems.append(
@@ -366,7 +373,7 @@ class TaskService:
                 raise permission_denied(f"Only the owner or an admin may delete task '{task_id}'")
             rows = await self.repo.tree(row["task_tree_id"], conn)
             by_id = {r["id"]: r for r in rows}
-            doomed = trees.subtree_ids(rows, task_id)
+            doomed = tree_graph.subtree_ids(rows, task_id)
             blockers: list[str] = []
             if row["status"] != TaskStatus.PENDING:
                 blockers.append(f"Cannot delete task: task status is '{row['status']}' (must be 'pending')")
@@ -391,10 +398,10 @@ class TaskService:
 
     async def copy(self, request: CopyTask, ctx: CallContext) -> dict[str, Any]:
         copies = await self.copy_tree(request.task_id, request.children, ctx.caller)
-        return trees.nest(copies, copies[0]["id"])
+        return task_view.nest(copies, copies[0]["id"])
 
     async def copy_tree(self, task_id: str, with_children: bool, caller: Caller) -> list[dict[str, Any]]:
-        """Copy `task_id` (see storage.trees.copy_selection); returns the new rows, root first."""
+        """Copy `task_id` (see storage.copy_plan.copy_selection); returns the new rows, root first."""
         async with self.repo.transaction() as conn:
             # The copies are made from one state of the tree that no dependency change or other
             # copy is writing (two copies both mark the originals: without the lock PostgreSQL
@@ -406,10 +413,10 @@ class TaskService:
             if not caller.can_access(row["user_id"]):
                 raise permission_denied(f"You may not copy task '{task_id}'")
             rows = await self.repo.tree(row["task_tree_id"], conn)
-            selected, root = trees.connect(rows, trees.copy_selection(rows, task_id, with_children))
+            selected, root = copy_plan.connect(rows, copy_plan.copy_selection(rows, task_id, with_children))
             self._check_tree_size(selected)
-            copies = trees.plan_copies(
-                rows, selected, root, origin_for=dict.fromkeys(selected, "clone"), reset=trees.RESETTABLE
+            copies = copy_plan.plan_copies(
+                rows, selected, root, origin_for=dict.fromkeys(selected, "clone"), reset=copy_plan.RESETTABLE
             )
             await self._admit(copies, caller)
             await self.repo.insert(copies, conn)
@@ -427,15 +434,15 @@ class TaskService:
                 raise permission_denied(f"You may not clone task '{task_id}'")
             rows = await self.repo.tree(row["task_tree_id"], conn)
             by_id = {r["id"]: r for r in rows}
-            selected = set(trees.subtree_ids(rows, task_id)) if request.recursive else {task_id}
+            selected = set(tree_graph.subtree_ids(rows, task_id)) if request.recursive else {task_id}
             if request.with_children:
                 deps = {r["id"]: [d["id"] for d in r["dependencies"] if d["id"] in by_id] for r in rows}
-                for child in trees.children_index(rows).get(task_id, ()):
-                    selected |= trees.transitive([child["id"]], deps)
-            selected, root = trees.connect(rows, selected)
+                for child in tree_graph.children_index(rows).get(task_id, ()):
+                    selected |= tree_graph.transitive([child["id"]], deps)
+            selected, root = copy_plan.connect(rows, selected)
             self._check_tree_size(selected)
             origin_for = clone_rules.origins(mode, rows, selected, link_ids)
-            copies = trees.plan_copies(rows, selected, root, origin_for=origin_for, reset=None)
+            copies = copy_plan.plan_copies(rows, selected, root, origin_for=origin_for, reset=None)
             for copy in copies:
                 copy.update(request.reset if copy["origin_type"] == "clone" else request.overrides)
             if not request.save:
@@ -443,12 +450,12 @@ class TaskService:
             await self._admit(copies, ctx.caller)
             await self.repo.insert(copies, conn)
             await self.repo.update_many(sorted(selected), {"has_references": True}, conn=conn)
-        return trees.nest(copies, copies[0]["id"])
+        return task_view.nest(copies, copies[0]["id"])
 
     def _check_tree_size(self, selected: set[str]) -> None:
         """SERVICE_MAX_TREE_TASKS bounds what one copy or clone writes, as it bounds a create."""
         if len(selected) > self.settings.max_tree_tasks:
-            raise invalid_params(str(trees.too_many_tasks(self.settings.max_tree_tasks, len(selected))))
+            raise invalid_params(str(new_tree.too_many_tasks(self.settings.max_tree_tasks, len(selected))))
 
 
 

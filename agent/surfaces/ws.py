@@ -39,7 +39,7 @@ from taskgrove.agent.foundations.calls import CallContext
 from taskgrove.agent.surfaces.ws_logs import LogFollows
 from taskgrove.storage import jsonvalues
 from taskgrove.storage.status import TaskStatus
-from taskgrove.storage.trees import now_iso
+from taskgrove.storage.clock import now_iso
 
 if TYPE_CHECKING:  # pragma: no cover
     from taskgrove.agent.services.container import Services

@@ -17,7 +17,7 @@ from taskgrove.agent.foundations.errors import RpcError
 from taskgrove.agent.services.log_service import LogService
 from taskgrove.agent.foundations.requests import TaskLogs
 from taskgrove.agent.foundations.calls import CallContext
-from taskgrove.storage.trees import now_iso
+from taskgrove.storage.clock import now_iso
 
 Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 MAX_LOG_FOLLOWS = 100  # followed tasks per connection

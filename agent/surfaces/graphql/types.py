@@ -1,6 +1,6 @@
 """The GraphQL types of SPEC.md (Typed query surface types), with the names and fields it gives.
 
-`TaskType` is built from the wire task dict every other surface returns (`storage.trees.public`),
+`TaskType` is built from the wire task dict every other surface returns (`storage.task_view.public`),
 so GraphQL shows exactly what `/tasks` shows, only typed: `result` is JSON text (the SPEC type is
 String), timestamps are `DateTime`, statuses the upper-case `TaskStatusEnum`.
 """
