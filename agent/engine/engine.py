@@ -34,7 +34,7 @@ from taskgrove.agent.engine.leases import LeaseKeeper
 from taskgrove.agent.engine.notify import PgNotifier, asyncpg_dsn
 from taskgrove.agent.engine.passes import PassLoop
 from taskgrove.agent.engine.publish import Publisher
-from taskgrove.agent.engine.retry_policy import RetryPolicy, iso_in
+from taskgrove.agent.engine.retry_policy import RetryPolicy
 from taskgrove.agent.engine.tree_run import INTERRUPTED, TreeRun
 from taskgrove.agent.engine.run_keeper import AlreadyRunning, NotExecutable, RunKeeper
 from taskgrove.agent.engine.waits import AlreadyAnswered, NotWaiting, Waits
@@ -45,7 +45,7 @@ from taskgrove.storage import executions
 from taskgrove.storage.models import UNFINISHED_STATUSES
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.status import TaskStatus
-from taskgrove.storage.trees import now_iso
+from taskgrove.storage.clock import iso_in, now_iso
 from taskgrove.storage.results import Unstorable, storable
 
 __all__ = ["AlreadyAnswered", "AlreadyRunning", "Engine", "NotExecutable", "NotWaiting"]

@@ -32,7 +32,7 @@ from taskgrove.executors.registry import ExecutorRegistry
 from taskgrove.storage import executions
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.status import TaskStatus
-from taskgrove.storage.trees import now_iso
+from taskgrove.storage.clock import now_iso
 
 log = logging.getLogger(__name__)
 POLL_SECONDS = 1.0

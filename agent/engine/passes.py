@@ -27,7 +27,6 @@ from taskgrove.agent.engine.bus import PROGRESS, TASK_COMPLETED, TASK_FAILED
 from taskgrove.agent.engine.fair import FairQueue
 from taskgrove.agent.engine.limits import TaskLimits, limits_of
 from taskgrove.agent.engine.publish import Publisher
-from taskgrove.agent.engine.retry_policy import seconds_until
 from taskgrove.agent.engine.tree_run import COMPLETED, FAILED, IN_PROGRESS, PENDING, TreeRun
 from taskgrove.agent.engine.run_keeper import MAY_USE_LOOP_THREAD, RunKeeper
 from taskgrove.agent.foundations.metrics import Metrics
@@ -36,7 +35,7 @@ from taskgrove.executors.registry import ExecutorRegistry
 from taskgrove.storage import executions
 from taskgrove.storage.connections import is_transient
 from taskgrove.storage.repository import TaskRepository
-from taskgrove.storage.trees import now_iso
+from taskgrove.storage.clock import now_iso, seconds_until
 
 log = logging.getLogger(__name__)
 

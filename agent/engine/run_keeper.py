@@ -21,14 +21,13 @@ from taskgrove.agent.engine.live_attempts import Attempts
 from taskgrove.agent.engine.background import Background
 from taskgrove.agent.engine.bus import FINAL, TASK_CANCELLED
 from taskgrove.agent.engine.publish import Publisher
-from taskgrove.agent.engine.retry_policy import seconds_until
 from taskgrove.agent.engine.tree_run import TreeRun, select_for_execution
 from taskgrove.agent.engine.waits import Waits
 from taskgrove.storage import executions
 from taskgrove.storage.connections import is_transient
 from taskgrove.storage.repository import SMALL_PASS, TaskRepository
 from taskgrove.storage.status import FINISHED_STATUSES, TaskStatus
-from taskgrove.storage.trees import now_iso
+from taskgrove.storage.clock import now_iso, seconds_until
 
 log = logging.getLogger(__name__)
 

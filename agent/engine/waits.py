@@ -25,7 +25,6 @@ from typing import Any, Protocol
 from taskgrove.agent.engine.background import Background
 from taskgrove.agent.engine.bus import PROGRESS, TASK_FAILED
 from taskgrove.agent.engine.publish import Publisher
-from taskgrove.agent.engine.retry_policy import iso_in, seconds_until
 from taskgrove.agent.engine.schemas import compiled_schema
 from taskgrove.agent.engine.tree_run import TreeRun
 from taskgrove.agent.foundations.metrics import Metrics
@@ -33,7 +32,7 @@ from taskgrove.storage import waits as stored
 from taskgrove.storage.waits import public_wait, read
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.status import TaskStatus
-from taskgrove.storage.trees import now_iso
+from taskgrove.storage.clock import iso_in, now_iso, seconds_until
 
 log = logging.getLogger(__name__)
 
