@@ -20,7 +20,7 @@ from starlette.routing import Route
 from taskgrove.agent.surfaces.a2a.front import LazySurface, a2a_routes
 from taskgrove.agent.surfaces.bodylimit import BodyLimit
 from taskgrove.agent.services.container import Services
-from taskgrove.agent.surfaces.edge import DirectRoutes, internal_error, rpc_endpoint
+from taskgrove.agent.surfaces.edge import DATABASE_ERRORS, DirectRoutes, database_error, internal_error, rpc_endpoint
 from taskgrove.agent.foundations.metrics import HttpMetrics
 from taskgrove.agent.surfaces.operations import operations_routes
 from taskgrove.agent.foundations.settings import Settings
@@ -67,7 +67,8 @@ def build_app(settings: Settings, *, registry: ExecutorRegistry | None = None) -
         routes.extend(ui_routes())
     routes.extend(operations_routes(services))
     routes.extend(a2a_routes(agent))
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={Exception: internal_error})
+    handlers: dict[Any, Any] = {Exception: internal_error, **{kind: database_error for kind in DATABASE_ERRORS}}
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
     # Innermost: POST /tasks and /system past Starlette's ExceptionMiddleware and router (edge.DirectRoutes).
     app.add_middleware(DirectRoutes, router=app.router, routes=rpc_routes)
     # In front of every route, ours and the A2A SDK's: body size and JSON depth.

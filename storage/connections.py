@@ -33,6 +33,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from taskgrove.storage.outage import DatabaseHealth, recognise
 from taskgrove.storage.sqlite_reader import SqliteReader
 from taskgrove.storage.statements import Statement
 
@@ -41,8 +42,11 @@ Row = dict[str, Any]
 
 
 def is_transient(exc: BaseException) -> bool:
-    """Errors a retry may cure: a busy or locked database, or a lost connection."""
+    """Errors a retry may cure: a busy or locked database, a lost connection, or an outage
+    (storage/outage.py: unreachable, full, read-only, in any driver's words)."""
     if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    if recognise(exc) is not None:
         return True
     return isinstance(exc, (OperationalError, InterfaceError, DisconnectionError, OSError, TimeoutError))
 # Commits on the loop's thread between two WAL checkpoints on the database thread: about what
@@ -86,8 +90,9 @@ class Connections:
         self._batch_engine = batch_engine
         self._batch_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="taskgrove-db") \
             if batch_engine is not None else None
-        # When a transaction of ours last committed (monotonic): proof the database answers.
-        self.answered_at = float("-inf")
+        # What the database did lately (storage/outage.py): answers and outages, for readiness,
+        # /metrics and the engine's loops. `answered_at` is its last answer.
+        self.health = DatabaseHealth()
         # SQLite on a file: reads go through plain sqlite3 connections of their own (see read).
         self.reader = SqliteReader.for_engine(batch_engine) if batch_engine is not None else None
         # Operations sent to the database thread whose caller has not resumed yet (see read).
@@ -111,8 +116,26 @@ class Connections:
 
             self.pg = pg.PgPool(engine)
 
+    @property
+    def answered_at(self) -> float:
+        """When an operation of ours last got an answer (monotonic): proof the database answers."""
+        return self.health.answered_at
+
+    @answered_at.setter
+    def answered_at(self, at: float) -> None:
+        self.health.answered(at)
+
     async def transact(self, fn: Callable[..., Any], *args: Any, conn: AsyncConnection | None = None,
                        inline: bool = False) -> Any:
+        """Run `fn` (see _transact); an outage it meets is remembered (self.health)."""
+        try:
+            return await self._transact(fn, *args, conn=conn, inline=inline)
+        except Exception as exc:
+            self.health.failed(exc)
+            raise
+
+    async def _transact(self, fn: Callable[..., Any], *args: Any, conn: AsyncConnection | None = None,
+                        inline: bool = False) -> Any:
         """Run `fn(sync_connection, *args)` in the caller's transaction or a new one.
 
         Every statement is written once, as a plain synchronous function. On SQLite a new
@@ -209,9 +232,13 @@ class Connections:
         the asyncpg path left to SQLAlchemy): no BEGIN and COMMIT round trips around it. Each
         statement sees what was committed when it began, as each statement of a READ COMMITTED
         transaction does."""
-        async with self.engine.connect() as async_conn:
-            autocommit = await async_conn.execution_options(isolation_level="AUTOCOMMIT")
-            result = await autocommit.run_sync(fn, *args)
+        try:
+            async with self.engine.connect() as async_conn:
+                autocommit = await async_conn.execution_options(isolation_level="AUTOCOMMIT")
+                result = await autocommit.run_sync(fn, *args)
+        except Exception as exc:
+            self.health.failed(exc)
+            raise
         self.answered_at = time.monotonic()
         return result
 
@@ -226,7 +253,11 @@ class Connections:
         if self.reader is not None:
             return await self.read(statement.sqlite, args)
         if self.pg is not None:
-            found = await self.pg.rows(statement.postgresql, args)
+            try:
+                found = await self.pg.rows(statement.postgresql, args)
+            except Exception as exc:
+                self.health.failed(exc)
+                raise
             if found is not None:
                 self.answered_at = time.monotonic()
             return found
@@ -243,10 +274,15 @@ class Connections:
         read's caller does, as with every read before this path existed.
         """
         assert self.reader is not None
-        if self._queued:
-            found = await asyncio.get_running_loop().run_in_executor(self._batch_thread, self.reader.rows, sql, args)
-        else:
-            found = self.reader.rows(sql, args)
+        try:
+            if self._queued:
+                found = await asyncio.get_running_loop().run_in_executor(self._batch_thread, self.reader.rows,
+                                                                         sql, args)
+            else:
+                found = self.reader.rows(sql, args)
+        except Exception as exc:
+            self.health.failed(exc)
+            raise
         if found is not None:
             self.answered_at = time.monotonic()
         return found

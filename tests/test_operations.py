@@ -56,7 +56,7 @@ async def test_health_and_readiness(client: Client, monkeypatch: Any) -> None:
     monkeypatch.setattr(operations, "READY_DB_FRESH_SECONDS", 0.0)
     not_ready = await client.http.get("/readyz")
     assert not_ready.status_code == 503
-    assert not_ready.json()["checks"]["database"] is False and not_ready.json()["checks"]["database_error"] == "OSError"
+    assert not_ready.json()["checks"]["database"] is False and not_ready.json()["checks"]["database_error"] == "unavailable"
     assert (await client.http.get("/healthz")).status_code == 200, "alive, though not ready"
 
 

@@ -9,10 +9,12 @@ header); `rpc_endpoint` is the POST endpoint of a JSON-RPC method table (/tasks,
 from __future__ import annotations
 
 import functools
+import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
 
+from sqlalchemy.exc import DBAPIError
 from starlette.requests import ClientDisconnect, HTTPConnection, Request
 from starlette.responses import Response
 from starlette.routing import Match, Route, Router
@@ -20,13 +22,19 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from taskgrove.agent.foundations.auth import AuthError, authenticate
 from taskgrove.agent.services.container import Services
-from taskgrove.agent.foundations.errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, PERMISSION_DENIED, RpcError
+from taskgrove.agent.foundations.errors import (INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, PERMISSION_DENIED,
+                                               DatabaseUnavailable, RpcError, database_unavailable)
 from taskgrove.agent.foundations import tracing
 from taskgrove.agent.foundations.calls import CallContext, Handler, Limits
 from taskgrove.agent.surfaces.jsonrpc import JsonReply, dispatch, reply_id
 from taskgrove.storage import jsonvalues
+from taskgrove.storage.outage import DatabaseOutage
 from taskgrove.llm.client import parse_key_header
 
+# The drivers' error classes that may say "the database is unavailable" (storage/outage.py reads
+# which do): routed requests get their 503 from database_error without a traceback in the log.
+DATABASE_ERRORS: tuple[type[Exception], ...] = (DatabaseUnavailable, DatabaseOutage, DBAPIError, sqlite3.Error,
+                                                ConnectionError)
 # Methods anyone may call while JWT is on (SPEC.md, Authentication).
 PUBLIC_METHODS = frozenset({"system.health", "system.executors"})
 JSON_MEDIA_TYPES = ("application/json", "application/json-rpc", "application/jsonrequest")
@@ -186,10 +194,35 @@ def error_reply(body: bytes, exc: RpcError, status_code: int = 200) -> Response:
     return JsonReply({"jsonrpc": "2.0", "id": reply_id(payload), "error": exc.to_dict()}, status_code=status_code)
 
 
+def outage_reply(path: str, exc: DatabaseUnavailable) -> Response:
+    """The database is unavailable (agent/foundations/errors.py DatabaseUnavailable): HTTP 503 with
+    Retry-After, in the shape of the surface at `path` (GraphQL's errors, else JSON-RPC's)."""
+    if path.startswith("/graphql"):
+        body: Any = {"data": None, "errors": [{"message": exc.message, "extensions": {
+            "code": exc.code, "codeName": "DATABASE_UNAVAILABLE", "reason": exc.reason,
+            "retryAfter": exc.retry_after}}]}
+    else:
+        body = {"jsonrpc": "2.0", "id": None, "error": exc.to_dict()}
+    return JsonReply(body, status_code=503, headers=exc.headers)
+
+
+def database_error(request: Request, exc: Exception) -> Response:
+    """Starlette's handler for the drivers' error classes on routed requests: an outage is
+    answered by outage_reply without a traceback; anything else goes on to internal_error."""
+    outage = database_unavailable(exc)
+    if outage is None:
+        raise exc
+    return outage_reply(request.url.path, outage)
+
+
 def internal_error(request: Request, exc: Exception) -> Response:
     """The last net under every HTTP route (Starlette's server-error handler): an exception no
-    surface caught is answered -32603 in the surface's shape, HTTP 200, never a plain-text 500;
-    Starlette still re-raises it, so the server logs the traceback."""
+    surface caught is answered -32603 in the surface's shape, HTTP 200, never a plain-text 500
+    (or, when it is the database going away, outage_reply's 503); Starlette still re-raises it,
+    so the server logs the traceback."""
+    outage = database_unavailable(exc)
+    if outage is not None:
+        return outage_reply(request.url.path, outage)
     detail = "The request failed on the server; see the service log"
     if request.url.path.startswith("/graphql"):
         return JsonReply({"data": None, "errors": [{"message": detail, "extensions": {

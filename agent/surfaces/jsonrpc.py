@@ -30,6 +30,8 @@ from taskgrove.agent.foundations.errors import (
     METHOD_NOT_FOUND,
     PARSE_ERROR,
     RpcError,
+    database_unavailable,
+    outage_retry_after,
     quota_retry_after,
 )
 from taskgrove.storage import jsonvalues
@@ -55,6 +57,12 @@ class JsonReply(Response):
             if status_code == 200 and (type(content) is not dict or "error" in content) else None
         if retry_after is not None:
             status_code, headers = 429, {**(headers or {}), "Retry-After": str(retry_after)}
+        elif status_code == 200 and (type(content) is not dict or "error" in content):
+            # Nothing but "the database is unavailable" (DatabaseUnavailable): HTTP 503, so that
+            # proxies and clients that read only the status wait and retry too.
+            retry_after = outage_retry_after(content)
+            if retry_after is not None:
+                status_code, headers = 503, {**(headers or {}), "Retry-After": str(retry_after)}
         super().__init__(content, status_code, headers)
 
     def render(self, content: Any) -> bytes:
@@ -154,7 +162,10 @@ async def _answer(message: Any, methods: Mapping[str, Handler], ctx: CallContext
             else await handler(params, ctx)
     except RpcError as exc:
         return None if notification else {"jsonrpc": "2.0", "id": id_, "error": exc.to_dict()}
-    except Exception:  # the traceback goes to the log, never to the client
+    except Exception as exc:  # the traceback goes to the log, never to the client
+        outage = database_unavailable(exc)
+        if outage is not None:  # retryable, not a bug: no traceback (storage/outage.py logs the outage once)
+            return None if notification else {"jsonrpc": "2.0", "id": id_, "error": outage.to_dict()}
         log.exception("method %s failed", method)
         return None if notification else \
             _error(INTERNAL_ERROR, "Internal error", f"{method} failed on the server; see the service log", id_)
