@@ -21,10 +21,10 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 import httpx
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from taskgrove.client.builder import TaskSpec
-from taskgrove.client.exceptions import NotFound
+from taskgrove.client.exceptions import NotFound, ProtocolError
 from taskgrove.client.answers import (JSON, Answer, Attempt, Budget, Cancellation, ClonePreview, Deletion, Emitted,
                                      Execution, Executors, Health, LlmKeyDeleted, LlmKeyStatus, LlmKeyStored,
                                      LogLine, LogPage, Purge, RunningCount, RunningStatus, Schedule,
@@ -49,11 +49,18 @@ TreeInput = TaskSpec | Mapping[str, Any] | Sequence[Mapping[str, Any]]
 
 
 def _one(model: type[M], value: Any) -> M:
-    return model.model_validate(value)
+    """The answer read into its model; ProtocolError when it does not fit (a service that speaks
+    another version of the interface), never pydantic's own exception."""
+    try:
+        return model.model_validate(value)
+    except ValidationError as exc:
+        raise ProtocolError(f"the service's answer does not fit {model.__name__}: {exc}"[:1000]) from None
 
 
 def _many(model: type[M], values: Any) -> builtins.list[M]:
-    return [model.model_validate(value) for value in values]
+    if not isinstance(values, list):
+        raise ProtocolError(f"the service answered {type(values).__name__} where a list of {model.__name__} was due")
+    return [_one(model, value) for value in values]
 
 
 def tree_params(tree: TreeInput) -> dict[str, Any]:
@@ -354,8 +361,11 @@ class AsyncSchedules:
         return _one(Schedule, await self._conn.call("schedules.create", params, safety=Safety.ONCE))
 
     async def get(self, schedule_id: str) -> Schedule:
-        return _one(Schedule, await self._conn.call("schedules.get", {"schedule_id": schedule_id},
-                                                    safety=Safety.READ))
+        """One schedule; NotFound when there is none."""
+        found = await self._conn.call("schedules.get", {"schedule_id": schedule_id}, safety=Safety.READ)
+        if found is None:
+            raise NotFound(f"schedule '{schedule_id}' not found", method="schedules.get")
+        return _one(Schedule, found)
 
     async def list(self, *, task_id: str | None = None, limit: int = 100, offset: int = 0) -> builtins.list[Schedule]:
         params: dict[str, Any] = {"limit": limit, "offset": offset}
