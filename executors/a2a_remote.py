@@ -68,6 +68,7 @@ from taskgrove.executors.a2a_lenient import LenientTransport
 from taskgrove.executors.a2a_questions import RemoteQuestions
 from taskgrove.executors.a2a_states import state_name
 from taskgrove.executors.base import ExecutionContext, Executor, ExecutorError
+from taskgrove.executors.card_trust import card_check
 from taskgrove.executors.netguard import UnsafeURLError, ensure_public_url, redact_url, request_guard
 from taskgrove.executors.struct_values import restore_ints
 from taskgrove.executors import tls
@@ -261,7 +262,8 @@ class RemoteAgentCall(RemoteQuestions, Executor):
         try:
             async with asyncio.timeout(timeout):
                 base, card_path = _card_location(url)
-                self._card = await A2ACardResolver(self._http, base).get_agent_card(relative_card_path=card_path)
+                self._card = await A2ACardResolver(self._http, base).get_agent_card(
+                    relative_card_path=card_path, signature_verifier=card_check(context.settings, self._url))
                 streaming = inputs.get("streaming", True) is not False and self._card.capabilities.streaming
                 config = ClientConfig(streaming=bool(streaming and blocking),
                                       polling=not (streaming and blocking), httpx_client=self._http)

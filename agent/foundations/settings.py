@@ -283,6 +283,13 @@ class Settings:
     database_allow_input_url: bool = False
     # Server secret from which the key that encrypts stored LLM keys is derived.
     secret_key: str | None = None
+    # --- trust in agent cards (docs/agents.md, "Trust"; executors/card_trust.py) ---
+    # Our card is signed with this PEM private key (its text or a file path) under this key id.
+    card_signing_key: str | None = field(default=None, repr=False)
+    card_signing_kid: str = "taskgrove"
+    # Keys that vouch for remote cards (JSON {kid: PEM or path}, or kid=path,...): when set, a remote
+    # card must carry a valid signature by one of them.
+    agent_trusted_keys: str | None = None
     # --- durable execution (docs/failures.md) ---
     # Retry policy of tasks that do not give their own `retry` (engine/retry_policy.py).
     default_max_attempts: int = 1
@@ -404,6 +411,9 @@ class Settings:
             database_connections=_db_connections(env, "SERVICE_DB_CONNECTIONS"),
             database_allow_input_url=_bool(env, "SERVICE_DB_ALLOW_INPUT_URL", False),
             secret_key=_optional(env, "SERVICE_SECRET_KEY"),
+            card_signing_key=_optional(env, "SERVICE_CARD_SIGNING_KEY"),
+            card_signing_kid=_optional(env, "SERVICE_CARD_SIGNING_KID") or "taskgrove",
+            agent_trusted_keys=_optional(env, "SERVICE_AGENT_TRUSTED_KEYS"),
             default_max_attempts=_int(env, "SERVICE_DEFAULT_MAX_ATTEMPTS", 1, 1, 100),
             default_backoff=_choice(env, "SERVICE_DEFAULT_BACKOFF", "exponential", ("fixed", "exponential", "linear")),
             default_retry_base_seconds=_float(env, "SERVICE_DEFAULT_RETRY_BASE_SECONDS", 1.0, 0.0, 604_800.0),

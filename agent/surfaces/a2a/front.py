@@ -53,13 +53,26 @@ def route_key(path: str, methods: Any) -> RouteKey:
     return path, frozenset(methods or ())
 
 
+def signed(card: dict[str, Any], settings: Any) -> dict[str, Any]:
+    """The card with our signature when SERVICE_CARD_SIGNING_KEY is set (executors/card_trust.py);
+    a key that cannot sign stops the start with its reason."""
+    if not settings.card_signing_key:
+        return card
+    from taskgrove.executors.card_trust import sign_card
+
+    try:
+        return sign_card(card, settings.card_signing_key, settings.card_signing_kid)
+    except ValueError as exc:
+        raise RuntimeError(f"SERVICE_CARD_SIGNING_KEY: {exc}") from None
+
+
 class LazySurface:
     """The SDK-backed endpoints, built by the first request that needs one of them (or, with gRPC
     on, at start: the gRPC transport serves the same request handler)."""
 
     def __init__(self, services: "Services") -> None:
         self._services = services
-        self.card = build_card(services.settings)
+        self.card = signed(build_card(services.settings), services.settings)
         self.handler: Any = None  # the SDK's request handler (agent.surfaces.a2a.handler), once built
         self._endpoints: dict[RouteKey, Endpoint] | None = None
 
