@@ -10,7 +10,7 @@ from the stored outcome (`executions.final_status` and the tree's stored progres
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 import asyncio
 
@@ -59,7 +59,7 @@ async def stored_final(repo: TaskRepository, tree_id: str) -> dict[str, Any]:
 
 
 def final_event(tree_id: str, execution: Mapping[str, Any] | None,
-                rows: list[Mapping[str, Any]]) -> dict[str, Any]:
+                rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The `final` event of a stored execution: its final status and its members' progress."""
     status = _stored_status(tree_id, execution, rows)
     members = [r for r in rows if execution is not None and r.get("execution_id") == execution["id"]] or rows
@@ -70,7 +70,7 @@ def final_event(tree_id: str, execution: Mapping[str, Any] | None,
             "final": True, "message": f"Execution {status}", "timestamp": now_iso()}
 
 
-def _stored_status(tree_id: str, execution: Mapping[str, Any] | None, rows: list[Mapping[str, Any]]) -> str:
+def _stored_status(tree_id: str, execution: Mapping[str, Any] | None, rows: Sequence[Mapping[str, Any]]) -> str:
     """The execution's stored final status; a tree never executed reports its root's status."""
     if execution is not None and execution.get("final_status"):
         return str(execution["final_status"])

@@ -102,8 +102,8 @@ def _validate_inputs(inputs: dict[str, Any], schema: dict[str, Any],
     import jsonschema  # loaded by compiled_schema on first use
 
     try:
-        validator = _class_validator(declared_by) if declared_by is not None \
-            else compiled_schema(json.dumps(schema, sort_keys=True))
+        validator = (_class_validator(declared_by)  # type: ignore[arg-type]  # mypy: type[...] is not Hashable
+                     if declared_by is not None else compiled_schema(json.dumps(schema, sort_keys=True)))
     except jsonschema.SchemaError as exc:
         raise ExecutorError(f"schemas.input_schema is not a valid JSON Schema: {exc.message}",
                             retryable=False) from None

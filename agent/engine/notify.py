@@ -18,7 +18,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from taskgrove.agent.engine.bus import Event, EventBus
@@ -40,7 +40,7 @@ def asyncpg_dsn(url: str) -> str:
 
 class PgNotifier:
     def __init__(self, dsn: str, instance_id: str, bus: EventBus,
-                 on_cancel: Callable[[str], Awaitable[None]], on_event: Callable[[Event], None]) -> None:
+                 on_cancel: Callable[[str], Coroutine[Any, Any, None]], on_event: Callable[[Event], None]) -> None:
         self.dsn = dsn
         self.instance_id = instance_id
         self.bus = bus

@@ -404,7 +404,7 @@ class PassLoop:
         running = Counter(r.row.get("user_id") for r in self.running.values()) if ready.users > 1 else None
         runs = self.runs
         while ready and len(taken) < free:
-            item, user_id = ready.pop(running or _NOBODY)
+            item, user_id = ready.pop(running or _NOBODY)  # type: ignore[misc]  # not None: `ready` is not empty
             _, _, tid, tree_id = item
             run = runs.get(tree_id)
             if run is None or tid not in run.queued or tid in seen:

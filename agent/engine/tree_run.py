@@ -79,7 +79,7 @@ class TreeRun:
     # Per task: the context of the request that asked for its execution (user, LLM key from the
     # request header). Kept per task so a second request joining the run never changes the key
     # the first request's tasks run with; dropped when the task ends.
-    calls: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
+    calls: dict[str, Mapping[str, Any]] = field(default_factory=dict, repr=False)
     waiting: set[str] = field(default_factory=set)
     queued: set[str] = field(default_factory=set)
     active: set[str] = field(default_factory=set)

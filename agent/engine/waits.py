@@ -231,7 +231,9 @@ class Waits:
     async def _expire(self, tid: str, tree_id: str) -> None:
         try:
             row = await self.repo.get(tid)
-            wait = read(row.get("waiting")) if row is not None else None
+            if row is None:
+                return
+            wait = read(row.get("waiting"))
             if not isinstance(wait, dict) or not row.get("wake_at"):
                 return
             if seconds_until(row["wake_at"]) > 0:  # not yet (clocks, a changed deadline): look again then
@@ -298,5 +300,5 @@ class Waits:
         for run in list(self.run_keeper.runs.values()):
             for tid in run.parked:
                 wait = read(run.rows[tid].get("waiting"))
-                counts[wait.get("kind") if isinstance(wait, dict) and wait.get("kind") in KINDS else "input"] += 1
+                counts[wait["kind"] if isinstance(wait, dict) and wait.get("kind") in KINDS else "input"] += 1
         return {kind: counts.get(kind, 0) for kind in KINDS}

@@ -22,7 +22,7 @@ import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -127,7 +127,7 @@ def caller_from_token(token: str, settings: "Settings") -> Caller:
     try:
         claims = jwt.decode(
             token,
-            settings.jwt_secret,
+            cast(str, settings.jwt_secret),  # set: tokens are verified only when JWT is on
             algorithms=[a for a in settings.jwt_algorithms if a in HMAC_ALGORITHMS],
             # exp/nbf/iat are verified whenever present; none of them is required.
             options={"require": [], "verify_exp": True, "verify_nbf": True, "verify_iat": True},

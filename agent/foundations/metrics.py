@@ -252,7 +252,7 @@ def _observing(histogram: Any) -> Callable[[float], None]:
     bound is at least the amount (found by bisection, not a Python loop over the bounds), as
     `Histogram.observe` does them; a NaN goes into no bucket, as there. Why: as `_counting`.
     Falls back to `observe` if the library keeps its values otherwise."""
-    total = getattr(histogram, "_sum", None)
+    total: Any = getattr(histogram, "_sum", None)
     bounds = list(getattr(histogram, "_upper_bounds", None) or ())
     buckets = getattr(histogram, "_buckets", None) or ()
     if not callable(getattr(total, "inc", None)) or not bounds or len(bounds) != len(buckets) \
