@@ -1,4 +1,4 @@
-// The dashboard's entry: routes (#/ the tree list, #/tree/<id> a tree, #/schedules, #/usage, #/system
+// The dashboard's entry: routes (#/ the tree list, #/tree/<id> a tree, #/waiting, #/schedules, #/usage, #/system
 // executors and health), the token field and the message line. Small ES modules loaded by the browser as they
 // are: no bundler, no build step, nothing fetched from outside the service.
 
@@ -8,6 +8,7 @@ import {showList} from "./list.js";
 import {showSchedules} from "./schedules.js";
 import {showTree} from "./tree.js";
 import {showUsage} from "./usage.js";
+import {showWaiting} from "./waiting.js";
 
 const main = document.getElementById("main");
 const notice = document.getElementById("notice");
@@ -61,6 +62,8 @@ async function route() {
       await showSystem(current);
     } else if (path === "/usage") {
       await showUsage(main, new URLSearchParams(search), go, current);
+    } else if (path === "/waiting") {
+      await showWaiting(main, notify, current);
     } else if (path === "/schedules") {
       await showSchedules(main, notify, go, current);
     } else {

@@ -102,7 +102,7 @@ export async function showTree(main, rootId, notify, go, current) {
       const copy = await call("tasks.copy", {task_id: id, children: true});
       go(`#/tree/${encodeURIComponent(copy.id)}`);
     })}, "Copy"));
-    const answer = task.waiting && task.waiting.kind === "input" && task.status === "in_progress"
+    const answer = task.waiting && ["input", "agent_input"].includes(task.waiting.kind) && task.status === "in_progress"
       ? answerForm(task, () => { notify(`Answered ${task.name}`, "info"); if (selected === id) showDetail(id); })
       : null;
     const logs = logsSection(task);
