@@ -7,9 +7,9 @@ they sort correctly as text on every backend and go to the wire unchanged.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, LargeBinary, String, Text, text
+from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, LargeBinary, String, Table, Text, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 # Defined in storage/status.py (no imports, for light clients); storage.fields, trees and executions
@@ -316,17 +316,18 @@ class Schedule(Base):
     )
 
 
-tasks_table = Task.__table__
-schedules_table = Schedule.__table__
-llm_keys_table = LLMKey.__table__
-executions_table = Execution.__table__
-idempotency_table = IdempotencyKey.__table__
-rate_limits_table = RateLimit.__table__
-events_table = Event.__table__
-task_logs_table = TaskLog.__table__
-task_attempts_table = TaskAttempt.__table__
-llm_usage_daily_table = LlmUsageDaily.__table__
-user_budgets_table = UserBudget.__table__
+# Each model's Table (declarative models type `__table__` as the wider FromClause).
+tasks_table = cast(Table, Task.__table__)
+schedules_table = cast(Table, Schedule.__table__)
+llm_keys_table = cast(Table, LLMKey.__table__)
+executions_table = cast(Table, Execution.__table__)
+idempotency_table = cast(Table, IdempotencyKey.__table__)
+rate_limits_table = cast(Table, RateLimit.__table__)
+events_table = cast(Table, Event.__table__)
+task_logs_table = cast(Table, TaskLog.__table__)
+task_attempts_table = cast(Table, TaskAttempt.__table__)
+llm_usage_daily_table = cast(Table, LlmUsageDaily.__table__)
+user_budgets_table = cast(Table, UserBudget.__table__)
 
 # The columns of `tasks` holding JSON, from the table itself: stored as json.dumps text, read
 # back through jsonvalues.read_stored (which may yield Unreadable).
