@@ -20,7 +20,8 @@ class A2AAgentExecutor(Executor):
     name = "Remote A2A agent"
     extension = "a2a"
     description = (
-        "Sends inputs.message (text) and/or inputs.data (object) to the A2A agent at inputs.agent_url "
+        "Sends inputs.message (text) and/or inputs.data (object) to the A2A agent at inputs.agent_url, or to "
+        "the directory's agent named inputs.agent, or to the healthiest agent with the skill inputs.skill, "
         "with the official a2a-sdk client (streaming or polling), relays its progress and returns its "
         "final state, artifacts and task ids; cancelling the task cancels the remote task. A question of the "
         "agent (input-required, auth-required) makes the task wait (waiting.kind agent_input) for tasks.respond, "
@@ -28,10 +29,14 @@ class A2AAgentExecutor(Executor):
     )
     input_schema = {
         "type": "object",
-        "required": ["agent_url"],
-        "anyOf": [{"required": ["message"]}, {"required": ["data"]}],
+        # Where the message goes: a URL, an agent of the directory by name, or a skill (id or tag) whose
+        # healthiest agent is chosen (executors/agent_delegation.py).
+        "allOf": [{"oneOf": [{"required": ["agent_url"]}, {"required": ["agent"]}, {"required": ["skill"]}]},
+                  {"anyOf": [{"required": ["message"]}, {"required": ["data"]}]}],
         "properties": {
             "agent_url": {"type": "string", "minLength": 1},
+            "agent": {"type": "string", "minLength": 1, "maxLength": 64},
+            "skill": {"type": "string", "minLength": 1, "maxLength": 256},
             "message": {"type": "string", "minLength": 1},
             "data": {"type": "object"},
             "metadata": {"type": "object"},
@@ -54,7 +59,9 @@ class A2AAgentExecutor(Executor):
         self._call = RemoteAgentCall(params)
 
     async def execute(self, inputs: dict[str, Any], context: ExecutionContext) -> Any:
-        return await self._call.execute(inputs, context)
+        from taskgrove.executors.agent_delegation import delegate
+
+        return await delegate(self._call, inputs, context)
 
     async def cancel(self) -> dict[str, Any] | None:
         return await self._call.cancel()

@@ -168,6 +168,16 @@ class ExecutionContext:
         self._wait({"kind": "timer", "prompt": f"sleep {float(seconds):g}s", "schema": None},
                    max(0.0, float(seconds)), None)
 
+    def hold(self, prompt: str, seconds: float, answer: Any) -> Any:
+        """A durable timer like `sleep` whose answer, once it ends, is `answer`: a wait that must
+        tell its own answers apart on a replay (see `next_answer`) gives a marker here."""
+        return self._wait({"kind": "timer", "prompt": str(prompt), "schema": None}, max(0.0, float(seconds)), answer)
+
+    def next_answer(self) -> Any:
+        """The stored answer the next wait of this run would return, or ABSENT: a wait that is not
+        always called (a2a_agent_executor's breaker wait) skips its own earlier answers with it."""
+        return self.wait_answers[self._waits] if self._waits < len(self.wait_answers) else ABSENT
+
     def _wait(self, wait: dict[str, Any], timeout: float | None, default: Any) -> Any:
         index, self._waits = self._waits, self._waits + 1
         if index < len(self.wait_answers):

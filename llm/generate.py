@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from taskgrove.llm.agent_prompt import agents_section, delegation_problems
 from taskgrove.llm.client import LLMClient, add_usage, empty_usage
 from taskgrove.storage import fields
 from taskgrove.storage.tree_graph import find_cycle
@@ -96,14 +97,16 @@ RULES = """Rules for the tree:
 5. Use only the executors listed; do not invent executor ids or input fields."""
 
 
-def build_messages(requirement: str, executors: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
+def build_messages(requirement: str, executors: Sequence[Mapping[str, Any]],
+                   agents: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, str]]:
     lines = []
     for info in executors:
         schema = json.dumps(info.get("input_schema") or {"type": "object"}, separators=(",", ":"))
         lines.append(f"- {info['id']}: {info.get('description') or 'no description'}\n  input schema: {schema}")
     system = (
         "You design task trees for a task orchestration service. Each task is run by one executor.\n\n"
-        "Available executors:\n" + "\n".join(lines) + "\n\n" + RULES
+        "Available executors:\n" + "\n".join(lines) + "\n\n"
+        + (agents_section(agents) + "\n\n" if agents else "") + RULES
     )
     return [{"role": "system", "content": system},
             {"role": "user", "content": f"Requirement:\n{requirement}\n\nReturn the JSON array of tasks."}]
@@ -334,6 +337,7 @@ async def generate_tree(
     max_tokens: int = 4000,
     api_key: str | None = None,
     user_id: str | None = None,
+    agents: Sequence[Mapping[str, Any]] = (),
 ) -> GenerationResult:
     """Ask the model for a task tree, validate it, and give it one chance to repair its errors.
 
@@ -345,7 +349,7 @@ async def generate_tree(
     if not described:
         raise GenerationInputError("no executors are available to build a task tree from")
     ids = [d["id"] for d in described]
-    messages = build_messages(requirement, described)
+    messages = build_messages(requirement, described, agents)
     usage = empty_usage()
     call = dict(provider=provider, model=model, api_key=api_key, user_id=user_id,
                 temperature=temperature, max_tokens=max_tokens)
@@ -353,6 +357,7 @@ async def generate_tree(
     answer = await client.complete(messages, **call)
     add_usage(usage, answer.usage)
     tasks, problems = check_answer(answer.text, ids)
+    problems += delegation_problems(tasks, agents)
     if not problems:
         return GenerationResult(tasks=tasks, usage=usage, attempts=1)
 
@@ -360,6 +365,7 @@ async def generate_tree(
     answer = await client.complete(messages, **call)
     add_usage(usage, answer.usage)
     tasks, problems = check_answer(answer.text, ids)
+    problems += delegation_problems(tasks, agents)
     if problems:
         raise GenerationValidationError(problems)
     return GenerationResult(tasks=tasks, usage=usage, attempts=2)

@@ -11,7 +11,7 @@ tests/test_migrations_head.py compares this with a migrated database and prints 
 when a migration is added (`python -m tests.test_migrations_head` writes it).
 """
 
-REVISION = '0017'
+REVISION = '0018'
 
 STATEMENTS: tuple[str, ...] = (
     ('CREATE TABLE alembic_version (\n'
@@ -215,4 +215,35 @@ STATEMENTS: tuple[str, ...] = (
     ('CREATE INDEX ix_events_created ON events (created_at, id)'),
     ('CREATE INDEX ix_tasks_status_created ON tasks (status, created_at, id)'),
     ('CREATE INDEX ix_tasks_user_status_created ON tasks (user_id, status, created_at, id)'),
+    ('CREATE TABLE agents (\n'
+     '\tid VARCHAR(64) NOT NULL, \n'
+     '\tname VARCHAR(128) NOT NULL, \n'
+     '\tuser_id VARCHAR(255), \n'
+     '\tshared BOOLEAN NOT NULL, \n'
+     '\tcard_url VARCHAR(2048) NOT NULL, \n'
+     '\ttags JSON NOT NULL, \n'
+     '\tcard_name VARCHAR(1024), \n'
+     '\tdescription TEXT, \n'
+     '\tversion VARCHAR(255), \n'
+     '\tprotocol_version VARCHAR(32), \n'
+     '\tskills JSON NOT NULL, \n'
+     '\tinterfaces JSON NOT NULL, \n'
+     '\tetag VARCHAR(1024), \n'
+     '\tlast_modified VARCHAR(255), \n'
+     '\tfetched_at VARCHAR(40), \n'
+     '\trefresh_due_at VARCHAR(40), \n'
+     '\trefresh_error TEXT, \n'
+     '\tchanged JSON, \n'
+     '\tcredentials BLOB, \n'
+     '\tconcurrency INTEGER, \n'
+     '\thealth JSON NOT NULL, \n'
+     '\tbreaker VARCHAR(16) NOT NULL, \n'
+     '\tbreaker_until VARCHAR(40), \n'
+     '\tcreated_at VARCHAR(40) NOT NULL, \n'
+     '\tupdated_at VARCHAR(40) NOT NULL, \n'
+     '\tPRIMARY KEY (id)\n'
+     ')'),
+    ('CREATE UNIQUE INDEX ux_agents_name ON agents (name)'),
+    ('CREATE INDEX ix_agents_user_id ON agents (user_id)'),
+    ('CREATE INDEX ix_agents_refresh_due ON agents (refresh_due_at)'),
 )

@@ -374,6 +374,16 @@ class Settings:
     # The exporters' own variables (OTEL_EXPORTER_OTLP_*, OTEL_BSP_*, ...) are read by the SDK.
     traces_exporter: tuple[str, ...] = ()
     traces_service_name: str = "taskgrove"
+    # --- the directory of agents (docs/agents.md) ---
+    # Card URLs seeded as shared agents at start; cards are fetched again every refresh seconds.
+    agents: tuple[str, ...] = ()
+    agent_refresh_seconds: float = 3600.0
+    # An agent's breaker opens after this many failed calls in a row (0: never) and lets one probe
+    # through after the cool-down; tasks for an open agent wait, holding no slot.
+    agent_breaker_failures: int = 5
+    agent_breaker_cooldown_seconds: float = 30.0
+    # Tasks delegated to one agent in progress at once (concurrency key `agent:<name>`).
+    agent_concurrency: int = 8
     # Every variable as read, for vendor-specific LLM variables (<VENDOR>_API_KEY, <VENDOR>_MODEL).
     environ: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
@@ -459,6 +469,11 @@ class Settings:
             graphql_max_list_items=_int(env, "SERVICE_GRAPHQL_MAX_LIST_ITEMS", 5000, 1, 10_000_000),
             traces_exporter=_traces_exporter(env),
             traces_service_name=_optional(env, "OTEL_SERVICE_NAME") or "taskgrove",
+            agents=_list(env, "SERVICE_AGENTS") or (),
+            agent_refresh_seconds=_float(env, "SERVICE_AGENT_REFRESH_SECONDS", 3600.0, 1.0, 30 * 86_400.0),
+            agent_breaker_failures=_int(env, "SERVICE_AGENT_BREAKER_FAILURES", 5, 0, 1000),
+            agent_breaker_cooldown_seconds=_float(env, "SERVICE_AGENT_BREAKER_COOLDOWN_SECONDS", 30.0, 0.0, 86_400.0),
+            agent_concurrency=_int(env, "SERVICE_AGENT_CONCURRENCY", 8, 1, 100_000),
             environ=env,
         )
         if db_raw is not None and db_raw.strip():

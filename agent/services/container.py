@@ -33,6 +33,7 @@ from taskgrove.agent.foundations.settings import Settings
 from taskgrove.agent.services.system_service import SystemService
 from taskgrove.agent.services.wait_service import WaitService
 from taskgrove.agent.services.log_service import LogService
+from taskgrove.agent.services.agent_wiring import AgentDirectoryParts
 from taskgrove.agent.services.remote_questions import RemoteQuestionCancels
 from taskgrove.executors.database import dispose_engines
 from taskgrove.executors.registry import ExecutorRegistry
@@ -80,6 +81,8 @@ class Services:
     usage: UsageService | None = None
     # Cancels the remote task of a task that ended while a remote agent's question waited.
     remote_questions: RemoteQuestionCancels | None = None
+    # The directory of agents (agents.*, delegation by name or skill, the planner's agents).
+    agents: AgentDirectoryParts | None = None
     # Set once the schema is at the migrations' head (for /readyz).
     migrated: bool = False
 
@@ -121,6 +124,8 @@ class Services:
         generate = GenerateService(tasks, registry, settings, engine.services)
         services.task_methods["tasks.generate"] = typed(GenerateTree.from_params, generate.generate)
         services.task_methods["usage.get"] = typed(UsageQuery.from_params, usage.get)
+        services.agents = AgentDirectoryParts.build(repo, settings, metrics, engine.services, tasks)
+        services.task_methods.update(services.agents.methods())
         services.system_methods = {
             "system.health": without_params(system.health),
             "system.executors": without_params(system.executors),
@@ -139,11 +144,15 @@ class Services:
             self.remote_questions.start()
         if self.settings.enable_scheduler:
             self.schedule_loop.start()
+        if self.agents is not None:
+            self.agents.refresher.start()
         if self.retention is not None:
             self.retention.start()  # only when SERVICE_RETENTION is set
 
     async def stop(self) -> None:
         await self.schedule_loop.stop()  # no new runs; the engine then hands back what is running
+        if self.agents is not None:
+            await self.agents.refresher.stop()
         if self.retention is not None:
             await self.retention.stop()
         for hook in self.shutdown_hooks:

@@ -81,11 +81,13 @@ class GenerateService:
 
         provider, header_key = _header_key(provider, ctx)
         client = self.client(owner, ctx.traceparent)
+        planner = self.services.get("agent_planner")  # the directory's agents (agent/services/agent_wiring.py)
+        agents = await planner(owner, request.requirement) if planner is not None else []
         try:
             result = await generate_tree(
                 request.requirement, client=client, executors=self.executors(), provider=provider,
                 model=request.model, temperature=request.temperature, max_tokens=request.max_tokens,
-                api_key=header_key, user_id=owner,
+                api_key=header_key, user_id=owner, agents=agents,
             )
         except GenerationValidationError as exc:
             # The model never saw a key; still, never echo the header's (problems quote its answer).
