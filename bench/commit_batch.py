@@ -21,7 +21,7 @@ import time
 import uuid
 from typing import Any
 
-from taskgrove.storage import db, executions, new_tree
+from taskgrove.storage import db, new_tree, tree_insert
 from taskgrove.storage.clock import now_iso
 
 
@@ -55,8 +55,8 @@ async def measure(count: int, batch: int, savepoints: bool, temp_memory: bool) -
             if savepoints:
                 raw.execute(f"SAVEPOINT tree{index}")
             stamp = now_iso()
-            executions.insert_tree(conn, rows, rows[0]["user_id"], "bench", stamp, stamp, None,
-                                   executions.Quota(rows[0]["user_id"], 1_000_000, len(rows)))
+            tree_insert.insert_tree(conn, rows, rows[0]["user_id"], "bench", stamp, stamp, None,
+                                    tree_insert.Quota(rows[0]["user_id"], 1_000_000, len(rows)))
             if savepoints:
                 raw.execute(f"RELEASE tree{index}")
         began = time.perf_counter()

@@ -19,7 +19,7 @@ import time
 import asyncpg
 
 from run import fresh_postgres  # bench/run.py, beside this script
-from taskgrove.storage import executions, statements
+from taskgrove.storage import executions, statements, tree_insert
 from taskgrove.storage.db import create_engine, migrate
 from taskgrove.storage.models import with_defaults
 from taskgrove.storage.pg import PASS_SETTINGS
@@ -38,7 +38,7 @@ async def measure(url: str, links: int, flush: bool) -> None:
     await migrate(engine)
     rows = [link("root", None)] + [link(f"t{i}", f"t{i - 1}" if i else None) for i in range(links)]
     async with engine.begin() as c:
-        await c.run_sync(lambda s: executions.insert_tree(s, rows, None, OWNER, UNTIL, STAMP))
+        await c.run_sync(lambda s: tree_insert.insert_tree(s, rows, None, OWNER, UNTIL, STAMP))
     await engine.dispose()
     settings = {**PASS_SETTINGS, **({} if flush else {"synchronous_commit": "off"})}
     conn = await asyncpg.connect(url, server_settings=settings)

@@ -12,8 +12,9 @@ Each function takes a synchronous connection and is one step of the execution pr
   instance that lost its lease (paused, cut off) can no longer change the task.
 
 The statements written as SQL text (the claim, fenced writes, the end of an execution, the
-insert of a tree, the limited claims) are in storage/statements.py, each dialect's form there;
-this module decides which runs and with which arguments.
+limited claims) are in storage/statements.py, each dialect's form there; this module decides which
+runs and with which arguments. A new tree's insert with its execution is storage/tree_insert.py's;
+the JSON text both write is storage/json_text.py's.
 """
 
 from __future__ import annotations
@@ -23,23 +24,22 @@ import json
 import operator
 import sqlite3
 import uuid
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any
 
 from sqlalchemy import case, insert, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.util import await_
 
 from taskgrove.storage import attempts as history_rows
 from taskgrove.storage import statements
 from taskgrove.storage.attempts import Attempt
+from taskgrove.storage.json_text import json_text
 from taskgrove.storage.jsonvalues import read_stored
 from taskgrove.storage.models import JSON_COLUMNS, TaskStatus
 from taskgrove.storage.models import executions_table as X
 from taskgrove.storage.models import tasks_table as T
-from taskgrove.storage.models import with_defaults
 
 Row = dict[str, Any]
 Write = tuple[str, int, Mapping[str, Any]]  # task id, the epoch its attempt holds, the values
@@ -143,7 +143,7 @@ def pg_step_params(writes: Sequence[Write], claims: Sequence[str], owner: str, u
 
 def _pg_json_as_text(values: Mapping[str, Any]) -> dict[str, Any]:
     """A write's values with its JSON columns as their text (see _pg_insert_tree for why)."""
-    return {key: _json_text(value) if key in JSON_COLUMNS else value for key, value in values.items()}
+    return {key: json_text(value) if key in JSON_COLUMNS else value for key, value in values.items()}
 
 
 def _pg_write_object(tid: str, epoch: int, values: Mapping[str, Any], row: Attempt | None) -> dict[str, Any]:
@@ -257,73 +257,7 @@ def _by_shape(writes: Sequence[Write]) -> dict[tuple[str, ...], list[Any]]:
 # --- SQLite: the statements as plain prepared statements ---------------------------------------
 # The engine's pass runs these thousands of times for a large tree; through the DB-API cursor they
 # cost a third of what SQLAlchemy's execution layer adds around them.
-# (_json_text serves the PostgreSQL statements above as well.)
-
-_EMPTY_JSON = {type(None): "null", dict: "{}", list: "[]"}  # most stored JSON values: json.dumps skipped
-
-
-def _stored_dumps() -> Callable[[Any], str]:
-    """json.dumps with its default settings, text for text, without the Python it runs around
-    the C encoder on every call (dumps, encode, iterencode, and a new C encoder each time: about
-    two thirds of the 2 us a small value costs). No circular-reference check: what is stored here
-    is parsed JSON or storable()'s output (storage/results.py), never cyclic. Plain json.dumps
-    where the C encoder is missing. tests/test_results.py compares the two."""
-    make = json.encoder.c_make_encoder
-    if make is None:
-        return json.dumps
-    encode = make(None, json.JSONEncoder().default, json.encoder.encode_basestring_ascii, None, ": ", ", ",
-                  False, False, True)
-    return lambda value: "".join(encode(value, 0))
-
-
-stored_dumps = _stored_dumps()
-
-
-def _json_text(value: Any, memo: dict[Any, str] | None = None) -> str:
-    """The text SQLAlchemy's JSON type stores for `value` (json.dumps; None is 'null').
-
-    `memo`: texts already written in this statement, by _same_text key. The tasks of one tree
-    mostly share their schemas, retry policy and (in layers) dependency lists: each is encoded
-    once, not once a row (json.dumps costs about four times building the key)."""
-    if not value and type(value) in _EMPTY_JSON:
-        return _EMPTY_JSON[type(value)]
-    if memo is None:
-        return stored_dumps(value)
-    key = _same_text(value)
-    if key is None:
-        return stored_dumps(value)
-    text = memo.get(key)
-    if text is None:
-        text = memo[key] = stored_dumps(value)
-    return text
-
-
-_FLAT = frozenset({str, int, float, bool, type(None)})
-
-
-def _same_text(value: Any) -> tuple[Any, ...] | None:
-    """A key equal only for values json.dumps writes identically (each item's type is part of
-    it: 1, 1.0 and True compare equal but are written differently; a float is keyed by its
-    text: 0.0 and -0.0 compare equal too), for an object of plain values or a list of such
-    objects; None for anything else."""
-    if value.__class__ is dict:
-        items = []
-        for key, item in value.items():
-            kind = item.__class__
-            if kind not in _FLAT:
-                return None
-            items.append((key, kind, repr(item) if kind is float else item))
-        return (dict, *items)
-    if value.__class__ is list:
-        parts = []
-        for item in value:
-            part = _same_text(item) if item.__class__ is dict else None
-            if part is None:
-                return None
-            parts.append(part)
-        return (list, *parts)
-    return None
-
+# (Their JSON values are written as text by storage/json_text.py, as the PostgreSQL statements above.)
 
 @functools.lru_cache(maxsize=64)
 def _sqlite_write_shape(keys: tuple[str, ...]) -> tuple[str, Callable[[Mapping[str, Any]], Any], tuple[int, ...]]:
@@ -340,7 +274,7 @@ def _sqlite_write_params(getter: Callable[[Mapping[str, Any]], Any], json_at: tu
     """One fenced write's arguments: its values (JSON columns as their text), id, owner, epoch."""
     params = [*getter(values), tid, owner, epoch]
     for i in json_at:
-        params[i] = _json_text(params[i])
+        params[i] = json_text(params[i])
     return params
 
 
@@ -370,63 +304,6 @@ def _sqlite_fenced_writes(cursor: sqlite3.Cursor, groups: Mapping[tuple[str, ...
             if cursor.rowcount:
                 accepted.add(tid)
     return accepted
-
-
-_ROW_VALUES = operator.itemgetter(*statements.TASK_COLUMNS)
-
-
-def _execution_values(execution: Mapping[str, Any]) -> list[Any]:
-    return [json.dumps(execution[key]) if key == "webhooks" else execution[key] for key in statements.EXECUTION_COLUMNS]
-
-
-def _sqlite_insert_tree(c: Connection, rows: Sequence[Mapping[str, Any]], execution: Mapping[str, Any]) -> None:
-    """The execution, and its full rows (`with_defaults`) as SQLAlchemy's executemany would store
-    them: the same values and JSON text (json.dumps, which `dependents()` matches with LIKE)."""
-    json_at = [i for i, key in enumerate(statements.TASK_COLUMNS) if key in JSON_COLUMNS]
-    params = []
-    memo: dict[Any, str] = {}
-    for row in rows:
-        values = list(_ROW_VALUES(row))
-        for i in json_at:
-            values[i] = _json_text(values[i], memo)
-        params.append(values)
-    sql = statements.insert_tasks().sqlite
-    try:
-        c.connection.driver_connection.execute(statements.insert_tree().sqlite, _execution_values(execution))
-        c.connection.driver_connection.cursor().executemany(sql, params)
-    except sqlite3.IntegrityError as exc:  # an id is taken: the same error the SQLAlchemy path raises
-        raise IntegrityError(sql, None, exc) from exc
-
-
-def _pg_insert_tree(c: Connection, rows: Sequence[Mapping[str, Any]], execution: Mapping[str, Any],
-                    quota: Quota | None) -> int:
-    """PostgreSQL: the `execution`'s row and full rows (`with_defaults`, as one JSON array) in one
-    statement (statements.insert_tree) on the connection's asyncpg connection, stored as
-    SQLAlchemy stores them; with a `quota`, the owner's count (returned; 0 without). Rows with a
-    NUL in a JSON value, which json_populate_recordset cannot read, travel with their JSON columns
-    as text (done always, it made a 1000-task create 60-70 ms slower: bench/README.md)."""
-    import asyncpg  # PostgreSQL only: not loaded on SQLite
-
-    sql, args = pg_insert_tree_call(rows, execution, quota)
-    try:
-        return int(await_(c.connection.driver_connection.fetchval(sql, *args)) or 0)
-    except asyncpg.IntegrityConstraintViolationError as exc:  # an id is taken: what the SQLAlchemy path raises
-        raise IntegrityError(sql, None, exc) from exc
-
-
-def pg_insert_tree_call(rows: Sequence[Mapping[str, Any]], execution: Mapping[str, Any],
-                        quota: Quota | None) -> tuple[str, list[Any]]:
-    """PostgreSQL: the statement of _pg_insert_tree and its arguments. Its one value is the
-    owner's count with a `quota` (None without)."""
-    text = json.dumps(rows)
-    if as_text := "\\u0000" in text:
-        memo: dict[Any, str] = {}
-        text = json.dumps([{key: _json_text(value, memo) if key in JSON_COLUMNS else value
-                            for key, value in row.items()} for row in rows])
-    args = [text, *_execution_values(execution), *(() if quota is None else (quota.adding, quota.limit)),
-            *(() if quota is None or quota.owner is None else (quota.owner,))]
-    owner_kind = None if quota is None else "nobody" if quota.owner is None else "user"
-    return statements.insert_tree(as_text, owner_kind).postgresql, args
 
 
 def _sqlite_claim(cursor: sqlite3.Cursor, ids: Sequence[str], owner: str, until: str, stamp: str) -> dict[str, Row]:
@@ -475,7 +352,7 @@ def open_execution(c: Connection, tree_id: str, task_id: str, user_id: str | Non
                 c.execute(update(X).where(X.c.id == found["id"]).values(webhooks=webhooks, updated_at=stamp))
                 found["webhooks"] = webhooks
             return found
-        row = _new_execution(tree_id, task_id, user_id, owner, until, stamp, webhook, traceparent)
+        row = new_execution(tree_id, task_id, user_id, owner, until, stamp, webhook, traceparent)
         if c.dialect.name == "sqlite":  # one instance, whose engine opens executions one at a time
             c.execute(insert(X), row)
             return row
@@ -510,102 +387,12 @@ def join(c: Connection, execution_id: str, expected: Mapping[str, str], stamp: s
     return joined
 
 
-def _new_execution(tree_id: str, task_id: str, user_id: str | None, owner: str, until: str, stamp: str,
+def new_execution(tree_id: str, task_id: str, user_id: str | None, owner: str, until: str, stamp: str,
                    webhook: Mapping[str, Any] | None, traceparent: str | None = None) -> Row:
     return {"id": uuid.uuid4().hex, "task_tree_id": tree_id, "task_id": task_id, "user_id": user_id,
             "status": "running", "final_status": None, "webhooks": [dict(webhook)] if webhook else [],
             "owner": owner, "epoch": 1, "lease_expires_at": until, "created_at": stamp, "updated_at": stamp,
             "ended_at": None, "traceparent": traceparent}
-
-
-class Quota(NamedTuple):
-    """Store new tasks only if `owner` then has at most `limit` unfinished ones
-    (SERVICE_MAX_PENDING_PER_USER; agent/services/admission.py decides who is held to it)."""
-
-    owner: str | None
-    limit: int
-    adding: int
-
-
-class OverQuota(Exception):
-    """`quota` had no room: the owner already has `unfinished` tasks (counted up to the limit). Nothing was stored."""
-
-    def __init__(self, quota: Quota, unfinished: int) -> None:
-        super().__init__(quota, unfinished)
-        self.quota = quota
-        self.unfinished = unfinished
-
-
-def count_unfinished(c: Connection, owner: str | None, at_most: int) -> int:
-    """Pending and in-progress tasks of `owner` (None: tasks without one), counted up to `at_most`."""
-    statement, args = statements.unfinished_of(owner, at_most)
-    # On the driver's own connection, as the inserts are: SQLAlchemy's execution path costs more
-    # than the count itself (measured: 30 of a one-task create's 40 us for it).
-    if c.dialect.name == "sqlite":
-        return int(c.connection.driver_connection.execute(statement.sqlite, args).fetchone()[0])
-    return int(await_(c.connection.driver_connection.fetchval(statement.postgresql, *args)))  # asyncpg
-
-
-def insert_tree(c: Connection, rows: Sequence[Mapping[str, Any]], user_id: str | None, owner: str, until: str,
-                stamp: str, webhook: Mapping[str, Any] | None = None, quota: Quota | None = None,
-                traceparent: str | None = None, claims: Collection[str] = ()) -> Row:
-    """A new tree and its execution (in the trace `traceparent`, agent/foundations/tracing.py), atomically
-    (IntegrityError when an id is taken: the tree's, or a running execution's of a tree with the
-    same root id). With a `quota`, the owner's unfinished tasks are counted in the same call
-    (on PostgreSQL in the insert's own statement): OverQuota, nothing stored, when they would not fit.
-
-    `claims`: ids of pending tasks without dependencies, stored already claimed by `owner`
-    (claimed_at_insert); the execution returned then holds their tokens under "claimed".
-
-    The repository's insert_tree sends the PostgreSQL statement on a connection of its own
-    instead (pg_insert_tree_call); this function serves a caller's transaction (a schedule's run)."""
-    execution, full = new_tree(rows, user_id, owner, until, stamp, webhook, traceparent, claims)
-    if c.dialect.name == "sqlite":
-        unfinished = count_unfinished(c, quota.owner, quota.limit) if quota else 0
-        if quota is None or unfinished + quota.adding <= quota.limit:
-            _sqlite_insert_tree(c, full, execution)
-    else:  # asyncpg, the only PostgreSQL driver the settings take
-        unfinished = _pg_insert_tree(c, full, execution, quota)
-    check_quota(quota, unfinished)
-    return execution
-
-
-def new_tree(rows: Sequence[Mapping[str, Any]], user_id: str | None, owner: str, until: str, stamp: str,
-             webhook: Mapping[str, Any] | None = None, traceparent: str | None = None,
-             claims: Collection[str] = ()) -> tuple[Row, list[Row]]:
-    """What insert_tree stores: the new execution (with its "claimed" tokens) and the full rows."""
-    root = rows[0]
-    execution = _new_execution(root["task_tree_id"], root["id"], user_id, owner, until, stamp, webhook, traceparent)
-    full = [with_defaults({**row, "execution_id": execution["id"]} if row["status"] == TaskStatus.PENDING else row)
-            for row in rows]
-    if claims:
-        full = [claimed_at_insert(row, owner, until, stamp) if row["id"] in claims else row for row in full]
-        execution["claimed"] = {row["id"]: token_of(row) for row in full if row["id"] in claims}
-    return execution, full
-
-
-def check_quota(quota: Quota | None, unfinished: int) -> None:
-    """OverQuota when the insert did not fit (`unfinished`: the owner's count the insert made)."""
-    if quota is not None and unfinished + quota.adding > quota.limit:
-        raise OverQuota(quota, unfinished)  # nothing was stored
-
-
-def claimed_at_insert(row: Mapping[str, Any], owner: str, until: str, stamp: str) -> Row:
-    """A new task's full row as a claim by `owner` at `stamp` leaves it (the values statements.claim
-    and its PostgreSQL form set): the task is stored in progress, so its tree's first pass has
-    nothing to claim. Only for a pending task without dependencies of a tree being inserted with
-    its execution, which is what the claim's conditions then come to."""
-    assert row["status"] == TaskStatus.PENDING and not row["dependencies"] and row["next_attempt_at"] is None
-    return {**row, "status": TaskStatus.IN_PROGRESS.value, "progress": 0.0, "result": None, "error": None,
-            "started_at": stamp, "completed_at": None, "updated_at": stamp, "next_attempt_at": None,
-            "lease_owner": owner, "lease_expires_at": until, "lease_epoch": row["lease_epoch"] + 1,
-            "attempt": row["attempt"] + 1}
-
-
-def token_of(row: Mapping[str, Any]) -> Row:
-    """What a claim returns for a task it claimed (statements.claim's RETURNING): its fencing epoch,
-    the attempt and the checkpoint the attempt resumes from."""
-    return {"lease_epoch": row["lease_epoch"], "attempt": row["attempt"], "checkpoint": row["checkpoint"]}
 
 
 def end_execution(c: Connection, execution_id: str, owner: str, version: str, stamp: str) -> str | None:

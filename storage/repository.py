@@ -20,7 +20,7 @@ from sqlalchemy import String, bindparam, cast, delete, func, insert, or_, selec
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from taskgrove.storage import attempts, executions, logs
+from taskgrove.storage import attempts, executions, logs, tree_insert
 from taskgrove.storage.attempts import Attempt
 from taskgrove.storage import statements
 from taskgrove.storage import usage as stored_usage
@@ -82,19 +82,19 @@ class TaskRepository:
         return await self.connections.transact(fn, *args, inline=inline)
 
     async def insert_tree(self, rows: Sequence[Mapping[str, Any]], user_id: str | None, owner: str, until: str,
-                          stamp: str, quota: executions.Quota | None, traceparent: str | None,
+                          stamp: str, quota: tree_insert.Quota | None, traceparent: str | None,
                           claims: Collection[str], inline: bool = False) -> Row:
-        """A new tree and its execution (executions.insert_tree, which says what is stored). On
+        """A new tree and its execution (tree_insert.insert_tree, which says what is stored). On
         PostgreSQL its one statement goes to a pooled connection directly (PgPool.value): no
         SQLAlchemy transaction around it."""
         pg = self.connections.pg
         if pg is None:
-            return await self.transact(executions.insert_tree, rows, user_id, owner, until, stamp, None, quota,
+            return await self.transact(tree_insert.insert_tree, rows, user_id, owner, until, stamp, None, quota,
                                        traceparent, claims, inline=inline)
-        execution, full = executions.new_tree(rows, user_id, owner, until, stamp, None, traceparent, claims)
-        unfinished = int(await pg.value(*executions.pg_insert_tree_call(full, execution, quota)) or 0)
+        execution, full = tree_insert.new_tree(rows, user_id, owner, until, stamp, None, traceparent, claims)
+        unfinished = int(await pg.value(*tree_insert.pg_insert_tree_call(full, execution, quota)) or 0)
         self.connections.answered_at = time.monotonic()
-        executions.check_quota(quota, unfinished)
+        tree_insert.check_quota(quota, unfinished)
         return execution
 
     async def ping(self, fresh_within: float = 0.0) -> None:
@@ -233,7 +233,7 @@ class TaskRepository:
         counted up to `at_most` only: two ranges of ix_tasks_user_status_created on SQLite, one of the
         partial ix_tasks_unfinished_user on PostgreSQL, so the cost is bounded by the quota however
         many tasks the user ever had (SERVICE_MAX_PENDING_PER_USER). A create that executes counts
-        inside its own insert instead (executions.insert_tree)."""
+        inside its own insert instead (tree_insert.insert_tree)."""
         statement, args = statements.unfinished_of(user_id, at_most)
         if self.connections.reader is not None:
             # On the loop's thread even while the database thread is busy (unlike Connections.read): a count
@@ -245,7 +245,7 @@ class TaskRepository:
         if self.connections.pg is not None:  # the read pool (storage/pg.py): never one of the transactions' connections
             rows = await self.connections.pg.rows(statement.postgresql, args)
             return int(rows[0]["n"])
-        return await self.connections.read_run(executions.count_unfinished, user_id, at_most)
+        return await self.connections.read_run(tree_insert.count_unfinished, user_id, at_most)
 
     async def count_by_status(self, at_most: int = STATUS_COUNT_CAP) -> dict[str, int]:
         """Tasks per status (metrics), each counted up to `at_most` only: one bounded range of

@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import and_, case, delete, func, insert, literal, null, select, update
 from sqlalchemy.engine import Connection
 
-from taskgrove.storage import executions
+from taskgrove.storage import executions, tree_insert
 from taskgrove.storage import copy_plan
 from taskgrove.storage.attempts import ms_between
 from taskgrove.storage.models import executions_table as X
@@ -114,7 +114,7 @@ def claim_slot(c: Connection, schedule: Mapping[str, Any], slot: str | None, nex
     `overlap: skip`, a slot whose previous run is still executing is consumed without a run too.
     Returns None when the slot was not ours to take (claimed elsewhere, schedule changed or
     disabled); else {"schedule": the updated row, "execution": row or None, "copies": rows}.
-    `traceparent`: the trace the run's execution belongs to (executions.insert_tree).
+    `traceparent`: the trace the run's execution belongs to (tree_insert.insert_tree).
     """
     busy = (slot is not None and schedule["overlap"] == "skip" and schedule["last_root_task_id"] is not None
             and executions.running_execution(c, schedule["last_root_task_id"]) is not None)
@@ -143,7 +143,7 @@ def claim_slot(c: Connection, schedule: Mapping[str, Any], slot: str | None, nex
         return None
     execution = None
     if copies:
-        execution = executions.insert_tree(c, copies, schedule["user_id"], owner, until, stamp,
+        execution = tree_insert.insert_tree(c, copies, schedule["user_id"], owner, until, stamp,
                                            webhook=schedule["webhook_config"], traceparent=traceparent)
         # Only the first run marks the template: later runs lock no template row (two schedules of
         # one template claimed at once on two instances must not wait on each other).

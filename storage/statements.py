@@ -267,7 +267,7 @@ def fenced_write(keys: tuple[str, ...]) -> Statement:
 @functools.lru_cache(maxsize=64)
 def pg_type(key: str) -> str:
     """The type a column of `tasks` is read as from a JSON document: its own, text for JSON
-    columns (they travel as their text, see executions._pg_insert_tree)."""
+    columns (they travel as their text, see tree_insert._pg_insert_tree)."""
     from sqlalchemy.dialects import postgresql  # the dialect's compiler only: no driver is loaded
 
     if key in JSON_COLUMNS:

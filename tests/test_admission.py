@@ -584,12 +584,12 @@ async def _pg_history(conn: Any, finished: int) -> None:
 
 def _insert_call(owner: str | None) -> tuple[str, list[Any]]:
     """A create's insert of one task with `owner`'s quota: the statement and arguments the repository sends."""
-    from taskgrove.storage import executions
-    from taskgrove.storage.executions import Quota
+    from taskgrove.storage import tree_insert
+    from taskgrove.storage.tree_insert import Quota
 
-    execution, rows = executions.new_tree([_root_row("new", owner, "pending")], owner, "instance",
-                                          "2999-01-01T00:00:00.000000+00:00", STAMP)
-    return executions.pg_insert_tree_call(rows, execution, Quota(owner, 20_000, 1))
+    execution, rows = tree_insert.new_tree([_root_row("new", owner, "pending")], owner, "instance",
+                                           "2999-01-01T00:00:00.000000+00:00", STAMP)
+    return tree_insert.pg_insert_tree_call(rows, execution, Quota(owner, 20_000, 1))
 
 
 async def _generic_plan(conn: Any, sql: str, args: Any, analyze: bool = False) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from taskgrove.storage import executions
+from taskgrove.storage import executions, tree_insert
 from taskgrove.storage.models import with_defaults
 from tests.conftest import Client
 
@@ -49,7 +49,7 @@ def outcome(status: str) -> dict[str, Any]:
 async def test_a_dependent_is_claimed_in_the_pass_that_completes_its_dependency(
         client: Client, status: str, epoch_offset: int, claimed_b: bool) -> None:
     def scenario(c: Any) -> tuple[set[str], set[str], dict[str, Any]]:
-        executions.insert_tree(c, [row("a"), row("b", [{"id": "a", "required": True}]), row("x")],
+        tree_insert.insert_tree(c, [row("a"), row("b", [{"id": "a", "required": True}]), row("x")],
                                None, OWNER, UNTIL, STAMP)
         epoch = executions.claim(c, ["a", "x"], OWNER, UNTIL, STAMP)["a"]["lease_epoch"]
         progress = {"progress": 0.5, "updated_at": STAMP}  # a second shape in the same pass

@@ -18,7 +18,7 @@ from prometheus_client import Histogram
 from sqlalchemy import select
 
 from taskgrove.agent.foundations.metrics import Metrics, _observing
-from taskgrove.storage import executions
+from taskgrove.storage import executions, tree_insert
 from taskgrove.storage.attempts import Attempt
 from taskgrove.storage.models import task_attempts_table, with_defaults
 from tests.conftest import Client
@@ -125,7 +125,7 @@ def _pass_of_tree(prefix: str, together: bool) -> Callable[[Any], Any]:
 
     def scenario(c: Any) -> Any:
         p = prefix
-        execution = executions.insert_tree(c, [_row(p, "a"), _row(p, "b", ["a"]), _row(p, "x")], None, OWNER,
+        execution = tree_insert.insert_tree(c, [_row(p, "a"), _row(p, "b", ["a"]), _row(p, "x")], None, OWNER,
                                            UNTIL, STAMP)
         tokens = executions.claim(c, [p + "a", p + "x"], OWNER, UNTIL, STAMP)
         ea, ex = tokens[p + "a"]["lease_epoch"], tokens[p + "x"]["lease_epoch"]

@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 import pytest
-from taskgrove.storage import executions, statements
+from taskgrove.storage import executions, statements, tree_insert
 from tests.conftest import POSTGRES_URL, Client, terminate_backend
 from tests.test_engine_pass import OWNER, STAMP, UNTIL, outcome, row
 from tests.test_sqlite_reads import every_read, inserted_three_ways, shown, stored, usual_reads
@@ -36,7 +36,7 @@ async def test_the_asyncpg_pass_decides_what_the_sqlalchemy_pass_decides(
     repo = client.services.repo
 
     def setup(c: Any) -> tuple[str, int]:
-        execution = executions.insert_tree(c, [row("a"), row("b", [{"id": "a", "required": True}]), row("x")],
+        execution = tree_insert.insert_tree(c, [row("a"), row("b", [{"id": "a", "required": True}]), row("x")],
                                            None, OWNER, UNTIL, STAMP)
         return execution["id"], executions.claim(c, ["a", "x"], OWNER, UNTIL, STAMP)["a"]["lease_epoch"]
 
@@ -81,7 +81,7 @@ async def test_the_postgres_tree_insert_stores_what_sqlalchemy_stores(client: Cl
     every row holds what SQLAlchemy's executemany would have stored, byte for byte (JSON text,
     JSON 'null' for None); also when a JSON value holds NUL (the rows then travel another way)."""
     def insert(c: Any, rows: Any, execution: Any) -> None:
-        executions._pg_insert_tree(c, rows, execution, None)
+        tree_insert._pg_insert_tree(c, rows, execution, None)
 
     fast, usual, again = await inserted_three_ways(client, "CAST({} AS text)", insert, more_inputs)
     assert len(fast) == 2 and "null" in fast[0]
@@ -95,7 +95,7 @@ async def test_json_values_are_stored_as_written_and_the_rest_as_typed(client: C
     repo = client.services.repo
 
     def setup(c: Any) -> int:
-        executions.insert_tree(c, [row("a"), row("b")], None, OWNER, UNTIL, STAMP)
+        tree_insert.insert_tree(c, [row("a"), row("b")], None, OWNER, UNTIL, STAMP)
         claimed = executions.claim(c, ["a", "b"], OWNER, UNTIL, STAMP)
         return claimed["a"]["lease_epoch"]
 
@@ -125,7 +125,7 @@ async def test_a_pass_of_many_writes_and_claims_decides_each_task(client: Client
     def setup(c: Any) -> dict[str, int]:
         rows = [row("a")] + [row(f"t{i}") for i in range(count)] + [
             row(f"d{i}", [{"id": f"t{i}", "required": True}]) for i in range(count)]
-        executions.insert_tree(c, rows, None, OWNER, UNTIL, STAMP)
+        tree_insert.insert_tree(c, rows, None, OWNER, UNTIL, STAMP)
         claimed = executions.claim(c, [f"t{i}" for i in range(count)], OWNER, UNTIL, STAMP)
         return {tid: token["lease_epoch"] for tid, token in claimed.items()}
 
@@ -195,7 +195,7 @@ async def test_the_pass_plan_made_on_an_empty_table_finds_tasks_by_key(client: C
     explain = f"EXPLAIN EXECUTE probe({', '.join(_literal(merged[name]) for name in statements.PASS_ARGS)})"
     try:
         await conn.fetch(explain)  # the generic plan is made now, on an empty table
-        await repo.transact(lambda c: executions.insert_tree(
+        await repo.transact(lambda c: tree_insert.insert_tree(
             c, [row("a")] + [row(f"t{i}") for i in range(3000)], None, OWNER, UNTIL, STAMP))
         await conn.execute("ANALYZE tasks")
         plan = [r[0] for r in await conn.fetch(explain)]
@@ -327,13 +327,13 @@ def _tree_of(root: str, user: str | None = None) -> list[dict[str, Any]]:
 
 async def test_a_new_trees_insert_through_asyncpg_stores_what_the_sqlalchemy_path_stores(client: Client) -> None:
     """TaskRepository.insert_tree sends its one statement on the read pool (PgPool.value);
-    executions.insert_tree in a SQLAlchemy transaction (a schedule's run) sends the same one. Both
+    tree_insert.insert_tree in a SQLAlchemy transaction (a schedule's run) sends the same one. Both
     store the same rows and answer the same execution; a taken id and a full quota are refused
     alike, with nothing stored."""
     from sqlalchemy.exc import IntegrityError
 
     repo = client.services.repo
-    quota = executions.Quota("ann", 10, 4)
+    quota = tree_insert.Quota("ann", 10, 4)
 
     def everything(c: Any, tree: str) -> list[dict[str, Any]]:
         found = [dict(r._mapping) for r in c.execute(executions.T.select().where(
@@ -345,7 +345,7 @@ async def test_a_new_trees_insert_through_asyncpg_stores_what_the_sqlalchemy_pat
                  for k, v in r.items() if k != "execution_id"} for r in found]
 
     fast = await repo.insert_tree(_tree_of("p", "ann"), "ann", OWNER, UNTIL, STAMP, quota, None, {"p-0"})
-    slow = await repo.transact(executions.insert_tree, _tree_of("q", "ann"), "ann", OWNER, UNTIL, STAMP, None,
+    slow = await repo.transact(tree_insert.insert_tree, _tree_of("q", "ann"), "ann", OWNER, UNTIL, STAMP, None,
                                quota, None, {"q-0"})
     assert fast["claimed"] == {"p-0": {"lease_epoch": 1, "attempt": 1, "checkpoint": None}}
     assert {k: v for k, v in fast.items() if k not in ("id", "task_tree_id", "task_id", "claimed")} == \
@@ -355,7 +355,7 @@ async def test_a_new_trees_insert_through_asyncpg_stores_what_the_sqlalchemy_pat
 
     with pytest.raises(IntegrityError):  # an id taken
         await repo.insert_tree(_tree_of("p"), None, OWNER, UNTIL, STAMP, None, None, set())
-    with pytest.raises(executions.OverQuota):  # ann has 8 unfinished (trees p and q): 4 more do not fit in 10
+    with pytest.raises(tree_insert.OverQuota):  # ann has 8 unfinished (trees p and q): 4 more do not fit in 10
         await repo.insert_tree(_tree_of("r", "ann"), "ann", OWNER, UNTIL, STAMP, quota, None, set())
     assert await repo.transact(everything, "r") == []
 

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from taskgrove.storage import results
-from taskgrove.storage.executions import _json_text
+from taskgrove.storage.json_text import json_text
 from taskgrove.storage import jsonvalues
 from taskgrove.storage.results import Unstorable, storable
 
@@ -86,7 +86,7 @@ def test_a_refused_scalar_is_named_by_its_place_in_the_gates_words() -> None:
 
 
 def test_json_texts_shared_within_an_insert_are_json_dumps_texts() -> None:
-    """The tree insert encodes equal values once (executions._json_text with a memo): the text
+    """The tree insert encodes equal values once (storage/json_text.py json_text with a memo): the text
     must still be exactly json.dumps of each value, whatever values came before it (1, 1.0 and
     True are equal in Python and written differently)."""
     flat = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.sampled_from([0.0, 1.0, 2.5, -0.0]),
@@ -101,20 +101,20 @@ def test_json_texts_shared_within_an_insert_are_json_dumps_texts() -> None:
     def check(sequence: list[Any]) -> None:
         memo: dict[Any, str] = {}
         for value in sequence:
-            assert _json_text(value, memo) == json.dumps(value)
+            assert json_text(value, memo) == json.dumps(value)
 
     check()
     memo: dict[Any, str] = {}  # equal in Python, written differently
     for value in ({"a": 1}, {"a": True}, {"a": 1.0}, [{"required": 1}], [{"required": True}], {"a": 0}, {"a": False},
                   {"a": 0.0}, {"a": -0.0}, [{"x": -0.0}], [{"x": 0.0}]):  # -0.0: found by the check above
-        assert _json_text(value, memo) == json.dumps(value)
+        assert json_text(value, memo) == json.dumps(value)
 
 
 @settings(max_examples=400, deadline=None)
 @given(json_like.filter(lambda v: not isinstance(v, tuple)))
 def test_stored_text_is_json_dumps_text_for_every_value(value: Any) -> None:
-    """executions.stored_dumps calls json's C encoder directly: the text must be json.dumps'
+    """json_text.stored_dumps calls json's C encoder directly: the text must be json.dumps'
     own, for any value (NaN and infinities, big integers, lone surrogates, non-ASCII keys)."""
-    from taskgrove.storage.executions import stored_dumps
+    from taskgrove.storage.json_text import stored_dumps
 
     assert stored_dumps(value) == json.dumps(value)

@@ -159,7 +159,7 @@ async def inserted_three_ways(client: Client, column_text: str, fast_insert: Any
         usual = c.execute(listing).all()
         c.execute(text("DELETE FROM tasks"))
         # The execution goes in with the tasks: its row too must be what SQLAlchemy stores.
-        execution = executions._new_execution("r", "r", "u", "me", "2030-01-01T00:00:00+00:00",
+        execution = executions.new_execution("r", "r", "u", "me", "2030-01-01T00:00:00+00:00",
                                               "2026-01-01T00:00:00+00:00", {"url": "http://x/\u00e9", "n": [1]}, None)
         shown = text("SELECT {} FROM executions WHERE id = :id".format(
             ", ".join(column_text.format(name) for name in executions_table.c.keys())))
@@ -174,12 +174,12 @@ async def inserted_three_ways(client: Client, column_text: str, fast_insert: Any
 
 
 async def test_the_sqlite_tree_insert_stores_what_sqlalchemy_stores(client: Client) -> None:
-    """storage.executions inserts a new tree's rows through the DB-API on SQLite: every column of
+    """storage.tree_insert inserts a new tree's rows through the DB-API on SQLite: every column of
     every row must hold what SQLAlchemy's executemany would have stored, byte for byte (the JSON
     text included: `dependents()` matches it with LIKE)."""
-    from taskgrove.storage import executions
+    from taskgrove.storage import tree_insert
 
-    fast, usual, again = await inserted_three_ways(client, "quote({})", executions._sqlite_insert_tree)
+    fast, usual, again = await inserted_three_ways(client, "quote({})", tree_insert._sqlite_insert_tree)
     assert len(fast) == 2
     assert fast == usual == again
 

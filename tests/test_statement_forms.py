@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import JSON, Boolean, case, delete, select
 
-from taskgrove.storage import executions, statements
+from taskgrove.storage import executions, statements, tree_insert
 from taskgrove.storage.attempts import Attempt
 from taskgrove.storage.db import create_batch_engine, create_engine, migrate
 from taskgrove.storage.jsonvalues import read_stored
@@ -127,7 +127,7 @@ def tree(rows: list[dict[str, Any]], owner: str = OWNER) -> Callable[[Any], str]
     """Store `rows` with a running execution owned by `owner` (its pending rows are its members),
     the execution's generated id replaced by `e-<tree id>` so that both databases hold the same."""
     def insert(c: Any) -> str:
-        generated = executions.insert_tree(c, rows, None, owner, UNTIL, STAMP)["id"]
+        generated = tree_insert.insert_tree(c, rows, None, owner, UNTIL, STAMP)["id"]
         named = f"e-{rows[0]['task_tree_id']}"
         c.execute(X.update().where(X.c.id == generated).values(id=named))
         c.execute(T.update().where(T.c.execution_id == generated).values(execution_id=named))
@@ -184,12 +184,12 @@ def test_the_claim_decides_alike_on_leases_retries_and_owners(twin: Twin) -> Non
 
 
 def test_a_task_claimed_with_its_trees_insert_is_stored_as_a_claim_leaves_it(twin: Twin) -> None:
-    """executions.insert_tree(claims=...) stores its claimed tasks as the claim statement would
+    """tree_insert.insert_tree(claims=...) stores its claimed tasks as the claim statement would
     have left them right after the insert, on both backends, and answers the same tokens."""
     rows = [task("root", [{"id": "a"}, {"id": "b"}]), task("a", priority=0), task("b"), task("c", [{"id": "a"}])]
 
     def insert_claiming(c: Any) -> dict[str, Any]:
-        execution = executions.insert_tree(c, rows, None, OWNER, UNTIL, STAMP, claims={"a", "b"})
+        execution = tree_insert.insert_tree(c, rows, None, OWNER, UNTIL, STAMP, claims={"a", "b"})
         c.execute(X.update().where(X.c.id == execution["id"]).values(id="e-root"))
         c.execute(T.update().where(T.c.execution_id == execution["id"]).values(execution_id="e-root"))
         return execution["claimed"]

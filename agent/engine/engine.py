@@ -41,7 +41,7 @@ from taskgrove.agent.engine.waits import AlreadyAnswered, NotWaiting, Waits
 from taskgrove.agent.foundations.metrics import Metrics
 from taskgrove.agent.foundations.settings import Settings
 from taskgrove.executors.registry import ExecutorRegistry
-from taskgrove.storage import executions
+from taskgrove.storage import executions, tree_insert
 from taskgrove.storage.models import UNFINISHED_STATUSES
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.status import TaskStatus
@@ -181,7 +181,7 @@ class Engine:
         return await self.run_keeper.execute(task_id, call, fresh_rows, webhook)
 
     async def create_and_execute(self, rows: list[dict[str, Any]], call: Mapping[str, Any],
-                                 quota: executions.Quota | None = None) -> TreeRun:
+                                 quota: tree_insert.Quota | None = None) -> TreeRun:
         """Store a new tree and its execution in one transaction, then run it.
 
         A create cut off by a crash therefore leaves either nothing or a tree whose execution the

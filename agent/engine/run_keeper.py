@@ -23,7 +23,7 @@ from taskgrove.agent.engine.bus import FINAL, TASK_CANCELLED
 from taskgrove.agent.engine.publish import Publisher
 from taskgrove.agent.engine.tree_run import TreeRun, select_for_execution
 from taskgrove.agent.engine.waits import Waits
-from taskgrove.storage import executions
+from taskgrove.storage import executions, tree_insert
 from taskgrove.storage.connections import is_transient
 from taskgrove.storage.repository import SMALL_PASS, TaskRepository
 from taskgrove.storage.status import FINISHED_STATUSES, TaskStatus
@@ -60,6 +60,10 @@ class PassHooks(Protocol):
     def retry_at(self, tid: str, tree_id: str, delay: float) -> None: ...
 
     def settle(self, run: TreeRun) -> None: ...
+
+    def reserve_for_insert(self, rows: list[dict[str, Any]]) -> list[str]: ...
+
+    def release(self, ids: list[str]) -> None: ...
 
 
 class RemoteRun(TreeRun):
@@ -148,7 +152,7 @@ class RunKeeper:
         return execution, joined
 
     async def create_and_execute(self, rows: list[dict[str, Any]], call: Mapping[str, Any],
-                                 quota: executions.Quota | None = None) -> TreeRun:
+                                 quota: tree_insert.Quota | None = None) -> TreeRun:
         """Store a new tree and its execution in one transaction, then run it (see Engine); the
         tasks it may start at once are claimed in that transaction too (PassLoop.reserve_for_insert)."""
         stamp = now_iso()
@@ -165,7 +169,7 @@ class RunKeeper:
 
     async def run_inserted(self, execution: Mapping[str, Any], rows: list[dict[str, Any]],
                            call: Mapping[str, Any]) -> TreeRun:
-        """Run a tree its caller inserted together with its execution (executions.insert_tree),
+        """Run a tree its caller inserted together with its execution (tree_insert.insert_tree),
         owned by this instance: a create, a schedule's run."""
         calls = dict.fromkeys((r["id"] for r in rows), dict(call))
         async with self.lock:
@@ -190,7 +194,7 @@ class RunKeeper:
 
     async def _read_run(self, execution: Mapping[str, Any], calls: Mapping[str, Mapping[str, Any]] | None,
                         fresh_rows: list[dict[str, Any]] | None, claimed: Mapping[str, Mapping[str, Any]]) -> TreeRun:
-        """`claimed`: tokens of the tasks claimed with the tree's insert (executions.insert_tree),
+        """`claimed`: tokens of the tasks claimed with the tree's insert (tree_insert.insert_tree),
         started here (`fresh_rows` still show them pending, as a pass's claim finds them)."""
         tree_id = execution["task_tree_id"]
         rows = {row["id"]: dict(row) for row in fresh_rows or await self.repo.tree(tree_id)}

@@ -32,7 +32,7 @@ from taskgrove.agent.foundations.errors import QuotaExceeded, invalid_params
 from taskgrove.agent.foundations.metrics import Metrics
 from taskgrove.agent.foundations.calls import CallContext
 from taskgrove.agent.foundations.settings import Settings
-from taskgrove.storage.executions import Quota
+from taskgrove.storage.tree_insert import Quota
 
 if TYPE_CHECKING:  # pragma: no cover
     from taskgrove.storage.repository import TaskRepository
@@ -126,7 +126,7 @@ class Admission:
 
     def quota_for(self, caller: Caller, owner: str | None, adding: int) -> Quota | None:
         """The pending-task quota storing `adding` new tasks of `owner` must respect (None: none
-        applies). The count itself is the storage's, inside the write (executions.insert_tree) or
+        applies). The count itself is the storage's, inside the write (tree_insert.insert_tree) or
         just before it (admit_tasks)."""
         limit = self.settings.max_pending_per_user
         if not limit or adding <= 0 or self.exempt(caller):

@@ -30,7 +30,7 @@ from taskgrove.executors.registry import ExecutorRegistry
 from taskgrove.llm.budget import budget_remaining
 from taskgrove.storage import copy_plan, fields, jsonvalues, new_tree, task_view, tree_graph
 from taskgrove.storage import usage as stored_usage
-from taskgrove.storage.executions import OverQuota
+from taskgrove.storage.tree_insert import OverQuota
 from taskgrove.storage.models import UNFINISHED_STATUSES, TaskStatus
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.clock import now_iso
