@@ -38,9 +38,9 @@ SHELL_BLOCK = re.compile(r"^```(?:sh|bash)\n(.*?)^```$", re.S | re.M)
 RPC_FUNCTION = re.compile(r"^rpc\(\) \{.*\}$", re.M)
 SHOWN_CODE = re.compile(r'"code":\s*(-\d+)')
 
-# Trees of docs/waits.md that stop on a wait which a later example answers (tasks.respond,
+# Trees of docs/waits.md and docs/agents.md that stop on a wait which a later example answers (tasks.respond,
 # events.emit): when created, each unfinished task of theirs waits, or is pending behind a wait.
-ANSWERED_LATER = {"refund", "deploy-gate"}
+ANSWERED_LATER = {"refund", "deploy-gate", "delegated-refund"}
 
 # Trees of the docs that cannot complete on a machine without the outside world: the error they fail with.
 CANNOT_COMPLETE = {
