@@ -50,6 +50,9 @@ def delegation_problems(tasks: Sequence[Mapping[str, Any]], agents: Sequence[Map
         inputs = task.get("inputs") or {}
         who = f"task {task.get('id') or '#' + str(index + 1)}"
         agent, skill = inputs.get("agent"), inputs.get("skill")
+        if agent is not None and not isinstance(agent, str) or skill is not None and not isinstance(skill, str):
+            problems.append(f"{who}: inputs.agent and inputs.skill are strings (an agent's name, a skill id)")
+            continue
         if agent is not None and agent not in names:
             listed = ", ".join(sorted(names)) or "none"
             problems.append(f"{who}: agent '{agent}' is not in the directory (agents: {listed})")
