@@ -150,8 +150,15 @@ def write_probe(sync_conn: Connection) -> None:
         if sync_conn.dialect.name == "sqlite":
             sync_conn.exec_driver_sql(f"INSERT INTO taskgrove_write_probe VALUES (zeroblob({PROBE_BYTES}))")
     finally:
-        sync_conn.exec_driver_sql("ROLLBACK TO SAVEPOINT taskgrove_probe")
-        sync_conn.exec_driver_sql("RELEASE SAVEPOINT taskgrove_probe")
+        try:
+            sync_conn.exec_driver_sql("ROLLBACK TO SAVEPOINT taskgrove_probe")
+            sync_conn.exec_driver_sql("RELEASE SAVEPOINT taskgrove_probe")
+        finally:
+            # SQLite may have ended the transaction itself on SQLITE_FULL, or left it open behind
+            # the savepoint: either way no write lock may outlive the probe.
+            driver = sync_conn.connection.driver_connection
+            if isinstance(driver, sqlite3.Connection) and driver.in_transaction:
+                driver.rollback()
 
 
 class DatabaseHealth:
