@@ -217,6 +217,9 @@ async def running_app(settings: Settings, **kw: Any) -> AsyncIterator[Client]:
 
 
 HANG_REPORT_SECONDS = 240.0  # pyproject's pytest timeout is 300
+# Read timeout of test clients whose request may start heavy work (the first LLM call imports
+# litellm; a busy machine shares its cores): never httpx's default 5 s (issue 46, item 6).
+HEAVY_WORK_TIMEOUT = 120.0
 
 
 def _print_tasks() -> None:

@@ -36,6 +36,7 @@ from taskgrove.agent.app import build_app
 from taskgrove.agent.foundations.settings import Settings
 from tests.servers import free_port, receiver, serve
 from tests.test_a2a_wire import tree
+from tests.conftest import HEAVY_WORK_TIMEOUT
 
 
 @asynccontextmanager
@@ -86,7 +87,7 @@ async def wait_until(check: Callable[[], Any], timeout: float = 10.0) -> None:
 # --- discovery --------------------------------------------------------------------------------
 
 async def test_card_resolves_on_both_paths_for_the_official_client(make_settings: Any) -> None:
-    async with agent_server(make_settings()) as (url, _app), httpx.AsyncClient() as http:
+    async with agent_server(make_settings()) as (url, _app), httpx.AsyncClient(timeout=HEAVY_WORK_TIMEOUT) as http:
         resolver = A2ACardResolver(http, url)
         cards = [await resolver.get_agent_card(),
                  await resolver.get_agent_card(relative_card_path="/.well-known/agent-card")]
@@ -139,7 +140,7 @@ async def test_streaming_send_reports_progress_and_ends_final(make_settings: Any
 
 
 async def test_the_0_3_wire_format_through_the_official_compat_client(make_settings: Any) -> None:
-    async with agent_server(make_settings()) as (url, _app), httpx.AsyncClient() as http:
+    async with agent_server(make_settings()) as (url, _app), httpx.AsyncClient(timeout=HEAVY_WORK_TIMEOUT) as http:
         card = await A2ACardResolver(http, url).get_agent_card()
     legacy = [i for i in card.supported_interfaces if i.protocol_version == "0.3"]
     del card.supported_interfaces[:]

@@ -55,6 +55,7 @@ from taskgrove.agent.foundations.settings import Settings
 from tests.processes import Service
 from tests.servers import free_port, receiver
 from tests.test_a2a_wire import tree
+from tests.conftest import HEAVY_WORK_TIMEOUT
 
 
 # One worker runs this module (make test's --dist loadgroup): its module-scoped services are then
@@ -169,7 +170,7 @@ async def test_a_data_part_tree_runs_and_reads_back_on_every_transport(plain: Se
     assert again.status.state == TaskState.TASK_STATE_COMPLETED
     assert again.artifacts == task.artifacts
     # One request handler behind all three transports: the gRPC task is there on JSON-RPC.
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=HEAVY_WORK_TIMEOUT) as http:
         answer = (await http.post(plain.url + "/", headers={"A2A-Version": "1.0"}, json={
             "jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": task.id}})).json()
     assert answer["result"]["status"]["state"] == "TASK_STATE_COMPLETED"

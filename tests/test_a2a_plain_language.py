@@ -17,6 +17,7 @@ from google.protobuf.json_format import MessageToDict
 
 from tests.test_a2a_client import a2a_client, agent_server, collect
 from tests.test_a2a_wire import tree
+from tests.conftest import HEAVY_WORK_TIMEOUT
 
 TREE_MARKER = "[[tree:valid]]"  # the fake LLM answers this with a valid three-task tree
 
@@ -43,7 +44,7 @@ def artifacts(task: Any) -> dict[str, Any]:
 
 
 async def zero_three_card(url: str) -> Any:
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=HEAVY_WORK_TIMEOUT) as http:
         card = await A2ACardResolver(http, url).get_agent_card()
     legacy = [i for i in card.supported_interfaces if i.protocol_version == "0.3"]
     del card.supported_interfaces[:]
@@ -134,7 +135,7 @@ async def test_plan_only_then_replace_with_a_tree_on_the_03_wire(make_settings: 
 
 async def test_a_plan_the_llm_gets_wrong_is_invalid_params_and_nothing_runs(make_settings: Any,
                                                                              fake_llm: Any) -> None:
-    async with agent_server(make_settings(env=llm_env(fake_llm))) as (url, _app), httpx.AsyncClient() as http:
+    async with agent_server(make_settings(env=llm_env(fake_llm))) as (url, _app), httpx.AsyncClient(timeout=HEAVY_WORK_TIMEOUT) as http:
         body = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": {
             "kind": "message", "role": "user", "messageId": "m1",
             "parts": [{"kind": "text", "text": "two roots please [[tree:invalid]]"}]}}}
@@ -143,7 +144,7 @@ async def test_a_plan_the_llm_gets_wrong_is_invalid_params_and_nothing_runs(make
 
 
 async def test_without_an_llm_text_is_refused_and_the_card_says_json_only(make_settings: Any) -> None:
-    async with agent_server(make_settings()) as (url, _app), httpx.AsyncClient() as http:
+    async with agent_server(make_settings()) as (url, _app), httpx.AsyncClient(timeout=HEAVY_WORK_TIMEOUT) as http:
         card = (await http.get(url + "/.well-known/agent-card.json")).json()
         body = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": {
             "kind": "message", "role": "user", "messageId": "m1", "parts": [{"kind": "text", "text": "hello"}]}}}
@@ -155,7 +156,7 @@ async def test_without_an_llm_text_is_refused_and_the_card_says_json_only(make_s
 
 
 async def test_with_an_llm_the_card_offers_text_and_the_plan_skill(make_settings: Any, fake_llm: Any) -> None:
-    async with agent_server(make_settings(env=llm_env(fake_llm))) as (url, _app), httpx.AsyncClient() as http:
+    async with agent_server(make_settings(env=llm_env(fake_llm))) as (url, _app), httpx.AsyncClient(timeout=HEAVY_WORK_TIMEOUT) as http:
         card = (await http.get(url + "/.well-known/agent-card.json")).json()
     assert "text/plain" in card["defaultInputModes"]
     assert {s["id"] for s in card["skills"]} == {"tasks.execute", "plan"}
@@ -163,7 +164,7 @@ async def test_with_an_llm_the_card_offers_text_and_the_plan_skill(make_settings
 
 async def test_data_beside_text_reaches_the_planner_and_text_beside_a_tree_is_refused(make_settings: Any,
                                                                                      fake_llm: Any) -> None:
-    async with agent_server(make_settings(env=llm_env(fake_llm))) as (url, _app), httpx.AsyncClient() as http:
+    async with agent_server(make_settings(env=llm_env(fake_llm))) as (url, _app), httpx.AsyncClient(timeout=HEAVY_WORK_TIMEOUT) as http:
         parts = [{"kind": "text", "text": f"merge these {TREE_MARKER}"}, {"kind": "data", "data": {"region": "eu"}}]
         body = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": {
             "kind": "message", "role": "user", "messageId": "m1", "parts": parts}}}
