@@ -235,3 +235,71 @@ async def test_a_failing_agent_opens_its_breaker_and_its_tasks_wait_until_it_rec
         agent = await client.result("agents.get", {"name": "flaky"})
         assert agent["breaker"] == "closed" and agent["health"]["state"] == "healthy"
         assert agent["health"]["failures"] >= 2 and agent["health"]["successes"] == 3
+
+
+# --- refresh: conditional requests, a moved card flagged, not followed --------------------------------
+
+class CardServer:
+    """A 0.3 card (`url`, `protocolVersion`) served with an ETag; answers 304 to a matching If-None-Match."""
+
+    def __init__(self) -> None:
+        self.interface = "http://127.0.0.1:1/a2a"
+        self.seen: list[str | None] = []
+
+    def card(self) -> dict[str, Any]:
+        return {"name": "Card Agent", "description": "Answers questions about cards", "version": "1.0.0",
+                "protocolVersion": "0.3.0", "url": self.interface, "preferredTransport": "JSONRPC",
+                "capabilities": {}, "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"],
+                "skills": [{"id": "cards", "name": "Cards", "description": "Reads cards", "tags": ["cards"],
+                            "examples": ["What does this card say?"]}]}
+
+    async def handle(self, request: Request) -> Response:
+        etag = '"' + str(abs(hash(self.interface))) + '"'
+        self.seen.append(request.headers.get("if-none-match"))
+        if request.headers.get("if-none-match") == etag:
+            return Response(status_code=304, headers={"ETag": etag})
+        return JSONResponse(self.card(), headers={"ETag": etag})
+
+
+async def test_a_refresh_asks_conditionally_and_flags_a_moved_card(app_factory: Any) -> None:
+    cards = CardServer()
+    app = Starlette(routes=[Route("/.well-known/agent-card.json", cards.handle)])
+    async with serve(app) as url, app_factory() as client:
+        added = await client.result("agents.add", {"card_url": url})
+        assert added["name"] == "card-agent" and added["protocol_version"] == "0.3.0"
+        assert added["skills"][0]["examples"] == ["What does this card say?"]
+        assert added["interfaces"] == [{"url": cards.interface, "protocol_binding": "JSONRPC",
+                                        "protocol_version": "0.3.0"}]
+        parts = client.services.agents
+        row = await parts.service.store.by_name("card-agent")
+        await parts.service.refresh_row(row, conditional=True)  # as the background refresh asks
+        assert cards.seen[-1] is not None  # If-None-Match sent, 304 answered, nothing changed
+        cards.interface = "http://127.0.0.1:2/elsewhere"
+        moved = await client.result("agents.refresh", {"name": "card-agent"})
+        assert moved["changed"]["interfaces"]["after"][0]["url"] == cards.interface
+        assert moved["interfaces"] == added["interfaces"]  # not followed
+        task = await client.result("tasks.create", [delegated(_id("moved"), agent="card-agent", message="hi")])
+        assert task["status"] == "failed" and "changed its card" in task["error"]
+        accepted = await client.result("agents.refresh", {"name": "card-agent", "accept": True})
+        assert accepted["changed"] is None and accepted["interfaces"][0]["url"] == cards.interface
+
+
+# --- the other surfaces: MCP tools ------------------------------------------------------------------
+
+async def test_the_mcp_tools_call_the_directory(remote: Service, tmp_path: Path) -> None:
+    from tests.test_mcp import _value, session
+
+    local = Service(tmp_path, {"SERVICE_DATABASE_URL": f"sqlite:///{tmp_path / 'local.db'}"}, "local").start()
+    try:
+        async with session(local.url) as client:
+            added = await client.call_tool("agents_add", {"card_url": remote.url, "name": "via-mcp"})
+            assert not added.is_error, added
+            assert _value(added)["name"] == "via-mcp"
+            listed = _value(await client.call_tool("agents_list", {"skill": "orchestration"}))
+            assert [a["name"] for a in listed["agents"]] == ["via-mcp"]
+            assert _value(await client.call_tool("agents_get", {"name": "via-mcp"}))["skills"]
+            bad = await client.call_tool("agents_add", {"card_url": "ftp://nowhere"})
+            assert bad.is_error and _value(bad)["error"]["code"] == -32602
+            assert _value(await client.call_tool("agents_remove", {"name": "via-mcp"}))["success"] is True
+    finally:
+        local.stop()

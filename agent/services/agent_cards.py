@@ -21,6 +21,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from taskgrove.executors.card_trust import UntrustedCard, verify_card
 from taskgrove.executors.netguard import UnsafeURLError, ensure_public_url, redact_url, request_guard
 from taskgrove.executors import tls
 
@@ -84,8 +85,10 @@ def parse_card(data: Any) -> dict[str, Any]:
 
 
 async def fetch_card(url: str, headers: Mapping[str, str], allow_private: bool, *, etag: str | None = None,
-                     last_modified: str | None = None) -> FetchedCard:
-    """GET the card of `url` through the SSRF guard, conditionally when validators are given."""
+                     last_modified: str | None = None, trusted_keys: Mapping[str, bytes] | None = None) -> FetchedCard:
+    """GET the card of `url` through the SSRF guard, conditionally when validators are given; with
+    `trusted_keys` (SERVICE_AGENT_TRUSTED_KEYS) an unsigned or tampered card is refused
+    (executors/card_trust.py `verify_card`, the check a2a_agent_executor makes too)."""
     address = card_address(url)
     shown = redact_url(address)
     try:
@@ -121,4 +124,9 @@ async def fetch_card(url: str, headers: Mapping[str, str], allow_private: bool, 
         data = json.loads(body)
     except ValueError:
         raise CardError(f"the answer at {shown} is not JSON, so not an agent card") from None
+    if trusted_keys and isinstance(data, dict):
+        try:
+            verify_card(data, trusted_keys, f"the agent card of {shown}")
+        except UntrustedCard as exc:
+            raise CardError(str(exc)) from None
     return FetchedCard(parse_card(data), validators[0], validators[1])

@@ -27,6 +27,7 @@ from taskgrove.agent.foundations.errors import invalid_params, permission_denied
 from taskgrove.agent.foundations.requests_agents import AddAgent, AgentRef, ListAgents
 from taskgrove.agent.foundations.settings import Settings
 from taskgrove.agent.services.agent_cards import CardError, fetch_card
+from taskgrove.executors.card_trust import trusted_keys_of
 from taskgrove.storage.agent_secrets import AgentSecrets
 from taskgrove.storage.agents import CLOSED, AgentStore, empty_health
 from taskgrove.storage.clock import now_iso
@@ -97,7 +98,8 @@ class AgentService:
         try:
             return await fetch_card(row["card_url"], headers, self.settings.allow_private_urls,
                                     etag=row.get("etag") if conditional else None,
-                                    last_modified=row.get("last_modified") if conditional else None)
+                                    last_modified=row.get("last_modified") if conditional else None,
+                                    trusted_keys=trusted_keys_of(self.settings))
         except CardError as exc:
             raise invalid_params(f"card_url: {exc}") from None
 
@@ -187,7 +189,8 @@ class AgentService:
         try:
             fetched = await fetch_card(row["card_url"], self._headers(row), self.settings.allow_private_urls,
                                        etag=row.get("etag") if conditional else None,
-                                       last_modified=row.get("last_modified") if conditional else None)
+                                       last_modified=row.get("last_modified") if conditional else None,
+                                       trusted_keys=trusted_keys_of(self.settings))
         except CardError as exc:
             await self.store.update(row["id"], {"refresh_error": str(exc)[:1000]})
             raise

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from taskgrove.agent.surfaces.mcp.agent_tools import agent_specs
 from taskgrove.storage.status import TASK_STATUSES, TaskStatus
 
 
@@ -206,6 +207,7 @@ def tool_specs(executor_ids: list[str]) -> list[ToolSpec]:
                                       "description": "A duration: 30d, 12h, 15m, 90s, or a number of seconds. "
                                                      "Default: the service's SERVICE_RETENTION."}})),
         *schedule_specs(),
+        *(ToolSpec(*spec) for spec in agent_specs()),
         ToolSpec("system_executors", "system.executors", "system",
                  "The executors this service offers, with their input schemas: what schemas.method may name.",
                  _obj({})),
