@@ -105,6 +105,8 @@ class CuttingProxy:
         self.url = f"http://127.0.0.1:{self.port}"
         self.blocked = False
         self.accepted = 0
+        self.refused = asyncio.Event()  # set once a connection was refused while blocked
+        self._accepting = asyncio.Condition()
         self._pipes: set[asyncio.Task[None]] = set()
         self._writers: set[asyncio.StreamWriter] = set()
         self._server: asyncio.Server | None = None
@@ -124,20 +126,31 @@ class CuttingProxy:
             writer.transport.abort()
         self._writers.clear()
 
+    async def until_accepted(self, count: int) -> None:
+        """Until the proxy has let `count` connections through since it started."""
+        async with self._accepting:
+            await self._accepting.wait_for(lambda: self.accepted >= count)
+
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self.blocked:
             writer.transport.abort()
+            self.refused.set()
             return
-        self.accepted += 1
         try:
             up_reader, up_writer = await asyncio.open_connection(*self.target)
         except OSError:
             writer.transport.abort()
             return
+        self.accepted += 1
+        async with self._accepting:
+            self._accepting.notify_all()
         self._writers.update((writer, up_writer))
         pipes = {asyncio.create_task(_pipe(reader, up_writer)), asyncio.create_task(_pipe(up_reader, writer))}
         self._pipes.update(pipes)
-        await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
+        try:
+            await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            pass
         for task in pipes:
             task.cancel()
         for side in (writer, up_writer):
