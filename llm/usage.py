@@ -8,7 +8,7 @@ Prices come from litellm's own table (`litellm.cost_per_token` over `litellm.mod
 bundled copy: the service never fetches prices from the internet). A model without a price still
 counts its tokens; its cost is unknown, and a sum that includes such a call says so with
 `cost_usd: null` (a partial sum would look like a complete one). Such a sum also keeps what its
-priced calls cost (`priced_cost`, stored under storage/usage.py's PRICED_COST and never shown):
+priced calls cost (`priced_cost`, stored under storage/usage_store.py's PRICED_COST and never shown):
 a dollar budget is held to that, so one unpriced call never switches the budget off.
 """
 
@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from taskgrove.storage.usage import PRICED_COST
+from taskgrove.storage.usage_store import PRICED_COST
 
 
 @dataclass(frozen=True)

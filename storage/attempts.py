@@ -108,7 +108,7 @@ def with_current(history: list[dict[str, Any]], task: Mapping[str, Any]) -> list
 
 def ms_between(earlier: str | None, later: str | None) -> float | None:
     """Milliseconds from one stored time to another (every duration the API shows: attempts
-    here, schedules' runs in storage/schedules.py), None if one is missing."""
+    here, schedules' runs in storage/schedule_store.py), None if one is missing."""
     if not earlier or not later:
         return None
     delta = datetime.fromisoformat(later) - datetime.fromisoformat(earlier)

@@ -23,7 +23,7 @@ STORED_MAX_DEPTH with `problem`'s words: TooDeep), so none of them can end in a 
 - executors.a2a_lenient.normalize: a remote agent's answer, parsed with `loads` first;
 - executors.struct_values.restore_ints: a protobuf Struct's numbers given back as ints.
 Stored JSON columns are read with `read_stored` everywhere, also those SQLAlchemy's JSON type does
-not read (storage.waits `read`: the `waiting` and `wait_answers` text columns; a claim's checkpoint
+not read (storage.wait_store `read`: the `waiting` and `wait_answers` text columns; a claim's checkpoint
 read on the driver's cursor, storage.executions).
 
 Three walks share these rules (NOT_FINITE, NOT_UNICODE, `is_valid_text`, `path_of`) but not one

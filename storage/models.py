@@ -207,7 +207,7 @@ class Event(Base):
 
 
 class TaskLog(Base):
-    """One log line of an attempt (task logs, storage/logs.py): what its executor logged, a command's
+    """One log line of an attempt (task logs, storage/log_store.py): what its executor logged, a command's
     output, a REST call. `seq` orders every line (one counter for all tasks, so no instance needs to
     know another's lines to number its own); rows go with their task (TaskRepository.delete)."""
 
@@ -279,10 +279,10 @@ class IdempotencyKey(Base):
 
 
 class Schedule(Base):
-    """A template tree run on a cron expression or an interval (agent/services/schedule_service.py, storage/schedules.py).
+    """A template tree run on a cron expression or an interval (agent/services/schedule_service.py, storage/schedule_store.py).
 
     `next_run_at` is the slot the next run is due at; claiming it is one compare-and-set on this
-    column (storage/schedules.claim_slot), so each slot runs once whatever the number of instances.
+    column (storage/schedule_store.claim_slot), so each slot runs once whatever the number of instances.
     """
 
     __tablename__ = "schedules"

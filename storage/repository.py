@@ -20,10 +20,10 @@ from sqlalchemy import String, bindparam, cast, delete, func, insert, or_, selec
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from taskgrove.storage import attempts, executions, logs, tree_insert
+from taskgrove.storage import attempts, executions, log_store, tree_insert
 from taskgrove.storage.attempts import Attempt
 from taskgrove.storage import statements
-from taskgrove.storage import usage as stored_usage
+from taskgrove.storage import usage_store as stored_usage
 from taskgrove.storage.connections import Connections
 from taskgrove.storage.jsonvalues import read_stored
 from taskgrove.storage.models import tasks_table as T
@@ -197,7 +197,7 @@ class TaskRepository:
         return await self.connections.read_run(lambda c: int(c.execute(query).scalar_one()))
 
     async def tree_usages(self, tree_id: str) -> list[Any]:
-        """The `usage` of every task of a tree that has one (storage/usage.py's tree_usages), read
+        """The `usage` of every task of a tree that has one (storage/usage_store.py's tree_usages), read
         as one JSON value on the plain paths: a `tasks.get` of a root pays one small read, not an
         SQLAlchemy query and a row per task."""
         statement = statements.TREE_USAGES
@@ -292,9 +292,9 @@ class TaskRepository:
 
     async def log_lines(self, task_id: str, *, attempt: int | None = None, after: int | None = None,
                         limit: int = 1000) -> list[Row]:
-        """A page of a task's log lines, oldest first (storage/logs.py `read_lines`)."""
+        """A page of a task's log lines, oldest first (storage/log_store.py `read_lines`)."""
         return await self.connections.read_run(
-            lambda c: logs.read_lines(c, task_id, attempt=attempt, after=after, limit=limit))
+            lambda c: log_store.read_lines(c, task_id, attempt=attempt, after=after, limit=limit))
 
     # --- writes ---------------------------------------------------------------------------
 
@@ -305,7 +305,7 @@ class TaskRepository:
 
     async def add_log_lines(self, lines: Sequence[Mapping[str, Any]]) -> list[int]:
         """Store a batch of log lines in one transaction; their `seq`s, in order."""
-        return await self.connections.transact(logs.insert_lines, lines)
+        return await self.connections.transact(log_store.insert_lines, lines)
 
     async def update(
         self,
@@ -372,7 +372,7 @@ class TaskRepository:
     async def delete(self, ids: Sequence[str], conn: AsyncConnection | None = None, *,
                      only_status: str | None = None) -> int:
         """Delete physically; with `only_status`, only rows still in that status (compare-and-set).
-        Their log lines go in the same transaction (storage/logs.py)."""
+        Their log lines go in the same transaction (storage/log_store.py)."""
         def op(c: Connection) -> int:
             deleted = 0
             for chunk in _chunks(list(ids)):
@@ -380,7 +380,7 @@ class TaskRepository:
                 if only_status is not None:
                     query = query.where(T.c.status == only_status)
                 gone = list(c.execute(query.returning(T.c.id)).scalars())
-                logs.delete_of(c, gone)
+                log_store.delete_of(c, gone)
                 attempts.delete_of(c, gone)  # their history goes with them (storage/attempts.py)
                 deleted += len(gone)
             return deleted
@@ -419,7 +419,7 @@ def _rows(c: Connection, query: Any) -> list[Row]:
 
 def read_tree(c: Connection, tree_id: str) -> list[Row]:
     """The tasks of a tree, oldest first, in the caller's transaction (TaskRepository.tree reads
-    through it when the plain path does not answer; storage/schedules.py reads templates)."""
+    through it when the plain path does not answer; storage/schedule_store.py reads templates)."""
     return [dict(row._mapping) for row in c.execute(statements.TREE_QUERY, {"tree_id": tree_id})]
 
 

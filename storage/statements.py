@@ -14,7 +14,7 @@ Written out twice where the dialects differ (the claim's dependency test: json_e
 json_array_elements with a LATERAL lookup), never derived from one another by text edits.
 
 What is not here: statements written with SQLAlchemy Core (storage/executions.py,
-storage/repository.py, storage/schedules.py, ...). SQLAlchemy compiles one definition for each
+storage/repository.py, storage/schedule_store.py, ...). SQLAlchemy compiles one definition for each
 dialect, so they have no forms to keep alike; the tree read that two modules need is the one
 Core query below (TREE_QUERY). On PostgreSQL the engine's claim, fenced writes and end of an
 execution are parts of one statement, pass_statement (see its comment); on SQLite they are three.

@@ -12,9 +12,9 @@ from typing import Any
 
 from taskgrove.storage.jsonvalues import Unreadable
 from taskgrove.storage.models import JSON_COLUMNS, TASK_FIELDS
-from taskgrove.storage.usage import shown as shown_usage
-from taskgrove.storage.waits import public_wait
-from taskgrove.storage.waits import read as read_wait
+from taskgrove.storage.usage_store import shown as shown_usage
+from taskgrove.storage.wait_store import public_wait
+from taskgrove.storage.wait_store import read as read_wait
 
 # The JSON columns a task shows (its wire fields, and `extra` merged into them): a value that
 # cannot be read back (jsonvalues.Unreadable) is named under `unreadable_fields`.

@@ -17,7 +17,7 @@ from taskgrove.agent.services.remote_questions import asked_remote
 from taskgrove.agent.surfaces.a2a.input_required import waits_for_input
 from taskgrove.executors.a2a_questions import answer_message, question_of, sent_answers, usable_schema
 from taskgrove.executors.base import ExecutionContext, Waiting
-from taskgrove.storage.waits import public_wait
+from taskgrove.storage.wait_store import public_wait
 
 _scalars = st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.floats(allow_nan=False, allow_infinity=False) \
     | st.text(max_size=30)

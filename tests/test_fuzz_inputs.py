@@ -451,9 +451,9 @@ async def post_schedule_call(world: World, message: dict[str, Any]) -> None:
 
 
 def _all_schedules(c: Any) -> list[dict[str, Any]]:
-    from taskgrove.storage import schedules
+    from taskgrove.storage import schedule_store
 
-    return schedules.list_schedules(c, None, None, 10_000, 0)
+    return schedule_store.list_schedules(c, None, None, 10_000, 0)
 
 
 @st.composite

@@ -15,7 +15,7 @@ import pytest
 from taskgrove.executors.a2a_lenient import _rewrite_json, normalize
 from taskgrove.executors.database import json_safe
 from taskgrove.executors.struct_values import restore_ints
-from taskgrove.storage import jsonvalues, waits
+from taskgrove.storage import jsonvalues, wait_store
 from taskgrove.storage.jsonvalues import (
     STORED_MAX_DEPTH,
     JsonTextError,
@@ -97,10 +97,10 @@ def test_a_remote_agents_answer_is_parsed_by_the_gate() -> None:
 
 
 def test_stored_waits_are_read_by_the_gates_reader() -> None:
-    assert waits.read(None) is None
-    assert waits.read('{"kind": "input", "prompt": "?"}') == {"kind": "input", "prompt": "?"}
-    broken = waits.read('{"kind": "inp')
+    assert wait_store.read(None) is None
+    assert wait_store.read('{"kind": "input", "prompt": "?"}') == {"kind": "input", "prompt": "?"}
+    broken = wait_store.read('{"kind": "inp')
     assert isinstance(broken, Unreadable)
-    assert waits.public_wait('{"kind": "inp') is None
-    deep = waits.read(jsonvalues.dumps(nested(ABYSS)))
+    assert wait_store.public_wait('{"kind": "inp') is None
+    deep = wait_store.read(jsonvalues.dumps(nested(ABYSS)))
     assert isinstance(deep, Unreadable) and "nested deeper" in deep.reason

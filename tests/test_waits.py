@@ -196,7 +196,7 @@ async def test_events_resume_matching_waits_that_began_before_them(app_factory: 
 async def test_an_event_stored_just_before_the_wait_is_seen_finds_it(app_factory: Any) -> None:
     """The rule: an event counts when emitted at or after the moment the wait began, even if it was
     stored before the task's wait was (the engine looks once into the stored events on parking)."""
-    from taskgrove.storage import waits as stored
+    from taskgrove.storage import wait_store as stored
 
     async with app_factory(env={"SERVICE_CREATE_WAIT_TIMEOUT": "0"}) as client:
         services = client.services

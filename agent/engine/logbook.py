@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from taskgrove.agent.engine.bus import EventBus
-from taskgrove.storage.logs import STREAMS
+from taskgrove.storage.log_store import STREAMS
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.clock import now_iso
 

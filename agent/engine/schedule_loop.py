@@ -1,7 +1,7 @@
 """The schedule loop (cron): wake at the earliest due slot, claim what is due, start the runs.
 
 Small on purpose. The database decides everything: a slot is claimed by the compare-and-set in
-storage/schedules.claim_slot (the same transaction inserts the run's copy and its execution), so
+storage/schedule_store.claim_slot (the same transaction inserts the run's copy and its execution), so
 any number of instances may run this loop on one database and each slot runs once. The loop
 wakes at the earliest `next_run_at`, at least every POLL_SECONDS on PostgreSQL (other instances
 create and change schedules), and at once when this instance creates, changes or triggers one.
@@ -21,7 +21,7 @@ from taskgrove.agent.engine.engine import Engine
 from taskgrove.agent.engine.follow_final import follow_execution
 from taskgrove.agent.engine.slots import iso, parse_iso, plan
 from taskgrove.agent.engine.webhooks import WebhookConfig, deliver_webhooks
-from taskgrove.storage import schedules
+from taskgrove.storage import schedule_store
 from taskgrove.storage.clock import now_iso
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ class ScheduleLoop:
         """Claim and start every slot due at `now`; returns the seconds until the next look."""
         due: list[dict[str, Any]] = []
         if not self.engine.stopping:
-            due = await self.repo.transact(schedules.due, iso(now), DUE_BATCH)
+            due = await self.repo.transact(schedule_store.due, iso(now), DUE_BATCH)
             clock = time.monotonic()
             for schedule in due:
                 if self._stopping:
@@ -100,7 +100,7 @@ class ScheduleLoop:
                     self._backoff[schedule["id"]] = time.monotonic() + FAILED_CLAIM_SECONDS
         if len(due) == DUE_BATCH and not self._backoff:
             return 0.0  # more are due than one pass takes
-        earliest = await self.repo.transact(schedules.earliest)
+        earliest = await self.repo.transact(schedule_store.earliest)
         cap = IDLE_SECONDS if self.engine.sqlite else POLL_SECONDS
         if earliest is None:
             return cap
@@ -122,7 +122,7 @@ class ScheduleLoop:
         """Claim `slot` (None: a manual run) and start the run it inserted; None when the claim
         was lost, else the claim (updated schedule, execution, copies)."""
         engine = self.engine
-        claimed = await self.repo.transact(schedules.claim_slot, schedule, slot, next_run_at, runs, now_iso(),
+        claimed = await self.repo.transact(schedule_store.claim_slot, schedule, slot, next_run_at, runs, now_iso(),
                                       engine.instance_id, engine.lease_until(), tracing.stored_traceparent(None))
         if claimed is None or claimed["execution"] is None:
             if claimed is not None:

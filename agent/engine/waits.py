@@ -5,7 +5,7 @@ An executor waits through its `ExecutionContext` (executors/base.py: `wait_for_i
 answer. The attempt then ends as *parked* (engine/live_attempts.py builds the outcome, the pass loop
 writes it, fenced like every outcome): the task stays `in_progress` with its `waiting` set and no
 lease, its run keeps it in `TreeRun.parked`, its dependents wait with it. Ending a wait is one
-compare-and-set (storage/waits.py): the answer (tasks.respond), the event (events.emit, or the look
+compare-and-set (storage/wait_store.py): the answer (tasks.respond), the event (events.emit, or the look
 into stored events right after parking), or the deadline (the pass loop's timers, `wake_at`)
 makes the task `pending` again and the same attempt runs again from the start, its earlier
 waits answered from `wait_answers`. The database holds all of it, so any instance resumes it.
@@ -28,8 +28,8 @@ from taskgrove.agent.engine.publish import Publisher
 from taskgrove.agent.engine.schemas import compiled_schema
 from taskgrove.agent.engine.tree_run import TreeRun
 from taskgrove.agent.foundations.metrics import Metrics
-from taskgrove.storage import waits as stored
-from taskgrove.storage.waits import public_wait, read
+from taskgrove.storage import wait_store as stored
+from taskgrove.storage.wait_store import public_wait, read
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.status import TaskStatus
 from taskgrove.storage.clock import iso_in, now_iso, seconds_until

@@ -22,7 +22,7 @@ from taskgrove.agent.services.usage_service import UsageService, today
 from taskgrove.llm.budget import Limit, LLMBudgetExhausted, remaining, subtree_limits
 from taskgrove.llm.client import LLMError
 from taskgrove.llm.usage import CallUsage
-from taskgrove.storage import usage as stored_usage
+from taskgrove.storage import usage_store as stored_usage
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.clock import now_iso
 

@@ -37,7 +37,7 @@ from taskgrove.executors.base import Executor
 from taskgrove.executors.registry import ExecutorRegistry
 from taskgrove.llm.client import LLMClient, LLMError, LLMKeyMissingError, normalize_provider, redact
 from taskgrove.llm.generate import GenerationError, GenerationValidationError, generate_tree
-from taskgrove.storage import usage as stored_usage
+from taskgrove.storage import usage_store as stored_usage
 
 # Executors never offered to the model (see the module docstring).
 NOT_GENERATABLE = frozenset({"generate_executor"})

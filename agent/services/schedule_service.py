@@ -4,7 +4,7 @@ A schedule runs a copy of a template tree (tasks.copy semantics: the copy's `ori
 points to the template) on a cron expression or an interval. It belongs to its template's owner;
 the permission rules are those of tasks. The params are read by the typed requests of
 agent/foundations/requests_services.py; the fields' validation lives here, the timing in engine/slots.py,
-the statements (and the one compare-and-set that claims a slot) in storage/schedules.py, the
+the statements (and the one compare-and-set that claims a slot) in storage/schedule_store.py, the
 loop in engine/schedule_loop.py.
 """
 
@@ -26,7 +26,7 @@ from taskgrove.agent.foundations.requests_services import CreateSchedule, ListSc
 from taskgrove.agent.foundations import params as rpc_params
 from taskgrove.agent.foundations.calls import CallContext, Handler, typed
 from taskgrove.agent.foundations.settings import Settings
-from taskgrove.storage import schedules
+from taskgrove.storage import schedule_store
 from taskgrove.storage.repository import TaskRepository
 
 OVERLAP = ("skip", "allow")
@@ -48,7 +48,7 @@ class ScheduleService:
     # --- helpers --------------------------------------------------------------------------
 
     async def _schedule_for(self, schedule_id: str, caller: Caller, verb: str) -> dict[str, Any]:
-        row = await self.repo.transact(schedules.get_schedule, schedule_id)
+        row = await self.repo.transact(schedule_store.get_schedule, schedule_id)
         if row is None:
             raise invalid_params(f"schedule_id: schedule '{schedule_id}' not found")
         if not caller.can_access(row["user_id"]):
@@ -143,13 +143,13 @@ class ScheduleService:
                "created_at": stamp, "updated_at": stamp, "last_run_at": None, "last_slot": None,
                "last_root_task_id": None, "runs": 0, "skipped": 0, "last_skipped_at": None}
         row["next_run_at"] = self._next(row, 0, now)
-        await self.repo.transact(schedules.insert_schedule, row)
+        await self.repo.transact(schedule_store.insert_schedule, row)
         self.schedule_loop.wake()
         return public(row)
 
     async def get(self, request: ScheduleRef, ctx: CallContext) -> dict[str, Any] | None:
         schedule_id = request.schedule_id
-        row = await self.repo.transact(schedules.get_schedule, schedule_id)
+        row = await self.repo.transact(schedule_store.get_schedule, schedule_id)
         if row is None:
             return None
         if not ctx.caller.can_access(row["user_id"]):
@@ -157,19 +157,19 @@ class ScheduleService:
         return public(row)
 
     async def runs(self, request: ScheduleRuns, ctx: CallContext) -> list[dict[str, Any]] | None:
-        """The trees the schedule started, newest first, with their durations (storage/schedules.py
+        """The trees the schedule started, newest first, with their durations (storage/schedule_store.py
         runs_of); None for an unknown schedule, as schedules.get."""
         row = await self.get(ScheduleRef(request.schedule_id), ctx)
         if row is None:
             return None
-        stored = await self.repo.transact(schedules.get_schedule, request.schedule_id)
-        return await self.repo.transact(schedules.runs_of, stored, request.limit)
+        stored = await self.repo.transact(schedule_store.get_schedule, request.schedule_id)
+        return await self.repo.transact(schedule_store.runs_of, stored, request.limit)
 
     async def list(self, request: ListSchedules, ctx: CallContext) -> list[dict[str, Any]]:
         user_id = request.user_id
         if user_id is None and ctx.caller.authenticated and not ctx.caller.unrestricted:
             user_id = ctx.caller.user_id
-        rows = await self.repo.transact(schedules.list_schedules, user_id, request.task_id, request.limit,
+        rows = await self.repo.transact(schedule_store.list_schedules, user_id, request.task_id, request.limit,
                                    request.offset)
         return [public(r) for r in rows if ctx.caller.can_access(r["user_id"])]
 
@@ -183,7 +183,7 @@ class ScheduleService:
         values: dict[str, Any] = {**spec, "updated_at": slots.iso(now)}
         if any(spec[key] != row[key] for key in TIMING) or row["next_run_at"] is None and spec["enabled"]:
             values["next_run_at"] = self._next({**row, **spec}, row["runs"], now)
-        updated = await self.repo.transact(schedules.update_schedule, row["id"], values)
+        updated = await self.repo.transact(schedule_store.update_schedule, row["id"], values)
         if updated is None:
             raise invalid_params(f"schedule_id: schedule '{row['id']}' not found")
         self.schedule_loop.wake()
@@ -191,7 +191,7 @@ class ScheduleService:
 
     async def delete(self, request: ScheduleRef, ctx: CallContext) -> dict[str, Any]:
         row = await self._schedule_for(request.schedule_id, ctx.caller, "delete")
-        deleted = await self.repo.transact(schedules.delete_schedule, row["id"])
+        deleted = await self.repo.transact(schedule_store.delete_schedule, row["id"])
         return {"success": deleted, "schedule_id": row["id"]}
 
     async def trigger(self, request: ScheduleRef, ctx: CallContext) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from taskgrove.agent.services.usage_service import tree_total
 from taskgrove.executors.registry import ExecutorRegistry
 from taskgrove.llm.budget import budget_remaining
 from taskgrove.storage import copy_plan, fields, jsonvalues, new_tree, task_view, tree_graph
-from taskgrove.storage import usage as stored_usage
+from taskgrove.storage import usage_store as stored_usage
 from taskgrove.storage.tree_insert import OverQuota
 from taskgrove.storage.models import UNFINISHED_STATUSES, TaskStatus
 from taskgrove.storage.repository import TaskRepository

@@ -18,7 +18,7 @@ from taskgrove.agent.foundations.requests_services import UsageQuery
 from taskgrove.agent.foundations.calls import CallContext
 from taskgrove.llm import usage as llm_usage
 from taskgrove.llm.usage import CallUsage
-from taskgrove.storage import usage as stored_usage
+from taskgrove.storage import usage_store as stored_usage
 from taskgrove.storage.repository import TaskRepository
 
 

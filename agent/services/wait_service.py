@@ -23,7 +23,7 @@ from taskgrove.agent.foundations.settings import Settings
 from taskgrove.storage import jsonvalues
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.results import Unstorable, storable
-from taskgrove.storage.waits import public_wait, read
+from taskgrove.storage.wait_store import public_wait, read
 
 # The waits tasks.respond answers: a person's input, and a question of another agent (agent_input:
 # a remote A2A task's input-required, whose answer the task sends back to it).

@@ -28,7 +28,7 @@ from taskgrove.agent.surfaces.a2a.plain_language import texts_of
 from taskgrove.agent.surfaces.a2a.wire import restore_ints
 from taskgrove.agent.foundations.calls import CallContext
 from taskgrove.storage.status import TaskStatus
-from taskgrove.storage.waits import public_wait
+from taskgrove.storage.wait_store import public_wait
 
 ANSWER_KEY = "value"
 # The waits an A2A caller answers: a person's input, and another agent's question from any depth.
