@@ -191,7 +191,7 @@ async def _run(settings: Settings, path: Path, timeout: float | None) -> int:
             grid.add_column("task")
             grid.add_column("status")
             grid.add_column("progress", justify="right")
-            colours = {TaskStatus.COMPLETED: "green", TaskStatus.FAILED: "red", TaskStatus.CANCELLED: "yellow",
+            colours: dict[str, str] = {TaskStatus.COMPLETED: "green", TaskStatus.FAILED: "red", TaskStatus.CANCELLED: "yellow",
                        TaskStatus.IN_PROGRESS: "cyan"}
             for tid, (state, progress) in status.items():
                 bar = "#" * int(progress * 20)

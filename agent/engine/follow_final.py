@@ -10,7 +10,7 @@ from the stored outcome (`executions.final_status` and the tree's stored progres
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any
 import asyncio
 
@@ -26,7 +26,7 @@ CHECK_EVERY = 1.0
 
 
 async def follow_execution(repo: TaskRepository, subscription: BusSubscription, tree_id: str,
-                           check_every: float = CHECK_EVERY) -> AsyncIterator[dict[str, Any]]:
+                           check_every: float = CHECK_EVERY) -> AsyncGenerator[dict[str, Any], None]:
     """The engine events of the tree's execution, ending with exactly one `final`.
 
     `subscription` must match the tree's events and be open before the execution is started or

@@ -23,7 +23,7 @@ from taskgrove.agent.remote.usage import GROUP as USAGE
 GROUPS: tuple[Group, ...] = (TASKS, SCHEDULES, EVENTS, USAGE)
 
 
-def add_groups(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_groups(sub: argparse._SubParsersAction) -> None:
     """One sub-command per group, one sub-sub-command per command, each with --url/--token/--json."""
     common = argparse.ArgumentParser(add_help=False)
     add_connection_options(common)

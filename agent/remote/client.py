@@ -173,7 +173,7 @@ def _message(response: httpx.Response) -> str:
     return _message_bytes(response.content)
 
 
-def _message_bytes(body: bytes | None) -> str:
+def _message_bytes(body: bytes | bytearray | None) -> str:
     try:
         return str(json.loads(body or b"")["error"]["message"])[:300]
     except (ValueError, KeyError, TypeError):

@@ -20,7 +20,7 @@ from taskgrove.agent.remote.client import Remote, RemoteError
 from taskgrove.storage.status import FINISHED_STATUSES, TaskStatus
 
 TERMINAL = frozenset(FINISHED_STATUSES)
-COLOURS = {TaskStatus.COMPLETED: "green", TaskStatus.FAILED: "red", TaskStatus.CANCELLED: "yellow",
+COLOURS: dict[str, str] = {TaskStatus.COMPLETED: "green", TaskStatus.FAILED: "red", TaskStatus.CANCELLED: "yellow",
            TaskStatus.IN_PROGRESS: "cyan", TaskStatus.PENDING: "white"}
 
 

@@ -14,7 +14,7 @@ from rich.tree import Tree
 
 from taskgrove.storage.status import TaskStatus
 
-COLOURS = {TaskStatus.COMPLETED: "green", TaskStatus.FAILED: "red", TaskStatus.CANCELLED: "yellow",
+COLOURS: dict[str, str] = {TaskStatus.COMPLETED: "green", TaskStatus.FAILED: "red", TaskStatus.CANCELLED: "yellow",
            TaskStatus.IN_PROGRESS: "cyan", TaskStatus.PENDING: "white"}
 DETAIL_FIELDS = ("id", "name", "status", "waiting", "progress", "priority", "user_id", "parent_id", "task_tree_id",
                  "dependencies", "inputs", "params", "schemas", "result", "error", "retry", "attempt",

@@ -158,8 +158,10 @@ async def _answer(message: Any, methods: Mapping[str, Handler], ctx: CallContext
     if params is None:
         params = {}
     try:
-        result = await handler(params, ctx, message) if getattr(handler, "wants_message", False) \
-            else await handler(params, ctx)
+        if getattr(handler, "wants_message", False):  # such a handler takes the whole message too
+            result = await handler(params, ctx, message)  # type: ignore[call-arg]
+        else:
+            result = await handler(params, ctx)
     except RpcError as exc:
         return None if notification else {"jsonrpc": "2.0", "id": id_, "error": exc.to_dict()}
     except Exception as exc:  # the traceback goes to the log, never to the client

@@ -262,7 +262,7 @@ class TaskTreeAgentExecutor(AgentExecutor):
         message = _status_message(task.id, task.context_id, len(rows), status, progress)
         task.status.CopyFrom(A2ATaskStatus(state=state, message=message))
         task.status.timestamp.FromDatetime(datetime.now(timezone.utc))
-        await self._task_store.save(task, call_context)
+        await self._task_store.save(task, call_context)  # type: ignore[arg-type]  # None: no owner filter, as before
         return task
 
     # --- cancel ---------------------------------------------------------------------------

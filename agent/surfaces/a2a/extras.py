@@ -22,7 +22,8 @@ def push_extras(payload: dict[str, Any]) -> list[PushTarget]:
     Looked for in `params.configuration` (send), `params` (push-config set) and the body-level
     `configuration` SPEC.md lists, under the 0.3 and snake_case spellings.
     """
-    params = payload.get("params") if isinstance(payload.get("params"), dict) else {}
+    given = payload.get("params")
+    params = given if isinstance(given, dict) else {}
     holders = [params.get("configuration"), params, payload.get("configuration")]
     extras = []
     for holder in holders:

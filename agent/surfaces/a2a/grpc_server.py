@@ -28,7 +28,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import grpc
 import grpc.aio
@@ -68,7 +68,7 @@ METHOD: ContextVar[str] = ContextVar("taskgrove_grpc_method", default="")
 # noted on it (agent.surfaces.a2a.message_tree), and abort() answers that refusal instead of the SDK's error.
 CALL: ContextVar["CallContext | None"] = ContextVar("taskgrove_grpc_call", default=None)
 
-Code = grpc.StatusCode
+Code: TypeAlias = grpc.StatusCode
 # The A2A 1.0 specification's gRPC status for each A2A error (JSON-RPC errors without an A2A
 # meaning, such as InvalidParams, map as the SDK maps them).
 SPEC_CODES: dict[type[sdk_errors.A2AError], Code] = {

@@ -129,7 +129,7 @@ class AgentMethods:
                 stream = self._handler.on_message_send_stream(request, server_ctx)
                 first = await anext(stream)
                 return StreamReply(first=event_json(first), events=_rendered(stream))
-            return task_json(await self._handler.on_message_send(request, server_ctx))  # type: ignore[arg-type]
+            return task_json(await self._handler.on_message_send(request, server_ctx))
         except A2AError as exc:
             raise rpc_error(exc) from None
 
@@ -137,7 +137,8 @@ class AgentMethods:
 
     async def cancel(self, params: Any, ctx: CallContext, message: Mapping[str, Any]) -> dict[str, Any]:
         params = params if isinstance(params, Mapping) else {}
-        metadata = message.get("metadata") if isinstance(message.get("metadata"), Mapping) else {}
+        given = message.get("metadata")
+        metadata = given if isinstance(given, Mapping) else {}
         candidates = (message.get("task_id"), message.get("context_id"), metadata.get("task_id"),
                       metadata.get("context_id"), params.get("task_id"), params.get("context_id"))
         task_id = next((c for c in candidates if isinstance(c, str) and c), None)

@@ -10,7 +10,7 @@ validates the params first and the answer names the fields in our words.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from a2a.server.routes.jsonrpc_dispatcher import JSONRPC03Adapter, JsonRpcDispatcher  # (SDK import order)
@@ -163,7 +163,7 @@ def _is_branch_name(part: Any) -> bool:
     return isinstance(part, str) and (part[:1].isupper() or "[" in part)
 
 
-def _reason(error: dict[str, Any]) -> str:
+def _reason(error: Mapping[str, Any]) -> str:
     kind = error.get("type", "")
     ctx = error.get("ctx") or {}
     if kind == "missing":
@@ -193,7 +193,7 @@ ENUM_FIELDS: dict[str, list[tuple[tuple[str, ...], Any]]] = {
 
 
 def _check_v10(method: str, params: Any, id_: Any) -> None:
-    model = JsonRpcDispatcher.METHOD_TO_MODEL[method]
+    model: Any = JsonRpcDispatcher.METHOD_TO_MODEL[method]  # a protobuf message class
     if params is None:
         params = {}
     if not isinstance(params, dict):

@@ -15,11 +15,11 @@ SDK made of it is replaced here (`instead_of_sdk`, `instead_of_rest`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from a2a.utils.error_handlers import A2A_DOMAIN, ERROR_INFO_TYPE
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from taskgrove.agent.surfaces.a2a.envelope import WIRE_1_0, calls_of
 from taskgrove.agent.foundations.errors import QuotaExceeded
@@ -95,7 +95,7 @@ async def _first_event(response: Response) -> None:
         async for item in iterator:
             yield item
 
-    response.body_iterator = replay()
+    cast(StreamingResponse, response).body_iterator = replay()
 
 
 def instead_of_rest(ctx: CallContext, response: Response) -> Response:

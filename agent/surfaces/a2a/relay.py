@@ -17,10 +17,10 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from taskgrove.agent.surfaces.a2a.envelope import INTERNAL_MESSAGE, clean_error, error_body, wire_of
 from taskgrove.agent.surfaces.a2a.wire import restore_ints, spec_json
@@ -77,7 +77,7 @@ class Relay:
             return JSONResponse(answer, status_code=response.status_code)
         iterator = getattr(response, "body_iterator", None)
         if iterator is not None:
-            response.body_iterator = _rewrite_events(iterator, finish)
+            cast(StreamingResponse, response).body_iterator = _rewrite_events(iterator, finish)
         return response
 
 

@@ -19,15 +19,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from a2a.server.routes import create_rest_routes
 from a2a.utils.error_handlers import build_rest_error_payload
 from a2a.types.a2a_pb2 import TaskState
 from a2a.utils.errors import ContentTypeNotSupportedError
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Mount, Route
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
 
 from taskgrove.agent.surfaces.a2a import quota
 from taskgrove.agent.surfaces.a2a.caller_context import BLOCKING_KEY, CALL_KEY, PUSH_KEY, WIRE_KEY, CallerContextBuilder
@@ -61,8 +61,8 @@ def rest_error(http_status: int, status: str, message: str) -> JSONResponse:
 
 
 def rest_routes(services: "Services", handler: TaskgroveRequestHandler,
-                context_builder: CallerContextBuilder) -> list[BaseRoute]:
-    routes: list[BaseRoute] = []
+                context_builder: CallerContextBuilder) -> list[Route]:
+    routes: list[Route] = []
     for route in create_rest_routes(handler, context_builder=context_builder, path_prefix=REST_PREFIX):
         if isinstance(route, Mount) or not isinstance(route, Route):
             continue  # the unprefixed `/{tenant}` mount (see the module docstring)
@@ -77,7 +77,7 @@ def _guarded(services: "Services", endpoint: Endpoint) -> Endpoint:
         except RpcError as exc:
             return rest_error(400, "INVALID_ARGUMENT", exc.message)
         if isinstance(ctx, AuthError):
-            response = rest_error(401, "UNAUTHENTICATED", str(ctx))
+            response: Response = rest_error(401, "UNAUTHENTICATED", str(ctx))
             response.headers["WWW-Authenticate"] = "Bearer"
             return response
         status = request.query_params.get("status")
@@ -88,10 +88,10 @@ def _guarded(services: "Services", endpoint: Endpoint) -> Endpoint:
         if (refusal := services.admission.admit_request(ctx, body)) is not None:
             return quota.rest_refusal(refusal)
         if body.strip() and not json_media_type(request.headers.get("content-type")):
-            payload = build_rest_error_payload(ContentTypeNotSupportedError(
+            refused = build_rest_error_payload(ContentTypeNotSupportedError(
                 message="send the request body as application/json"))
-            payload["error"]["code"] = 415  # the HTTP status; the SDK's mapping says 400 for parts
-            return JSONResponse(payload, status_code=415)
+            refused["error"]["code"] = 415  # the HTTP status; the SDK's mapping says 400 for parts
+            return JSONResponse(refused, status_code=415)
         payload: Any = None
         if body.strip():
             try:
@@ -131,7 +131,7 @@ def _clean(response: Response) -> Response:
     if not isinstance(response, JSONResponse):
         iterator = getattr(response, "body_iterator", None)
         if iterator is not None:
-            response.body_iterator = _int_events(iterator)
+            cast(StreamingResponse, response).body_iterator = _int_events(iterator)
         return response
     response.headers["content-type"] = "application/json"
     if response.status_code < 400:

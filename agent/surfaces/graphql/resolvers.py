@@ -94,7 +94,7 @@ async def create_task(info: strawberry.Info, task_input: CreateTaskInput | None)
     if task_input is None:
         raise from_rpc(invalid_params("taskInput is required"))
     ctx = _context(info)
-    new = {"name": task_input.name}
+    new: dict[str, Any] = {"name": task_input.name}
     for field in ("description", "priority", "inputs"):
         value = getattr(task_input, field)
         if given(value):
@@ -177,4 +177,5 @@ async def purge_tasks(info: strawberry.Info, older_than: str | None) -> PurgeRes
     """tasks.purge (admins): one retention sweep now; what it deleted."""
     ctx = _context(info)
     request = checked(PurgeTasks.from_params, {"older_than": older_than})
-    return PurgeResult.from_wire(await service_call(ctx.services.retention.purge, request, ctx.call))
+    return PurgeResult.from_wire(await service_call(ctx.services.retention.purge,  # type: ignore[union-attr]  # set by Services.build
+                                                    request, ctx.call))

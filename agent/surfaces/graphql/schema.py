@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 import strawberry
 from graphql import GraphQLError
-from graphql import SelectionSetNode, ValidationContext, ValidationRule
+from graphql import ASTValidationRule, SelectionSetNode, ValidationContext, ValidationRule
 from strawberry.scalars import JSON
 from strawberry.extensions import AddValidationRules, MaxAliasesLimiter, MaxTokensLimiter, QueryDepthLimiter
 
@@ -26,12 +26,12 @@ class Query:
     @strawberry.field(description="Tasks newest first (by creation); with JWT on, the caller's own unless admin.")
     async def tasks(self, info: strawberry.Info, status: Optional[TaskStatusEnum] = None,
                     limit: Optional[int] = None, offset: Optional[int] = None) -> Optional[list[Optional[TaskType]]]:
-        return await resolvers.tasks(info, status, limit, offset)
+        return await resolvers.tasks(info, status, limit, offset)  # type: ignore[return-value]  # list is invariant
 
     @strawberry.field(description="Direct children of a task, oldest first.")
     async def task_children(self, info: strawberry.Info,
                             parent_id: Optional[str] = None) -> Optional[list[Optional[TaskType]]]:
-        return await resolvers.task_children(info, parent_id)
+        return await resolvers.task_children(info, parent_id)  # type: ignore[return-value]  # list is invariant
 
 
 @strawberry.type
@@ -97,7 +97,7 @@ class _DepthLimiter(QueryDepthLimiter):
         self.validation_rules = [_tolerant(rule) for rule in self.validation_rules]
 
 
-def _tolerant(rule: type[ValidationRule]) -> type[ValidationRule]:
+def _tolerant(rule: type[ASTValidationRule]) -> type[ASTValidationRule]:
     class Tolerant(rule):  # type: ignore[misc, valid-type]
         def __init__(self, context: ValidationContext) -> None:
             try:

@@ -9,7 +9,7 @@ import json
 from collections.abc import Mapping
 from datetime import datetime
 from enum import Enum
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import strawberry
 from strawberry.scalars import JSON
@@ -21,8 +21,11 @@ from taskgrove.storage.status import TaskStatus
 
 
 # The members of storage's TaskStatus, under the names GraphQL shows (PENDING, ...).
-TaskStatusEnum = strawberry.enum(Enum("TaskStatusEnum", [(s.name, s.value) for s in TaskStatus]),
-                                 description="Task status; the JSON-RPC surface spells the same values in lower case.")
+if TYPE_CHECKING:  # the same members and values, as mypy can read them
+    TaskStatusEnum = TaskStatus
+else:
+    TaskStatusEnum = strawberry.enum(Enum("TaskStatusEnum", [(s.name, s.value) for s in TaskStatus]),
+                                     description="Task status; the JSON-RPC surface spells the same values in lower case.")
 
 
 TERMINAL = frozenset({TaskStatusEnum.COMPLETED, TaskStatusEnum.FAILED, TaskStatusEnum.CANCELLED})

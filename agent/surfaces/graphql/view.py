@@ -61,7 +61,7 @@ SURFACE = "graphql"
 CLOSE_BAD_REQUEST = 4400
 
 
-class _Encoded(dict):  # type: ignore[type-arg]
+class _Encoded(dict[str, Any]):
     """A result already encoded (off the event loop); `encode_json` hands back its text."""
 
     def __init__(self, text: str, retry_after: int | None = None) -> None:
@@ -70,7 +70,7 @@ class _Encoded(dict):  # type: ignore[type-arg]
         self.retry_after = retry_after  # set: refused by a quota, answered 429 (create_response)
 
 
-class TaskGraphQL(GraphQL):
+class TaskGraphQL(GraphQL[GraphQLContext, None]):
     """strawberry's ASGI view with our context (the services and the caller of this request),
     our JSON parser and encoder, and the strict WebSocket protocol handlers."""
 
@@ -136,7 +136,7 @@ class GraphQLEndpoint:
             call = replace(call, request=None)
         else:
             request = Request(scope, receive)
-            if self.view.should_render_graphql_ide(_Adapter(request)):
+            if self.view.should_render_graphql_ide(_Adapter(request)):  # type: ignore[arg-type]  # reads .method, .headers
                 await self._playground()(scope, receive, send)
                 return
             try:

@@ -19,6 +19,7 @@ from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import Bas
 from strawberry.subscriptions.protocols.graphql_ws.handlers import BaseGraphQLWSHandler
 
 from taskgrove.agent.surfaces.graphql.request import payload_problem
+from taskgrove.agent.surfaces.graphql.resolvers import GraphQLContext
 from taskgrove.storage import jsonvalues
 
 log = logging.getLogger(__name__)
@@ -61,18 +62,20 @@ async def guarded(websocket: Any, handling: Awaitable[None]) -> None:
         await websocket.close(code=CLOSE_INTERNAL_ERROR, reason="internal error")
 
 
-class StrictTransportWS(BaseGraphQLTransportWSHandler):  # type: ignore[type-arg]
+class StrictTransportWS(BaseGraphQLTransportWSHandler[GraphQLContext, None]):
     async def handle_message(self, message: Any) -> None:
-        reason = message_problem(message, TRANSPORT_TYPES, "subscribe", self.view.max_json_depth)
+        reason = message_problem(message, TRANSPORT_TYPES, "subscribe",
+                                 self.view.max_json_depth)  # type: ignore[attr-defined]  # our view (view.py)
         if reason is not None:
             await self.handle_invalid_message(reason[:120])  # close 4400; a close reason is short
             return
         await guarded(self.websocket, super().handle_message(message))
 
 
-class StrictLegacyWS(BaseGraphQLWSHandler):  # type: ignore[type-arg]
+class StrictLegacyWS(BaseGraphQLWSHandler[GraphQLContext, None]):
     async def handle_message(self, message: Any) -> None:
-        reason = message_problem(message, LEGACY_TYPES, "start", self.view.max_json_depth)
+        reason = message_problem(message, LEGACY_TYPES, "start",
+                                 self.view.max_json_depth)  # type: ignore[attr-defined]  # our view (view.py)
         if reason is not None:
             await self.send_message({"type": "connection_error", "payload": {"message": reason}})
             return

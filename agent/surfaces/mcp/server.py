@@ -31,7 +31,7 @@ from taskgrove.agent.engine import bus
 from taskgrove.agent.foundations.errors import INTERNAL_ERROR, RpcError, invalid_params
 from taskgrove.agent.surfaces.mcp.tools import ToolSpec, tool_specs
 from taskgrove.agent.foundations.requests import GetTask, GetTree, task_id_text
-from taskgrove.agent.foundations.calls import CallContext, StreamReply
+from taskgrove.agent.foundations.calls import CallContext, Handler, StreamReply
 from taskgrove.agent.surfaces.jsonrpc import JsonReply
 from taskgrove.storage import jsonvalues
 
@@ -143,7 +143,7 @@ class McpSurface:
             raise RpcError(-32001, "Missing token", "Missing token")
         return CallContext(surface=SURFACE, limits=limits(self.services))
 
-    def _handler(self, spec: ToolSpec):  # type: ignore[no-untyped-def]
+    def _handler(self, spec: ToolSpec) -> Handler:
         table = self.services.task_methods if spec.table == "tasks" else self.services.system_methods
         return table[spec.method]
 

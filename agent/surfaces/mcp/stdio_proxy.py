@@ -57,8 +57,8 @@ def build_proxy(url: str, token: str | None) -> Server[Any]:
         return await client().list_tools()
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        async def progress(value: float, total: float | None, message: str | None) -> None:
-            await ctx.session.report_progress(value, total, message)
+        async def progress(progress: float, total: float | None, message: str | None) -> None:
+            await ctx.session.report_progress(progress, total, message)
 
         return await client().call_tool(params.name, params.arguments, progress_callback=progress)
 

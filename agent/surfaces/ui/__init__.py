@@ -10,6 +10,7 @@ installed wheel serves them without a network or a build step.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import FileResponse, RedirectResponse, Response
@@ -42,7 +43,7 @@ class _Assets(StaticFiles):
     """StaticFiles with the page's headers, and JavaScript always served as JavaScript (browsers
     refuse an ES module with another type; the system's MIME table may not know `.js`)."""
 
-    def file_response(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def file_response(self, *args: Any, **kwargs: Any) -> Response:
         response = super().file_response(*args, **kwargs)
         path = str(args[0]) if args else ""
         if path.endswith(".js"):
