@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sqlalchemy import create_engine as sa_create_engine
-from sqlalchemy import event, inspect, text
+from sqlalchemy import event, inspect
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from taskgrove.storage import sqlite_schema
+from taskgrove.storage import sqlite_schema, statements
 from taskgrove.storage.jsonvalues import read_stored
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ def create_loop_engine(url: str) -> Engine | None:
     (storage.connections.Connections.run_here). It must never make the loop wait: a lock held elsewhere fails
     it at once ("database is locked"), and its commits never copy the WAL into the database
     file (a checkpoint, milliseconds of writes and an fsync); the database thread does that."""
-    return _sync_engine(url, "PRAGMA busy_timeout=0", "PRAGMA wal_autocheckpoint=0")
+    return _sync_engine(url, *statements.LOOP_PRAGMAS)
 
 
 def _sync_engine(url: str, *pragmas: str) -> Engine | None:
@@ -90,13 +90,7 @@ def _sync_engine(url: str, *pragmas: str) -> Engine | None:
 
 def _sqlite_pragmas(dbapi_conn, _record, extra: tuple[str, ...] = ()) -> None:  # type: ignore[no-untyped-def]
     cursor = dbapi_conn.cursor()
-    for pragma in (
-        "PRAGMA journal_mode=WAL",
-        "PRAGMA busy_timeout=30000",
-        "PRAGMA foreign_keys=ON",
-        "PRAGMA synchronous=NORMAL",
-        *extra,
-    ):
+    for pragma in (*statements.SQLITE_PRAGMAS, *extra):
         cursor.execute(pragma)
     cursor.close()
 
@@ -132,7 +126,8 @@ def _is_current(connection: Connection) -> bool:
     """True when the database is at the newest migration: nothing for Alembic to do."""
     if not inspect(connection).has_table("alembic_version"):
         return False
-    versions = [row[0] for row in connection.execute(text("SELECT version_num FROM alembic_version"))]
+    read = statements.MIGRATION_VERSION.form(connection.dialect.name)
+    versions = [row[0] for row in connection.exec_driver_sql(read)]
     return versions == [head_revision()]
 
 
@@ -144,12 +139,12 @@ def _create_new_sqlite(connection: Connection) -> bool:
         return False
     # The driver leaves DDL outside transactions: BEGIN IMMEDIATE makes the whole schema and its
     # version row one transaction, committed or rolled back with `connection`'s.
-    connection.exec_driver_sql("BEGIN IMMEDIATE")
-    if connection.exec_driver_sql("SELECT count(*) FROM sqlite_master").scalar():
+    connection.exec_driver_sql(statements.WRITE_LOCK.form("sqlite"))
+    if connection.exec_driver_sql(statements.SCHEMA_OBJECTS.form("sqlite")).scalar():
         return False  # another process got there first, or something else lives here
     for statement in sqlite_schema.STATEMENTS:
         connection.exec_driver_sql(statement)
-    connection.exec_driver_sql("INSERT INTO alembic_version (version_num) VALUES (?)", (sqlite_schema.REVISION,))
+    connection.exec_driver_sql(statements.SET_MIGRATION_VERSION.form("sqlite"), (sqlite_schema.REVISION,))
     return True
 
 

@@ -422,3 +422,39 @@ SWEEP_LOCK = Statement("Take the retention sweeper's lock if free: true when tak
                        None, "SELECT pg_try_advisory_lock(74252)")
 SWEEP_UNLOCK = Statement("Release the retention sweeper's lock. No args.",
                          None, "SELECT pg_advisory_unlock(74252)")
+
+
+# --- between instances: LISTEN/NOTIFY (agent/engine/notify.py) ---------------------------------
+# PostgreSQL only: one instance on SQLite has no one to tell.
+
+COUNT_LISTENERS = Statement(
+    "Other instances listening: connections named as every instance names its listening one, or (an "
+    "older instance) whose last statement was the LISTEN. Args: own listener's pid, that name, the LISTEN "
+    "statement's text.",
+    None,
+    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> $1 "
+    "AND (application_name = $2 OR query = $3)")
+NOTIFY_ALL = Statement("Send every payload on a channel, one statement. Args: channel, payloads (text[]).",
+                       None, "SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p")
+NOTIFY_ONE = Statement("Send one payload on a channel. Args: channel, payload.",
+                       None, "SELECT pg_notify($1, $2)")
+
+
+# --- migrations (storage/db.py) ---------------------------------------------------------------
+
+MIGRATION_VERSION = Statement("The migration the database is at (Alembic's table). No args.",
+                              "SELECT version_num FROM alembic_version",
+                              "SELECT version_num FROM alembic_version")
+# SQLite: a new, empty database gets the newest schema (storage/sqlite_schema.py) in one transaction
+# that holds the write lock; the driver leaves DDL outside transactions, hence the explicit BEGIN.
+WRITE_LOCK = Statement("Begin a transaction holding the write lock. No args.", "BEGIN IMMEDIATE", None)
+SCHEMA_OBJECTS = Statement("How many tables, indexes, ... the database holds. No args.",
+                           "SELECT count(*) FROM sqlite_master", None)
+SET_MIGRATION_VERSION = Statement("Record the migration the new schema is at. Args: revision.",
+                                  "INSERT INTO alembic_version (version_num) VALUES (?)", None)
+# Every SQLite connection's settings: WAL so readers never block the writer, a busy timeout instead
+# of instant "database is locked" errors, foreign keys on; a connection of the event loop's thread
+# adds LOOP_PRAGMAS (storage/db.py create_loop_engine says why).
+SQLITE_PRAGMAS = ("PRAGMA journal_mode=WAL", "PRAGMA busy_timeout=30000", "PRAGMA foreign_keys=ON",
+                  "PRAGMA synchronous=NORMAL")
+LOOP_PRAGMAS = ("PRAGMA busy_timeout=0", "PRAGMA wal_autocheckpoint=0")

@@ -319,7 +319,7 @@ READS = [
     (statements.task_listing(True, False, True), ("u", PAST, "b", 10, 0)),
     (statements.task_listing(True, True, True), ("u", "completed", "2999-01-01T00:00:00.000000+00:00", "b", 1, 0)),
     (statements.UNFINISHED_OF_USER, ("u", 10)), (statements.UNFINISHED_OF_USER, ("u", 1)),
-    (statements.UNFINISHED_OF_NOBODY, (10,)), (statements.COUNT_KEY, ("key",)),
+    (statements.UNFINISHED_OF_NOBODY, (10,)), (statements.COUNT_KEY, ("key",)), (statements.MIGRATION_VERSION, ()),
 ]
 
 

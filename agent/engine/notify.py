@@ -22,6 +22,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from taskgrove.agent.engine.bus import Event, EventBus
+from taskgrove.storage import statements
 from taskgrove.storage.jsonvalues import dumps_bytes
 
 log = logging.getLogger(__name__)
@@ -29,9 +30,9 @@ CHANNEL = "taskgrove"
 MAX_PAYLOAD = 7500
 LISTENER_NAME = "taskgrove-listener"  # the application_name of every instance's listening connection
 PEER_CHECK_SECONDS = 1.0
-# Other instances listening: named so, or (an older instance) whose last statement was the LISTEN.
-COUNT_PEERS = ("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> $1 "
-               f"AND (application_name = '{LISTENER_NAME}' OR query = 'LISTEN \"{CHANNEL}\"')")
+# Other instances listening: named so, or (an older instance) whose last statement was the LISTEN
+# (statements.COUNT_LISTENERS takes both).
+LISTEN_TEXT = f'LISTEN "{CHANNEL}"'
 
 
 def asyncpg_dsn(url: str) -> str:
@@ -105,12 +106,13 @@ class PgNotifier:
                     if conn is None or conn.is_closed():
                         conn = await asyncpg.connect(self.dsn)
                     if time.monotonic() - checked >= PEER_CHECK_SECONDS and self._listener_pid is not None:
-                        self.peers = bool(await conn.fetchval(COUNT_PEERS, self._listener_pid))
+                        self.peers = bool(await conn.fetchval(statements.COUNT_LISTENERS.form("postgresql"),
+                                                              self._listener_pid, LISTENER_NAME, LISTEN_TEXT))
                         checked = time.monotonic()
                     if batch:
                         # Every payload of the batch in one statement: one round trip, not one each.
-                        await conn.execute("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p",
-                                           CHANNEL, _payloads(self.instance_id, batch))
+                        await conn.execute(statements.NOTIFY_ALL.form("postgresql"), CHANNEL,
+                                           _payloads(self.instance_id, batch))
                         self.sent += 1
                 except Exception as exc:  # whatever the connection did, the sender lives on
                     log.warning("cross-instance notify failed: %s", exc)
@@ -135,7 +137,7 @@ class PgNotifier:
                 # The others send to us from now on. Said on this connection before `ready`, not
                 # queued for the sender: start() returns only once the others can hear it, so
                 # events of their next request reach us (queued, it could come after them).
-                await conn.execute("SELECT pg_notify($1, $2)", CHANNEL, _wrap(self.instance_id, [_HELLO]))
+                await conn.execute(statements.NOTIFY_ONE.form("postgresql"), CHANNEL, _wrap(self.instance_id, [_HELLO]))
                 self.ready.set()
                 while not conn.is_closed():
                     await asyncio.sleep(1)
