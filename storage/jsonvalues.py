@@ -22,6 +22,8 @@ STORED_MAX_DEPTH with `problem`'s words: TooDeep), so none of them can end in a 
 - executors.database.json_safe: a driver's row values (a JSON column's document, arrays);
 - executors.a2a_lenient.normalize: a remote agent's answer, parsed with `loads` first;
 - executors.struct_values.restore_ints: a protobuf Struct's numbers given back as ints.
+One walk outside this module only looks, with a stack of its own, over a value `loads` parsed
+(so held to the depth `loads` allowed): agent.surfaces.a2a.params_check.first_outside_content.
 Stored JSON columns are read with `read_stored` everywhere, also those SQLAlchemy's JSON type does
 not read (storage.wait_store `read`: the `waiting` and `wait_answers` text columns; a claim's checkpoint
 read on the driver's cursor, storage.executions).
