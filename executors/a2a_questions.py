@@ -179,7 +179,7 @@ class RemoteQuestions:
             return state in (TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_FAILED,
                              TaskState.TASK_STATE_CANCELED, TaskState.TASK_STATE_REJECTED)
 
-        async with contextlib.aclosing(self._client.send_message(request, context=call)) as events:
+        async with contextlib.aclosing(self._client.send_message(request, context=call)) as events:  # type: ignore[type-var]  # an async generator
             async for event in events:
                 await self._absorb(event, context)
                 if streaming and settled():

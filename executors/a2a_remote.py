@@ -353,14 +353,14 @@ class RemoteAgentCall(RemoteQuestions, Executor):
     async def _send(self, request: SendMessageRequest, context: ExecutionContext) -> None:
         """One non-streaming send (return immediately): the task as first reported, or a reply."""
         assert self._client is not None
-        async with contextlib.aclosing(self._client.send_message(request)) as events:
+        async with contextlib.aclosing(self._client.send_message(request)) as events:  # type: ignore[type-var]  # an async generator
             async for event in events:
                 await self._absorb(event, context)
 
     async def _stream(self, request: SendMessageRequest, context: ExecutionContext) -> None:
         """A streaming send, followed to the final state (or to a reply message)."""
         assert self._client is not None
-        async with contextlib.aclosing(self._client.send_message(request)) as events:
+        async with contextlib.aclosing(self._client.send_message(request)) as events:  # type: ignore[type-var]  # an async generator
             async for event in events:
                 await self._absorb(event, context)
                 if self._reply is not None or self._finished():
@@ -507,12 +507,12 @@ class RemoteAgentCall(RemoteQuestions, Executor):
             for part in artifact.parts:
                 if part.HasField("text"):
                     continue
-                data = restore_ints(MessageToDict(part.data), _FLOAT_KEYS) if part.HasField("data") else None
-                if not isinstance(data, dict):
+                content = restore_ints(MessageToDict(part.data), _FLOAT_KEYS) if part.HasField("data") else None
+                if not isinstance(content, dict):
                     continue
-                if isinstance(data.get("error"), str) and data["error"]:
-                    found.append(data["error"])
-                for sub in data.get("tasks") or ():
+                if isinstance(content.get("error"), str) and content["error"]:
+                    found.append(content["error"])
+                for sub in content.get("tasks") or ():
                     if isinstance(sub, dict) and sub.get("error") and sub.get("status") != "cancelled":
                         found.append(f"{sub.get('name') or sub.get('id')}: {sub['error']}")
         return "; ".join(found) or "the agent gave no message"

@@ -302,7 +302,7 @@ class DatabaseExecutor(Executor):
         read_only: bool,
         max_rows: int,
         timeout: float,
-        state: dict[str, bool],
+        state: dict[str, Any],
     ) -> dict[str, Any]:
         is_sqlite = engine.dialect.name == "sqlite"
         async with engine.connect() as conn:

@@ -315,6 +315,7 @@ class CrewExecutor(_LLMBase):
         resolved = []
         for i, s in enumerate(steps):
             wanted = s.get("agent")
+            agent: dict[str, Any] | None
             if wanted is None and len(by_role) == 1:
                 agent = next(iter(by_role.values()))
             else:

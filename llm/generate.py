@@ -327,7 +327,7 @@ def check_answer(text: str, executor_ids: Iterable[str]) -> tuple[list[dict[str,
 
 
 async def generate_tree(
-    requirement: str,
+    requirement: Any,  # checked here (check_inputs)
     *,
     client: LLMClient,
     executors: Iterable[Any],
@@ -351,8 +351,8 @@ async def generate_tree(
     ids = [d["id"] for d in described]
     messages = build_messages(requirement, described, agents)
     usage = empty_usage()
-    call = dict(provider=provider, model=model, api_key=api_key, user_id=user_id,
-                temperature=temperature, max_tokens=max_tokens)
+    call: dict[str, Any] = dict(provider=provider, model=model, api_key=api_key, user_id=user_id,
+                                temperature=temperature, max_tokens=max_tokens)
 
     answer = await client.complete(messages, **call)
     add_usage(usage, answer.usage)

@@ -5,18 +5,20 @@ accepted tree walks as well as a flat one). No I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+
+Node = TypeVar("Node", bound=Hashable)  # a task id; llm/generate.py checks a plan's task numbers
 
 
-def find_cycle(graph: Mapping[str, Iterable[str]]) -> list[str] | None:
+def find_cycle(graph: Mapping[Node, Iterable[Node]]) -> list[Node] | None:
     """A dependency chain that returns to its start (`[a, b, a]`), or None. Iterative DFS."""
     WHITE, GREY, BLACK = 0, 1, 2
     color = {node: WHITE for node in graph}
     for start in graph:
         if color[start] != WHITE:
             continue
-        stack: list[tuple[str, Iterable[str]]] = [(start, iter(graph[start]))]
+        stack: list[tuple[Node, Iterable[Node]]] = [(start, iter(graph[start]))]
         path = [start]
         color[start] = GREY
         while stack:
