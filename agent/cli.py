@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from taskgrove.agent.remote import add_groups, is_remote, run_command
-from taskgrove.agent.remote.client import add_connection_options
+from taskgrove.agent.remote.connection import add_connection_options
 from taskgrove.agent.foundations.settings import Settings, SettingsError
 from taskgrove.storage.status import TaskStatus
 
@@ -151,7 +151,7 @@ def _run_remote(url: str, token: str | None, path: Path, as_json: bool, timeout:
     except (OSError, ValueError) as exc:
         print(f"taskgrove: cannot read {path}: {exc}", file=sys.stderr)
         return 2
-    return run(url, token, lambda remote: run_remote(remote, payload, as_json=as_json, timeout=timeout))
+    return run(url, token, lambda client: run_remote(client, payload, as_json=as_json, timeout=timeout))
 
 
 async def _run(settings: Settings, path: Path, timeout: float | None) -> int:

@@ -278,7 +278,8 @@ class AsyncClient:
                 body[key] = value.value if isinstance(value, TaskStatus) else value
         return _one(Task, await self._conn.call("tasks.update", body, safety=Safety.IDEMPOTENT))
 
-    async def cancel(self, *task_ids: str, force: bool = False, error_message: str | None = None) -> builtins.list[Cancellation]:
+    async def cancel(self, *task_ids: str, force: bool = False,
+                     error_message: str | None = None) -> builtins.list[Cancellation]:
         """Cancel pending or running tasks; one Cancellation per id (`cancelled`, or why not)."""
         params: dict[str, Any] = {"task_ids": list(task_ids), "force": force}
         if error_message is not None:

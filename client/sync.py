@@ -224,7 +224,8 @@ class Client:
             task_id, name=name, description=description, status=status, priority=priority, inputs=inputs,
             params=params, schemas=schemas, dependencies=dependencies, result=result, error=error, progress=progress))
 
-    def cancel(self, *task_ids: str, force: bool = False, error_message: str | None = None) -> builtins.list[Cancellation]:
+    def cancel(self, *task_ids: str, force: bool = False,
+                     error_message: str | None = None) -> builtins.list[Cancellation]:
         return self._run(lambda: self._async.cancel(*task_ids, force=force, error_message=error_message))
 
     def delete(self, task_id: str) -> Deletion:

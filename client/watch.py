@@ -322,8 +322,8 @@ class TreeWatch(Generic[AnswerT]):
         except InvalidStatus as exc:
             status = exc.response.status_code
             if status in (401, 403):
-                raise PermissionDenied(_said(bytes(exc.response.body or b"")) or f"HTTP {status}", code=PERMISSION_DENIED,
-                                       http_status=status, method="watch") from None
+                said = _said(bytes(exc.response.body or b"")) or f"HTTP {status}"
+                raise PermissionDenied(said, code=PERMISSION_DENIED, http_status=status, method="watch") from None
             raise _Dropped(f"the service refused the connection (HTTP {status})") from None
         except (OSError, WebSocketException, asyncio.TimeoutError, EOFError) as exc:
             raise _Dropped(str(exc) or type(exc).__name__) from None

@@ -1,5 +1,7 @@
 """The remote command line: `taskgrove GROUP COMMAND` against a running service over its public
-JSON-RPC and /ws surfaces (nothing here touches a database), and `taskgrove run FILE --url`.
+JSON-RPC and /ws surfaces (nothing here touches a database), and `taskgrove run FILE --url`. Every
+call goes through the project's one HTTP client, taskgrove.client.AsyncClient (docs/client.md):
+its typed answers, errors and retries are the command line's too.
 
 GROUPS lists the command groups; each is a commands.Group in its own module, so one more group is
 one module and one line here. Errors a person can act on end as one line on stderr with an exit
@@ -12,13 +14,17 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
-from taskgrove.agent.remote.client import Remote, RemoteError, add_connection_options
 from taskgrove.agent.remote.commands import Group
+from taskgrove.agent.remote.connection import RemoteError, add_connection_options, connect, explain
 from taskgrove.agent.remote.events import GROUP as EVENTS
+from taskgrove.agent.remote.llm_usage import GROUP as USAGE
 from taskgrove.agent.remote.schedules import GROUP as SCHEDULES
 from taskgrove.agent.remote.tasks import GROUP as TASKS
-from taskgrove.agent.remote.usage import GROUP as USAGE
+
+if TYPE_CHECKING:  # pragma: no cover
+    from taskgrove.client import AsyncClient
 
 GROUPS: tuple[Group, ...] = (TASKS, SCHEDULES, EVENTS, USAGE)
 
@@ -46,15 +52,20 @@ def run_command(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     console = Console()
-    return run(args.url, args.token, lambda remote: args.remote_run(remote, args, console))
+    return run(args.url, args.token, lambda client: args.remote_run(client, args, console))
 
 
-def run(url: str, token: str | None, work: Callable[[Remote], Awaitable[int]]) -> int:
-    """`work` against the service at `url`; a RemoteError is printed as one line, not a traceback."""
+def run(url: str, token: str | None, work: Callable[[AsyncClient], Awaitable[int]]) -> int:
+    """`work` against the service at `url`; a refused or failed call is printed as one line, not a
+    traceback."""
+    from taskgrove.client import TaskgroveError
 
     async def main() -> int:
-        async with Remote(url, token) as remote:
-            return await work(remote)
+        async with connect(url, token) as client:
+            try:
+                return await work(client)
+            except TaskgroveError as exc:
+                raise explain(exc, client.url, token) from None
 
     try:
         return asyncio.run(main())

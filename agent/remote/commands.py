@@ -1,5 +1,5 @@
 """The shape of a remote command group: `taskgrove GROUP COMMAND ...`. A group is a name, a help
-line and its commands; a command is its arguments and an async function of (remote, args, console)
+line and its commands; a command is its arguments and an async function of (client, args, console)
 returning the exit status. Adding a group (say `schedules list`) is one module with one Group, named
 in agent/remote/__init__.py's GROUPS."""
 
@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-# (client.Remote, parsed arguments, rich console) -> exit status.
+# (taskgrove.client.AsyncClient, parsed arguments, rich console) -> exit status.
 Run = Callable[[Any, argparse.Namespace, Any], Awaitable[int]]
 
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from taskgrove.agent.remote.client import Remote, RemoteError, json_argument
 from taskgrove.agent.remote.commands import Command, Group
+from taskgrove.agent.remote.connection import RemoteError, json_argument
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
+
+    from taskgrove.client import AsyncClient
 
 
 def _emit_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,18 +21,16 @@ def _emit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--user", dest="user_id", help="another user's event (admins only)")
 
 
-async def _emit(remote: Remote, args: argparse.Namespace, console: "Console") -> int:
+async def _emit(client: AsyncClient, args: argparse.Namespace, console: Console) -> int:
     from taskgrove.agent.remote import show  # rich loads only when a command runs
 
     payload = json_argument("--payload", args.payload)
     if not isinstance(payload, dict):
         raise RemoteError("--payload must be a JSON object, e.g. --payload '{\"service\": \"api\"}'", 2)
-    params = {"name": args.name, "payload": payload}
-    if args.user_id:
-        params["user_id"] = args.user_id
-    answer = await remote.call("events.emit", params)
-    show.emit(console, answer, args.json, lambda a: f"event {show.escape(str(a['name']))}: resumed {a['resumed']} "
-                                                    f"task(s) {show.escape(', '.join(a['task_ids']))}".rstrip())
+    answer = await client.emit(args.name, payload, user_id=args.user_id or None)
+    show.emit(console, answer.dump(), args.json, lambda a: f"event {show.escape(str(a['name']))}: resumed "
+                                                           f"{a['resumed']} task(s) "
+                                                           f"{show.escape(', '.join(a['task_ids']))}".rstrip())
     return 0
 
 

@@ -7,12 +7,13 @@ import argparse
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from taskgrove.agent.remote.client import Remote
 from taskgrove.agent.remote.commands import Command, Group
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
     from rich.table import Table
+
+    from taskgrove.client import AsyncClient
 
 
 def _list_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,13 +22,11 @@ def _list_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--offset", type=int, default=0)
 
 
-async def _list(remote: Remote, args: argparse.Namespace, console: "Console") -> int:
+async def _list(client: AsyncClient, args: argparse.Namespace, console: Console) -> int:
     from taskgrove.agent.remote import show  # rich loads only when a command runs
 
-    params: dict[str, Any] = {"limit": args.limit, "offset": args.offset}
-    if args.task_id:
-        params["task_id"] = args.task_id
-    show.emit(console, await remote.call("schedules.list", params), args.json, _table)
+    schedules = await client.schedules.list(task_id=args.task_id or None, limit=args.limit, offset=args.offset)
+    show.emit(console, [schedule.dump() for schedule in schedules], args.json, _table)
     return 0
 
 

@@ -4,16 +4,18 @@ running service, as tables and trees for people or JSON (--json) for scripts."""
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from taskgrove.agent.remote.client import Remote, RemoteError, json_argument
 from taskgrove.agent.remote.commands import Command, Group
+from taskgrove.agent.remote.connection import RemoteError, json_argument
 from taskgrove.agent.remote.follow import follow
 from taskgrove.agent.remote.logs import logs_arguments, run_logs
-from taskgrove.storage.status import TASK_STATUSES, TaskStatus
+from taskgrove.storage.status import TASK_STATUSES
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
+
+    from taskgrove.client import AsyncClient
 
 
 
@@ -31,45 +33,43 @@ def _list_arguments(parser: argparse.ArgumentParser) -> None:
                                          "the table then ends with the next page's cursor")
 
 
-async def _list(remote: Remote, args: argparse.Namespace, console: "Console") -> int:
+async def _list(client: AsyncClient, args: argparse.Namespace, console: Console) -> int:
     from taskgrove.agent.remote import show  # rich loads only when a command runs
 
-    params: dict[str, Any] = {"limit": args.limit, "root_only": args.roots}
     # A table pages by cursor (its last line names the next page) unless --offset is given; --json
     # prints the plain list of SPEC.md unless --cursor asks for a page ({"tasks", "next_cursor"}).
     paged = args.cursor is not None or (not args.json and not args.offset)
-    if paged:
-        params["cursor"] = args.cursor or None
-    else:
-        params["offset"] = args.offset
-    if args.status:
-        params["status"] = args.status
-    if args.search:
-        params["search"] = args.search
-    answer = await remote.call("tasks.list", params)
-    if not paged or args.json:
-        show.emit(console, answer, args.json, show.task_table)
+    page = await client.list_page(status=args.status, search=args.search, roots=args.roots, limit=args.limit,
+                                  cursor=(args.cursor or None) if paged else None,
+                                  offset=None if paged else args.offset)
+    rows = [task.dump() for task in page.tasks]
+    if not paged:
+        show.emit(console, rows, args.json, show.task_table)
         return 0
-    show.emit(console, answer["tasks"], False, show.task_table)
-    following = answer["next_cursor"]
-    console.print(f"next page: --cursor {following}" if following else "(last page)")
+    if args.json:
+        show.emit(console, {"tasks": rows, "next_cursor": page.next_cursor}, True)
+        return 0
+    show.emit(console, rows, False, show.task_table)
+    console.print(f"next page: --cursor {page.next_cursor}" if page.next_cursor else "(last page)")
     return 0
 
 
-async def _get(remote: Remote, args: argparse.Namespace, console: "Console") -> int:
+async def _get(client: AsyncClient, args: argparse.Namespace, console: Console) -> int:
     from taskgrove.agent.remote import show  # rich loads only when a command runs
+    from taskgrove.client import NotFound
 
-    task = await remote.call("tasks.get", {"task_id": args.task_id})
-    if task is None:
-        raise RemoteError(f"no task '{args.task_id}'", 1)
-    show.emit(console, task, args.json, show.task_detail)
+    try:
+        task = await client.get(args.task_id)
+    except NotFound:
+        raise RemoteError(f"no task '{args.task_id}'", 1) from None
+    show.emit(console, task.dump(), args.json, show.task_detail)
     return 0
 
 
-async def _tree(remote: Remote, args: argparse.Namespace, console: "Console") -> int:
+async def _tree(client: AsyncClient, args: argparse.Namespace, console: Console) -> int:
     from taskgrove.agent.remote import show  # rich loads only when a command runs
 
-    show.emit(console, await remote.call("tasks.tree", {"task_id": args.task_id}), args.json, show.task_tree)
+    show.emit(console, (await client.tree(args.task_id)).dump(), args.json, show.task_tree)
     return 0
 
 
@@ -80,38 +80,39 @@ def _execute_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, help="with --watch: give up after this many seconds")
 
 
-async def _execute(remote: Remote, args: argparse.Namespace, console: "Console") -> int:
+async def _execute(client: AsyncClient, args: argparse.Namespace, console: Console) -> int:
     from taskgrove.agent.remote import show  # rich loads only when a command runs
 
-    answer = await remote.call("tasks.execute", {"task_id": args.task_id, "copy_execution": args.copy})
-    if args.watch and answer.get("success"):
+    answer = await client.execute(args.task_id, copy=args.copy)
+    if args.watch and answer.success and answer.task_id:
         if not args.json:
-            console.print(f"started {show.escape(str(answer['root_task_id']))}")
-        return await follow(remote, answer["task_id"], as_json=args.json, timeout=args.timeout)
-    show.emit(console, answer, args.json, lambda a: f"{show.status(str(a['status']))} {show.escape(str(a['message']))}")
-    return 0 if answer.get("success") else 1
+            console.print(f"started {show.escape(str(answer.root_task_id))}")
+        return await follow(client, answer.task_id, as_json=args.json, timeout=args.timeout)
+    show.emit(console, answer.dump(), args.json, lambda a: f"{show.status(str(a['status']))} "
+                                                           f"{show.escape(str(a['message']))}")
+    return 0 if answer.success else 1
 
 
 def _cancel_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("task_ids", nargs="+", metavar="task_id")
 
 
-async def _cancel(remote: Remote, args: argparse.Namespace, console: "Console") -> int:
+async def _cancel(client: AsyncClient, args: argparse.Namespace, console: Console) -> int:
     from taskgrove.agent.remote import show  # rich loads only when a command runs
 
-    answers = await remote.call("tasks.cancel", {"task_ids": args.task_ids})
-    show.emit(console, answers, args.json, lambda rows: "\n".join(
+    answers = await client.cancel(*args.task_ids)
+    show.emit(console, [a.dump() for a in answers], args.json, lambda rows: "\n".join(
         f"{show.escape(str(r['task_id']))}: {show.status(str(r['status']))} {show.escape(str(r['message']))}"
         for r in rows))
-    return 0 if all(a["status"] == TaskStatus.CANCELLED for a in answers) else 1
+    return 0 if all(a.cancelled for a in answers) else 1
 
 
-async def _delete(remote: Remote, args: argparse.Namespace, console: "Console") -> int:
+async def _delete(client: AsyncClient, args: argparse.Namespace, console: Console) -> int:
     from taskgrove.agent.remote import show  # rich loads only when a command runs
 
-    answer = await remote.call("tasks.delete", {"task_id": args.task_id})
-    show.emit(console, answer, args.json, lambda a: f"deleted {a['deleted_count']} task(s)")
-    return 0 if answer.get("success") else 1
+    answer = await client.delete(args.task_id)
+    show.emit(console, answer.dump(), args.json, lambda a: f"deleted {a['deleted_count']} task(s)")
+    return 0 if answer.success else 1
 
 
 def _respond_arguments(parser: argparse.ArgumentParser) -> None:
@@ -120,12 +121,12 @@ def _respond_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the answer as JSON: '{\"approved\": true}', '\"plan b\"', 42, null")
 
 
-async def _respond(remote: Remote, args: argparse.Namespace, console: "Console") -> int:
+async def _respond(client: AsyncClient, args: argparse.Namespace, console: Console) -> int:
     from taskgrove.agent.remote import show  # rich loads only when a command runs
 
     value = json_argument("--value", args.value)
-    answer = await remote.call("tasks.respond", {"task_id": args.task_id, "value": value})
-    show.emit(console, answer, args.json, lambda a: f"answered {show.escape(str(a['task_id']))}: {a['status']}")
+    answer = await client.respond(args.task_id, value)
+    show.emit(console, answer.dump(), args.json, lambda a: f"answered {show.escape(str(a['task_id']))}: {a['status']}")
     return 0
 
 
@@ -135,14 +136,14 @@ def _purge_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: the service's SERVICE_RETENTION)")
 
 
-async def _purge(remote: Remote, args: argparse.Namespace, console: "Console") -> int:
+async def _purge(client: AsyncClient, args: argparse.Namespace, console: Console) -> int:
     from taskgrove.agent.remote import show  # rich loads only when a command runs
 
-    answer = await remote.call("tasks.purge", {"older_than": args.older_than} if args.older_than else {})
-    show.emit(console, answer, args.json, lambda a: (
+    answer = await client.purge(older_than=args.older_than or None)
+    show.emit(console, answer.dump(), args.json, lambda a: (
         f"deleted {a['trees']} tree(s) ({a['tasks']} tasks), {a['idempotency_records']} idempotency record(s), "
         f"{a['events']} event(s)" if a["swept"] else "another instance is sweeping: nothing deleted here"))
-    return 0 if answer["swept"] else 1
+    return 0 if answer.swept else 1
 
 
 def _watch_arguments(parser: argparse.ArgumentParser) -> None:
@@ -150,8 +151,8 @@ def _watch_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, help="give up after this many seconds (exit status 1)")
 
 
-async def _watch(remote: Remote, args: argparse.Namespace, _console: "Console") -> int:
-    return await follow(remote, args.task_id, as_json=args.json, timeout=args.timeout)
+async def _watch(client: AsyncClient, args: argparse.Namespace, _console: Console) -> int:
+    return await follow(client, args.task_id, as_json=args.json, timeout=args.timeout)
 
 
 GROUP = Group("tasks", "tasks of a running service (tasks.* over JSON-RPC)", (

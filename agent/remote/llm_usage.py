@@ -8,12 +8,13 @@ import argparse
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from taskgrove.agent.remote.client import Remote
 from taskgrove.agent.remote.commands import Command, Group
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
     from rich.table import Table
+
+    from taskgrove.client import AsyncClient
 
 
 def _show_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,14 +22,11 @@ def _show_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--days", type=int, default=7, help="days back, today included (1..366)")
 
 
-async def _show(remote: Remote, args: argparse.Namespace, console: "Console") -> int:
+async def _show(client: AsyncClient, args: argparse.Namespace, console: Console) -> int:
     from taskgrove.agent.remote import show  # rich loads only when a command runs
 
-    params: dict[str, Any] = {"days": args.days}
-    if args.user:
-        params["user_id"] = args.user
-    answer = await remote.call("usage.get", params)
-    answer["budget"] = await remote.call("config.budget.get", {"user_id": args.user} if args.user else {})
+    answer = (await client.usage(user_id=args.user or None, days=args.days)).dump()
+    answer["budget"] = (await client.budgets.get(user_id=args.user or None)).dump()
     show.emit(console, answer, args.json, _table)
     return 0
 
@@ -37,7 +35,7 @@ def _cost(value: Any) -> str:
     return "unknown" if value is None else f"${float(value):.6f}"
 
 
-def _table(answer: Mapping[str, Any]) -> "Table":
+def _table(answer: Mapping[str, Any]) -> Table:
     from rich.markup import escape
     from rich.table import Table
 
