@@ -21,7 +21,7 @@ from taskgrove.storage import executions, tree_insert
 from taskgrove.storage import copy_plan
 from taskgrove.storage.attempts import ms_between
 from taskgrove.storage.models import executions_table as X
-from taskgrove.storage.repository import read_tree
+from taskgrove.storage.repository import TaskRepository, read_tree
 from taskgrove.storage.models import schedules_table
 from taskgrove.storage.models import tasks_table as T
 
@@ -159,3 +159,40 @@ def _copies(template: list[Row], task_id: str, schedule_id: str, slot: str | Non
                                    reset=copy_plan.RESETTABLE)
     copies[0]["extra"] = {**(copies[0].get("extra") or {}), "schedule_id": schedule_id, "schedule_slot": slot}
     return copies
+
+
+class ScheduleStore:
+    """The schedules' named operations, each one transaction of its own running the statement
+    function above of the same name: what the schedule service and the schedule loop call
+    (issue 44: storage offers named operations; nothing above it hands functions to `transact`)."""
+
+    def __init__(self, repo: TaskRepository) -> None:
+        self._transact = repo.transact
+
+    async def get(self, schedule_id: str) -> Row | None:
+        return await self._transact(get_schedule, schedule_id)
+
+    async def insert(self, row: Mapping[str, Any]) -> None:
+        await self._transact(insert_schedule, row)
+
+    async def runs_of(self, schedule: Mapping[str, Any], limit: int) -> list[Row]:
+        return await self._transact(runs_of, schedule, limit)
+
+    async def listing(self, user_id: str | None, task_id: str | None, limit: int, offset: int) -> list[Row]:
+        return await self._transact(list_schedules, user_id, task_id, limit, offset)
+
+    async def update(self, schedule_id: str, values: Mapping[str, Any]) -> Row | None:
+        return await self._transact(update_schedule, schedule_id, values)
+
+    async def delete(self, schedule_id: str) -> bool:
+        return await self._transact(delete_schedule, schedule_id)
+
+    async def due(self, now: str, limit: int = 100) -> list[Row]:
+        return await self._transact(due, now, limit)
+
+    async def earliest(self) -> str | None:
+        return await self._transact(earliest)
+
+    async def claim_slot(self, schedule: Mapping[str, Any], slot: str | None, next_run_at: str | None, run: bool,
+                         stamp: str, owner: str, until: str, traceparent: str | None = None) -> Row | None:
+        return await self._transact(claim_slot, schedule, slot, next_run_at, run, stamp, owner, until, traceparent)

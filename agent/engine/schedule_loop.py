@@ -21,7 +21,7 @@ from taskgrove.agent.engine.engine import Engine
 from taskgrove.agent.engine.follow_final import follow_execution
 from taskgrove.agent.engine.slots import iso, parse_iso, plan
 from taskgrove.agent.engine.webhooks import WebhookConfig, deliver_webhooks
-from taskgrove.storage import schedule_store
+from taskgrove.storage.schedule_store import ScheduleStore
 from taskgrove.storage.clock import now_iso
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,7 @@ class ScheduleLoop:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.repo = engine.repo
+        self.schedules = ScheduleStore(engine.repo)
         self._wake = asyncio.Event()
         self._job: asyncio.Task[None] | None = None
         self._stopping = False
@@ -84,7 +85,7 @@ class ScheduleLoop:
         """Claim and start every slot due at `now`; returns the seconds until the next look."""
         due: list[dict[str, Any]] = []
         if not self.engine.stopping:
-            due = await self.repo.transact(schedule_store.due, iso(now), DUE_BATCH)
+            due = await self.schedules.due(iso(now), DUE_BATCH)
             clock = time.monotonic()
             for schedule in due:
                 if self._stopping:
@@ -100,7 +101,7 @@ class ScheduleLoop:
                     self._backoff[schedule["id"]] = time.monotonic() + FAILED_CLAIM_SECONDS
         if len(due) == DUE_BATCH and not self._backoff:
             return 0.0  # more are due than one pass takes
-        earliest = await self.repo.transact(schedule_store.earliest)
+        earliest = await self.schedules.earliest()
         cap = IDLE_SECONDS if self.engine.sqlite else POLL_SECONDS
         if earliest is None:
             return cap
@@ -122,8 +123,8 @@ class ScheduleLoop:
         """Claim `slot` (None: a manual run) and start the run it inserted; None when the claim
         was lost, else the claim (updated schedule, execution, copies)."""
         engine = self.engine
-        claimed = await self.repo.transact(schedule_store.claim_slot, schedule, slot, next_run_at, runs, now_iso(),
-                                      engine.instance_id, engine.lease_until(), tracing.stored_traceparent(None))
+        claimed = await self.schedules.claim_slot(schedule, slot, next_run_at, runs, now_iso(), engine.instance_id,
+                                                  engine.lease_until(), tracing.stored_traceparent(None))
         if claimed is None or claimed["execution"] is None:
             if claimed is not None:
                 log.info("schedule %s: slot %s consumed without a run", schedule["id"], slot)

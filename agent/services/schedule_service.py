@@ -26,7 +26,7 @@ from taskgrove.agent.foundations.requests_services import CreateSchedule, ListSc
 from taskgrove.agent.foundations import params as rpc_params
 from taskgrove.agent.foundations.calls import CallContext, Handler, typed
 from taskgrove.agent.foundations.settings import Settings
-from taskgrove.storage import schedule_store
+from taskgrove.storage.schedule_store import ScheduleStore
 from taskgrove.storage.repository import TaskRepository
 
 OVERLAP = ("skip", "allow")
@@ -42,13 +42,14 @@ MASK = "***"  # what a read shows of a webhook header's value
 class ScheduleService:
     def __init__(self, repo: TaskRepository, schedule_loop: ScheduleLoop, settings: Settings) -> None:
         self.repo = repo
+        self.schedules = ScheduleStore(repo)
         self.schedule_loop = schedule_loop
         self.settings = settings
 
     # --- helpers --------------------------------------------------------------------------
 
     async def _schedule_for(self, schedule_id: str, caller: Caller, verb: str) -> dict[str, Any]:
-        row = await self.repo.transact(schedule_store.get_schedule, schedule_id)
+        row = await self.schedules.get(schedule_id)
         if row is None:
             raise invalid_params(f"schedule_id: schedule '{schedule_id}' not found")
         if not caller.can_access(row["user_id"]):
@@ -143,13 +144,13 @@ class ScheduleService:
                "created_at": stamp, "updated_at": stamp, "last_run_at": None, "last_slot": None,
                "last_root_task_id": None, "runs": 0, "skipped": 0, "last_skipped_at": None}
         row["next_run_at"] = self._next(row, 0, now)
-        await self.repo.transact(schedule_store.insert_schedule, row)
+        await self.schedules.insert(row)
         self.schedule_loop.wake()
         return public(row)
 
     async def get(self, request: ScheduleRef, ctx: CallContext) -> dict[str, Any] | None:
         schedule_id = request.schedule_id
-        row = await self.repo.transact(schedule_store.get_schedule, schedule_id)
+        row = await self.schedules.get(schedule_id)
         if row is None:
             return None
         if not ctx.caller.can_access(row["user_id"]):
@@ -162,15 +163,14 @@ class ScheduleService:
         row = await self.get(ScheduleRef(request.schedule_id), ctx)
         if row is None:
             return None
-        stored = await self.repo.transact(schedule_store.get_schedule, request.schedule_id)
-        return await self.repo.transact(schedule_store.runs_of, stored, request.limit)
+        stored = await self.schedules.get(request.schedule_id)
+        return await self.schedules.runs_of(stored, request.limit)
 
     async def list(self, request: ListSchedules, ctx: CallContext) -> list[dict[str, Any]]:
         user_id = request.user_id
         if user_id is None and ctx.caller.authenticated and not ctx.caller.unrestricted:
             user_id = ctx.caller.user_id
-        rows = await self.repo.transact(schedule_store.list_schedules, user_id, request.task_id, request.limit,
-                                   request.offset)
+        rows = await self.schedules.listing(user_id, request.task_id, request.limit, request.offset)
         return [public(r) for r in rows if ctx.caller.can_access(r["user_id"])]
 
     async def update(self, request: UpdateSchedule, ctx: CallContext) -> dict[str, Any]:
@@ -183,7 +183,7 @@ class ScheduleService:
         values: dict[str, Any] = {**spec, "updated_at": slots.iso(now)}
         if any(spec[key] != row[key] for key in TIMING) or row["next_run_at"] is None and spec["enabled"]:
             values["next_run_at"] = self._next({**row, **spec}, row["runs"], now)
-        updated = await self.repo.transact(schedule_store.update_schedule, row["id"], values)
+        updated = await self.schedules.update(row["id"], values)
         if updated is None:
             raise invalid_params(f"schedule_id: schedule '{row['id']}' not found")
         self.schedule_loop.wake()
@@ -191,7 +191,7 @@ class ScheduleService:
 
     async def delete(self, request: ScheduleRef, ctx: CallContext) -> dict[str, Any]:
         row = await self._schedule_for(request.schedule_id, ctx.caller, "delete")
-        deleted = await self.repo.transact(schedule_store.delete_schedule, row["id"])
+        deleted = await self.schedules.delete(row["id"])
         return {"success": deleted, "schedule_id": row["id"]}
 
     async def trigger(self, request: ScheduleRef, ctx: CallContext) -> dict[str, Any]:
