@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from starlette.types import ASGIApp, Message
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE  # noqa: F401 - re-exported for the route
 
 from taskgrove.storage.status import TASK_STATUSES
@@ -272,7 +273,7 @@ def _observing(histogram: Any) -> Callable[[float], None]:
 class HttpMetrics:
     """ASGI middleware: counts and times every HTTP request (WebSocket upgrades are not timed)."""
 
-    def __init__(self, app: Any, metrics: Metrics) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app = app
         self.metrics = metrics
 
@@ -283,7 +284,7 @@ class HttpMetrics:
         started = time.perf_counter()
         status = 500
 
-        async def record(message: dict[str, Any]) -> None:
+        async def record(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]

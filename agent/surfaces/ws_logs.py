@@ -13,6 +13,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from taskgrove.agent.engine.bus import BusSubscription
 from taskgrove.agent.foundations.errors import RpcError
 from taskgrove.agent.services.log_service import LogService
 from taskgrove.agent.foundations.requests import TaskLogs
@@ -66,7 +67,7 @@ class LogFollows:
         await asyncio.gather(job, return_exceptions=True)
         return True
 
-    async def _follow(self, request: TaskLogs, subscription: Any) -> None:
+    async def _follow(self, request: TaskLogs, subscription: BusSubscription) -> None:
         async for lines in self.service.follow(request, subscription):
             await self.send(log_message(request.task_id, "task_log", {"lines": lines}))
         await self.send(log_message(request.task_id, "task_log_end", {"timestamp": now_iso()}))

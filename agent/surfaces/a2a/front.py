@@ -26,6 +26,7 @@ from starlette.routing import Route
 from taskgrove.agent.surfaces.a2a.card import REST_PREFIX, build_card, card_routes
 
 if TYPE_CHECKING:  # pragma: no cover
+    from taskgrove.agent.surfaces.a2a.handler import TaskgroveRequestHandler
     from taskgrove.agent.services.container import Services
 
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -73,7 +74,7 @@ class LazySurface:
     def __init__(self, services: "Services") -> None:
         self._services = services
         self.card = signed(build_card(services.settings), services.settings)
-        self.handler: Any = None  # the SDK's request handler (agent.surfaces.a2a.handler), once built
+        self.handler: TaskgroveRequestHandler | None = None  # the SDK's request handler, once built
         self._endpoints: dict[RouteKey, Endpoint] | None = None
 
     def build(self) -> dict[RouteKey, Endpoint]:
@@ -99,6 +100,7 @@ class LazySurface:
         from taskgrove.agent.surfaces.a2a.grpc_server import serving  # grpcio loads only when gRPC is on
 
         self.build()
+        assert self.handler is not None  # set by build()
         return serving(self._services, self.handler)
 
 

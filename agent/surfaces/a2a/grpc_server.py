@@ -36,6 +36,7 @@ from a2a.compat.v0_3 import a2a_v0_3_pb2, a2a_v0_3_pb2_grpc
 from a2a.compat.v0_3.grpc_handler import CompatGrpcHandler
 from a2a.extensions.common import HTTP_EXTENSION_HEADER, get_requested_extensions
 from a2a.server.context import ServerCallContext
+from a2a.server.request_handlers import RequestHandler
 from a2a.server.request_handlers.grpc_handler import GrpcHandler, GrpcServerCallContextBuilder
 from a2a.types import a2a_pb2, a2a_pb2_grpc
 from a2a.utils import errors as sdk_errors
@@ -276,7 +277,7 @@ def _guard_stream(method: str, behaviour: Callable[[Any, grpc.aio.ServicerContex
     return guarded
 
 
-def build_server(services: "Services", request_handler: Any) -> tuple[grpc.aio.Server, int]:
+def build_server(services: "Services", request_handler: RequestHandler) -> tuple[grpc.aio.Server, int]:
     """Both services on SERVICE_API_HOST:SERVICE_GRPC_PORT, and the port bound."""
     settings = services.settings
     server = grpc.aio.server(interceptors=[CallGuard()])
@@ -293,7 +294,7 @@ def build_server(services: "Services", request_handler: Any) -> tuple[grpc.aio.S
 
 
 @contextlib.asynccontextmanager
-async def serving(services: "Services", request_handler: Any) -> AsyncIterator[None]:
+async def serving(services: "Services", request_handler: RequestHandler) -> AsyncIterator[None]:
     """The gRPC server while the app runs. On shutdown open calls (a stream following a tree)
     get SERVICE_SHUTDOWN_GRACE_SECONDS, as HTTP connections do, then are cancelled."""
     server, port = build_server(services, request_handler)

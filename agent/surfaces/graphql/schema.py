@@ -11,6 +11,7 @@ from graphql import ASTValidationRule, SelectionSetNode, ValidationContext, Vali
 from strawberry.scalars import JSON
 from strawberry.extensions import AddValidationRules, MaxAliasesLimiter, MaxTokensLimiter, QueryDepthLimiter
 
+from taskgrove.agent.foundations.settings import Settings
 from taskgrove.agent.surfaces.graphql import resolvers
 from taskgrove.agent.surfaces.graphql.graphql_errors import classify_errors
 from taskgrove.agent.surfaces.graphql.subscription import task_status_changes
@@ -117,7 +118,7 @@ class _NoEmptySelections(ValidationRule):
             self.report_error(GraphQLError("Syntax Error: Expected a field, found '}'.", node))
 
 
-def build_schema(settings: Any = None) -> TaskSchema:
+def build_schema(settings: Settings | None = None) -> TaskSchema:
     """The schema, with the cost limits of `settings` (SERVICE_GRAPHQL_MAX_DEPTH, _ALIASES, _TOKENS;
     introspection fields do not count towards the depth)."""
     extensions: list[Any] = [lambda: AddValidationRules([_NoEmptySelections])]

@@ -16,6 +16,7 @@ import mcp_types as types
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.lowlevel.server import Server
+from mcp.server.session import ServerSession
 from mcp.server.stdio import stdio_server
 from mcp.shared._httpx_utils import create_mcp_http_client
 
@@ -27,7 +28,7 @@ class _Remote:
 
     def __init__(self) -> None:
         self.client: ClientSession | None = None
-        self.local: Any = None
+        self.local: ServerSession | None = None  # the stdio client's session, once it called
 
     async def on_message(self, message: Any) -> None:
         root = getattr(message, "root", message)
