@@ -12,7 +12,7 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TOP = ("agent", "executors", "storage", "llm")
+TOP = ("agent", "client", "executors", "storage", "llm")
 
 # Layers inside `agent`, top to bottom, one folder each: a module may import its own layer and the
 # layers below, never one above. A module's layer is its folder (`agent/services/x.py` is a
@@ -121,6 +121,7 @@ def test_the_import_graph_is_read() -> None:
     assert "taskgrove.agent.services.container" in GRAPH["taskgrove.agent.app"]
     assert "taskgrove.storage.repository" in GRAPH["taskgrove.agent.engine.engine"]
     assert "taskgrove.llm.client" in GRAPH["taskgrove.executors.llm"]
+    assert "taskgrove.client" in GRAPH["taskgrove.agent.remote"]  # the command line is the client's user
 
 
 def test_no_import_circle() -> None:
@@ -157,6 +158,13 @@ def test_rooms_talk_downwards_only() -> None:
                 wrong.append(f"{name} -> {target} (executors and llm never reach up into agent)")
             if _within(name, "taskgrove.llm") and _within(target, "taskgrove.executors"):
                 wrong.append(f"{name} -> {target} (llm sits below executors)")
+            if _within(name, "taskgrove.client") and not _within(target, "taskgrove.client"):
+                wrong.append(f"{name} -> {target} (the public client imports nothing of the service: "
+                             "it installs and runs with httpx, websockets, pydantic and anyio alone)")
+            if _within(target, "taskgrove.client") and not _within(name, "taskgrove.client") \
+                    and name != "taskgrove" and not _within(name, "taskgrove.agent.remote"):
+                wrong.append(f"{name} -> {target} (only the remote command line uses the client: the "
+                             "service never calls itself over HTTP)")
             if target == "taskgrove.agent.app" and name != "taskgrove.agent.cli":
                 wrong.append(f"{name} -> {target} (app.py only wires; only the entry point starts it)")
             source_room, target_room = _room(name), _room(target)
@@ -197,14 +205,22 @@ def test_one_module_name_for_one_thing() -> None:
 
 
 def test_one_class_name_for_one_thing() -> None:
-    """No two classes of the package share a name (a reader searching for it finds one)."""
-    where: dict[str, list[str]] = {}
-    for path in _package_files():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ClassDef):
-                where.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
-    twice = {name: places for name, places in where.items() if len(places) > 1}
-    assert not twice, f"class names defined more than once: {twice}"
+    """No two classes of the package share a name (a reader searching for it finds one).
+
+    The public client (client/) is read apart from the service: its answers and errors carry the
+    names the service gives the same things on the wire (Task, TaskStatus, Schedule, QuotaExceeded)
+    for the people who use it, who never read the service's code; within the client, too, each
+    class name is used once."""
+    client = [p for p in _package_files() if p.is_relative_to(ROOT / "client")]
+    service = [p for p in _package_files() if not p.is_relative_to(ROOT / "client")]
+    for files in (service, client):
+        where: dict[str, list[str]] = {}
+        for path in files:
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.ClassDef):
+                    where.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
+        twice = {name: places for name, places in where.items() if len(places) > 1}
+        assert not twice, f"class names defined more than once: {twice}"
 
 
 def test_no_module_over_600_lines() -> None:
