@@ -11,7 +11,7 @@ tests/test_migrations_head.py compares this with a migrated database and prints 
 when a migration is added (`python -m tests.test_migrations_head` writes it).
 """
 
-REVISION = '0018'
+REVISION = '0019'
 
 STATEMENTS: tuple[str, ...] = (
     ('CREATE TABLE alembic_version (\n'
@@ -246,4 +246,56 @@ STATEMENTS: tuple[str, ...] = (
     ('CREATE UNIQUE INDEX ux_agents_name ON agents (name)'),
     ('CREATE INDEX ix_agents_user_id ON agents (user_id)'),
     ('CREATE INDEX ix_agents_refresh_due ON agents (refresh_due_at)'),
+    ('CREATE TABLE triggers (\n'
+     '\tid VARCHAR(64) NOT NULL, \n'
+     '\ttask_id VARCHAR(64) NOT NULL, \n'
+     '\tuser_id VARCHAR(255), \n'
+     '\tevent VARCHAR(255) NOT NULL, \n'
+     '\t"match" JSON, \n'
+     '\t"key" VARCHAR(255), \n'
+     '\tdebounce JSON, \n'
+     '\tbatch JSON, \n'
+     '\tsingleton VARCHAR(16), \n'
+     '\tcancel_on VARCHAR(255), \n'
+     '\tenabled BOOLEAN NOT NULL, \n'
+     '\tmatched INTEGER NOT NULL, \n'
+     '\truns INTEGER NOT NULL, \n'
+     '\tdebounced INTEGER NOT NULL, \n'
+     '\tbatched INTEGER NOT NULL, \n'
+     '\tskipped INTEGER NOT NULL, \n'
+     '\tcancelled INTEGER NOT NULL, \n'
+     '\tlast_run_at VARCHAR(40), \n'
+     '\tlast_root_task_id VARCHAR(64), \n'
+     '\tcreated_at VARCHAR(40) NOT NULL, \n'
+     '\tupdated_at VARCHAR(40) NOT NULL, \n'
+     '\tPRIMARY KEY (id)\n'
+     ')'),
+    ('CREATE INDEX ix_triggers_user_event ON triggers (user_id, event)'),
+    ('CREATE INDEX ix_triggers_user_cancel_on ON triggers (user_id, cancel_on)'),
+    ('CREATE TABLE trigger_events (\n'
+     '\tseq INTEGER NOT NULL, \n'
+     '\ttrigger_id VARCHAR(64) NOT NULL, \n'
+     '\tevent_id VARCHAR(64) NOT NULL, \n'
+     '\tkind VARCHAR(8) NOT NULL, \n'
+     '\tgroup_key VARCHAR(255) NOT NULL, \n'
+     '\tpayload JSON NOT NULL, \n'
+     '\tcreated_at VARCHAR(40) NOT NULL, \n'
+     '\thandled_at VARCHAR(40), \n'
+     '\toutcome VARCHAR(16), \n'
+     '\troot_task_id VARCHAR(64), \n'
+     '\tPRIMARY KEY (seq), \n'
+     '\tCONSTRAINT ux_trigger_events_event UNIQUE (trigger_id, event_id)\n'
+     ')'),
+    ('CREATE INDEX ix_trigger_events_pending ON trigger_events (handled_at, trigger_id, '
+     'group_key, seq)'),
+    ('CREATE TABLE trigger_runs (\n'
+     '\troot_task_id VARCHAR(64) NOT NULL, \n'
+     '\ttrigger_id VARCHAR(64) NOT NULL, \n'
+     '\tgroup_key VARCHAR(255) NOT NULL, \n'
+     '\tevents INTEGER NOT NULL, \n'
+     '\tcreated_at VARCHAR(40) NOT NULL, \n'
+     '\tcancel_reason TEXT, \n'
+     '\tPRIMARY KEY (root_task_id)\n'
+     ')'),
+    ('CREATE INDEX ix_trigger_runs_group ON trigger_runs (trigger_id, group_key, created_at)'),
 )

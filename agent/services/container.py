@@ -32,6 +32,9 @@ from taskgrove.agent.services.task_service import TaskService
 from taskgrove.agent.foundations.settings import Settings
 from taskgrove.agent.services.system_service import SystemService
 from taskgrove.agent.services.wait_service import WaitService
+from taskgrove.agent.services.trigger_service import TriggerService, trigger_methods
+from taskgrove.agent.engine.trigger_loop import TriggerLoop
+from taskgrove.agent.foundations.trigger_metrics import TriggerMetrics
 from taskgrove.agent.services.log_service import LogService
 from taskgrove.agent.services.agent_wiring import AgentDirectoryParts
 from taskgrove.agent.services.remote_questions import RemoteQuestionCancels
@@ -83,6 +86,8 @@ class Services:
     remote_questions: RemoteQuestionCancels | None = None
     # The directory of agents (agents.*, delegation by name or skill, the planner's agents).
     agents: AgentDirectoryParts | None = None
+    # Event triggers (triggers.*; events.emit starts their runs): docs/triggers.md.
+    triggers: TriggerService | None = None
     # Set once the schema is at the migrations' head (for /readyz).
     migrated: bool = False
 
@@ -116,7 +121,7 @@ class Services:
         services.task_methods = {**task_methods(tasks), **execution_methods(executions), **schedule_methods(schedules), **wait_methods(waits),
                                  **log_methods(logs)}
         idempotent = services.idempotency = IdempotentMethods(repo, settings)
-        for name in ("tasks.create", "tasks.execute", "execute_task_tree", "tasks.copy", "tasks.clone"):
+        for name in ("tasks.create", "tasks.execute", "execute_task_tree", "tasks.copy", "tasks.clone", "events.emit"):
             services.task_methods[name] = idempotent.wrap(name, services.task_methods[name])
         services.retention = Retention(repo, settings, metrics)
         services.remote_questions = RemoteQuestionCancels(repo, bus, settings)
@@ -126,6 +131,10 @@ class Services:
         services.task_methods["usage.get"] = typed(UsageQuery.from_params, usage.get)
         services.agents = AgentDirectoryParts.build(repo, settings, metrics, engine.services, tasks)
         services.task_methods.update(services.agents.methods())
+        trigger_metrics = TriggerMetrics(metrics.registry)
+        services.triggers = TriggerService(repo, TriggerLoop(engine, trigger_metrics), trigger_metrics)
+        waits.on_emit.append(services.triggers.event_emitted)
+        services.task_methods.update(trigger_methods(services.triggers))
         services.system_methods = {
             "system.health": without_params(system.health),
             "system.executors": without_params(system.executors),
@@ -144,6 +153,8 @@ class Services:
             self.remote_questions.start()
         if self.settings.enable_scheduler:
             self.schedule_loop.start()
+            if self.triggers is not None:
+                self.triggers.loop.start()
         if self.agents is not None:
             self.agents.refresher.start()
         if self.retention is not None:
@@ -151,6 +162,8 @@ class Services:
 
     async def stop(self) -> None:
         await self.schedule_loop.stop()  # no new runs; the engine then hands back what is running
+        if self.triggers is not None:
+            await self.triggers.loop.stop()
         if self.agents is not None:
             await self.agents.refresher.stop()
         if self.retention is not None:

@@ -12,6 +12,7 @@ resumes the task wherever its tree runs.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from taskgrove.agent.engine.engine import AlreadyAnswered, Engine, NotWaiting
@@ -35,6 +36,9 @@ class WaitService:
         self.repo = repo
         self.engine = engine
         self.settings = settings
+        # Called with (user_id, name, payload, event_id, created_at) once an event is stored; each
+        # answers keys added to the emit's answer (TriggerService.event_emitted).
+        self.on_emit: list[Callable[..., Awaitable[dict[str, Any]]]] = []
 
     # --- the service API ------------------------------------------------------------------
 
@@ -77,8 +81,11 @@ class WaitService:
         owner = request.user_id if request.user_id is not None else caller.user_id
         payload = self._storable(dict(request.payload), what="payload")
         answer = await self.engine.emit_event(owner, request.name, payload)
-        return {"event_id": answer["event_id"], "name": request.name, "user_id": owner,
-                "created_at": answer["created_at"], "resumed": answer["resumed"], "task_ids": answer["task_ids"]}
+        emitted = {"event_id": answer["event_id"], "name": request.name, "user_id": owner,
+                   "created_at": answer["created_at"], "resumed": answer["resumed"], "task_ids": answer["task_ids"]}
+        for hook in self.on_emit:  # triggers (agent/services/trigger_service.py): {"triggered": n}
+            emitted.update(await hook(owner, request.name, payload, answer["event_id"], answer["created_at"]))
+        return emitted
 
     def _storable(self, value: Any, what: str = "value") -> Any:
         """The one JSON value gate, then the result's limits (an answer becomes a result)."""
