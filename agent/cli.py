@@ -181,7 +181,7 @@ async def _run(settings: Settings, path: Path, timeout: float | None) -> int:
             console.print(f"[red]Invalid tree:[/red] {exc.message}")
             return 2
         root_id = rows[0]["id"]
-        run = await services.engine.execute(root_id, {})
+        run = await services.engine.run_keeper.execute(root_id, {})
         names = {row["id"]: row["name"] for row in rows}
         status: dict[str, tuple[str, float]] = {row["id"]: (TaskStatus.PENDING.value, 0.0) for row in rows}
         sub = services.bus.subscribe(lambda e: e["root_task_id"] == root_id)
@@ -199,7 +199,7 @@ async def _run(settings: Settings, path: Path, timeout: float | None) -> int:
             return grid
 
         with Live(table(), console=console, refresh_per_second=10) as live:
-            waiter = asyncio.create_task(services.engine.wait(run, timeout))
+            waiter = asyncio.create_task(services.engine.run_keeper.wait(run, timeout))
             while not waiter.done():
                 getter = asyncio.create_task(sub.get())
                 done, _ = await asyncio.wait({getter, waiter}, return_when=asyncio.FIRST_COMPLETED)

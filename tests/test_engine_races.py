@@ -38,7 +38,7 @@ async def test_cancel_while_the_task_is_being_claimed_stops_it(client: Client) -
 
     engine.repo.write_pass = slow  # type: ignore[method-assign]
     with client.services.bus.subscribe(lambda e: e["task_id"] == "b") as sub:
-        await engine.execute("r")
+        await engine.run_keeper.execute("r")
         await asyncio.sleep(0.05)  # the loop is inside the write that claims b
         assert (await engine.cancel("b"))["status"] == "cancelled"
         assert "b" not in engine.running
@@ -111,10 +111,10 @@ async def test_a_transient_database_error_is_retried(client: Client) -> None:
     await store(client, task("r", method=None), task("a", "r", method="sleep_executor", inputs={"seconds": 0.2}),
                 task("b", "r", deps=["a"]))
     failures = fail_outcome_writes(engine, OperationalError("UPDATE tasks", {}, Exception("database is locked")))
-    run = await engine.execute("r")
+    run = await engine.run_keeper.execute("r")
     await asyncio.sleep(0.1)
     failures["left"] = 3  # the same pass goes through once the database answers
-    assert await engine.wait(run, 10)
+    assert await engine.run_keeper.wait(run, 10)
     assert failures["seen"] == 3
     assert {t: (await engine.repo.get(t))["status"] for t in "rab"} == dict.fromkeys("rab", "completed")
 
@@ -132,10 +132,10 @@ async def test_a_database_away_for_longer_than_the_old_bound_fails_no_task(clien
     await store(client, task("r", method=None), task("a", "r", method="sleep_executor", inputs={"seconds": 0.2}),
                 task("b", "r", method="sleep_executor", inputs={"seconds": 0.2}), task("c", "r", deps=["a", "b"]))
     failures = fail_outcome_writes(engine, OperationalError("UPDATE tasks", {}, ConnectionResetError("connection lost")))
-    run = await engine.execute("r")
+    run = await engine.run_keeper.execute("r")
     await asyncio.sleep(0.1)
     failures["left"] = 12
-    assert await engine.wait(run, 20)
+    assert await engine.run_keeper.wait(run, 20)
     assert failures["seen"] == 12
     rows = {t: await engine.repo.get(t) for t in "rabc"}
     assert {t: row["status"] for t, row in rows.items()} == dict.fromkeys("rabc", "completed")
@@ -156,8 +156,8 @@ async def test_a_write_the_database_refuses_fails_only_its_own_task(client: Clie
         return await real(writes, *rest)
 
     engine.repo.write_pass = refuses  # type: ignore[method-assign]
-    run = await engine.execute("r")
-    assert await engine.wait(run, 10)
+    run = await engine.run_keeper.execute("r")
+    assert await engine.run_keeper.wait(run, 10)
     rows = {t: await engine.repo.get(t) for t in ("bad", "good", "after")}
     assert rows["bad"]["status"] == "failed" and "could not be stored" in rows["bad"]["error"]
     assert rows["good"]["status"] == rows["after"]["status"] == "completed"
@@ -167,7 +167,7 @@ async def test_execution_started_from_rows_read_before_a_task_finished_still_end
     engine = client.services.engine
     await store(client, task("r", method=None), task("a", "r", method="sleep_executor", inputs={"seconds": 0.3}),
                 task("b", "r", deps=["a"]))
-    await engine.execute("a")
+    await engine.run_keeper.execute("a")
     await asyncio.sleep(0.1)
     real = engine.repo.tree
 
@@ -177,9 +177,9 @@ async def test_execution_started_from_rows_read_before_a_task_finished_still_end
         return rows
 
     engine.repo.tree = slow_tree  # type: ignore[method-assign]
-    run = await engine.execute("r")
+    run = await engine.run_keeper.execute("r")
     engine.repo.tree = real  # type: ignore[method-assign]
-    assert await engine.wait(run, 5)
+    assert await engine.run_keeper.wait(run, 5)
     assert (await engine.repo.get("b"))["status"] == "completed"
 
 
@@ -187,13 +187,13 @@ async def test_cancelling_a_blocked_task_counts_it_once(client: Client) -> None:
     engine = client.services.engine
     await store(client, task("r", method=None), task("f", "r", method=None, **FAIL), task("d", "r", deps=["f"]),
                 task("s", "r", method="sleep_executor", inputs={"seconds": 0.5}))
-    run = await engine.execute("r")
+    run = await engine.run_keeper.execute("r")
     await client.wait_status("f", ("failed",))
     assert run.blocked == {"d"}
     await engine.cancel("d")
     assert run.blocked == set() and run.outcome["d"] == "cancelled"
     assert run.progress == 0.75  # r, f, d of r, f, d, s
-    await engine.wait(run, 5)
+    await engine.run_keeper.wait(run, 5)
 
 
 async def test_tasks_cannot_be_created_in_progress(client: Client) -> None:

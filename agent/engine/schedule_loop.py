@@ -139,6 +139,6 @@ class ScheduleLoop:
                                                      tracing.execution_header(execution.get("traceparent"),
                                                                               execution["id"])))
         call = {"user_id": schedule["user_id"], "llm_api_key": None, "llm_provider": None}
-        await engine.run_inserted(claimed["execution"], copies, call)
+        await engine.run_keeper.run_inserted(claimed["execution"], copies, call)
         log.info("schedule %s: slot %s runs as tree %s", schedule["id"], slot or "(manual)", tree_id)
         return claimed

@@ -67,7 +67,7 @@ class ExecutionService:
         subs = [self.bus.subscribe(lambda e: e["root_task_id"] == tree_id, maxsize=10_000)
                 for wanted in (streaming, webhook is not None) if wanted]
         try:
-            run = await self.engine.execute(task_id, ctx.execution_call(), webhook=dataclasses.asdict(webhook) if webhook else None)
+            run = await self.engine.run_keeper.execute(task_id, ctx.execution_call(), webhook=dataclasses.asdict(webhook) if webhook else None)
         except AlreadyRunning:
             # Joined a running execution (here or elsewhere): streams and webhooks follow it to its end.
             answer = {"success": False, **answer, "root_task_id": tree_id, "task_id": task_id,

@@ -187,7 +187,7 @@ class TaskService:
             return task_view.nest(await self.repo.tree(root_id), root_id)
         quota = self.admission.quota_for(ctx.caller, rows[0]["user_id"], _unfinished(rows))
         try:
-            run = await self.engine.create_and_execute(rows, ctx.execution_call(), quota)
+            run = await self.engine.run_keeper.create_and_execute(rows, ctx.execution_call(), quota)
         except OverQuota as over:
             if not await self.repo.get_many([root_id]):  # a new tree over the quota
                 raise self.admission.over_quota(over.quota, over.unfinished) from None
@@ -195,7 +195,7 @@ class TaskService:
         except IntegrityError:
             run = await self._resent(rows, ctx)
         if run is not None:
-            await self.engine.wait(run, self.settings.create_wait_timeout, until_waiting=True)
+            await self.engine.run_keeper.wait(run, self.settings.create_wait_timeout, until_waiting=True)
         return task_view.nest(await self.repo.tree(root_id), root_id)
 
     async def _resent(self, rows: list[dict[str, Any]], ctx: CallContext) -> Any:
@@ -203,12 +203,12 @@ class TaskService:
         call would now, following its execution, instead of refusing the ids. Any difference in
         what was sent is still an error naming the id that is taken."""
         stored = await self._stored_again(rows, ctx.caller)
-        run = await self.engine.following(rows[0]["id"])
+        run = await self.engine.run_keeper.following(rows[0]["id"])
         if run is None and never_executed(stored):
             try:  # stored but never executed (tasks.create_tree, a clone): run it as create would have
-                run = await self.engine.execute(rows[0]["id"], ctx.execution_call())
+                run = await self.engine.run_keeper.execute(rows[0]["id"], ctx.execution_call())
             except AlreadyRunning:
-                run = await self.engine.following(rows[0]["id"])
+                run = await self.engine.run_keeper.following(rows[0]["id"])
         return run
 
     async def get(self, request: GetTask, ctx: CallContext) -> dict[str, Any] | None:

@@ -89,7 +89,7 @@ def operations_routes(services: Services) -> list[Route]:
                 if services.repo.connections.health.failed(exc) is None:
                     raise
         body = services.metrics.render(last_counts, engine.queue_depth, len(engine.running),
-                                       engine.tasks_per_user(), engine.parked_counts())
+                                       engine.tasks_per_user(), engine.waits.parked_counts())
         return Response(body + database_metrics(services, outage).encode(), media_type=CONTENT_TYPE)
 
     routes = [Route("/healthz", healthz, methods=["GET"]), Route("/readyz", readyz, methods=["GET"])]

@@ -118,7 +118,7 @@ class TaskTreeAgentExecutor(AgentExecutor):
             if not never_executed(rows):
                 return await self._rejoin(updater, plan, rows)
         try:
-            await self._services.engine.execute(plan.task_id, plan.call)
+            await self._services.engine.run_keeper.execute(plan.task_id, plan.call)
         except AlreadyRunning:  # started meanwhile (the same message resent at once): follow that execution
             return True
         except (NotExecutable, KeyError) as exc:
@@ -132,7 +132,7 @@ class TaskTreeAgentExecutor(AgentExecutor):
         """A resent tree that was executed: True to follow its execution, still running here or
         on another instance; otherwise it is reported as it stands (False): waiting for input,
         or ended with the stored outcome, as the first message's agent task reported it."""
-        if await self._services.engine.following(plan.root_task_id) is not None:
+        if await self._services.engine.run_keeper.following(plan.root_task_id) is not None:
             waits = waits_for_input(rows)
             if not waits:
                 return True

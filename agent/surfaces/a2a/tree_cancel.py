@@ -42,9 +42,9 @@ async def discard_tree(services: "Services", root: str) -> None:
     """Cancel tree `root`, let its execution end (a new tree under the same root must not join
     it), then delete every row of it."""
     await cancel_tree(services, root, DISCARD_REASON)
-    run = await services.engine.following(root)
+    run = await services.engine.run_keeper.following(root)
     if run is not None:
-        await services.engine.wait(run, DISCARD_WAIT)
+        await services.engine.run_keeper.wait(run, DISCARD_WAIT)
     async with services.repo.transaction() as conn:
         rows = await services.repo.tree(root)  # children an executor added count too
         await services.repo.delete([r["id"] for r in rows], conn)
