@@ -24,7 +24,7 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from taskgrove.client.builder import TaskSpec
-from taskgrove.client.exceptions import NotFound, ProtocolError
+from taskgrove.client.exceptions import INVALID_PARAMS, NotFound, ProtocolError
 from taskgrove.client.answers import (JSON, Answer, Attempt, Budget, Cancellation, ClonePreview, Deletion, Emitted,
                                      Execution, Executors, Health, LlmKeyDeleted, LlmKeyStatus, LlmKeyStored,
                                      LogLine, LogPage, Purge, RunningCount, RunningStatus, Schedule,
@@ -61,6 +61,11 @@ def _many(model: type[M], values: Any) -> builtins.list[M]:
     if not isinstance(values, list):
         raise ProtocolError(f"the service answered {type(values).__name__} where a list of {model.__name__} was due")
     return [_one(model, value) for value in values]
+
+
+def _not_found(detail: str, method: str) -> NotFound:
+    """What the service says for a missing task everywhere but tasks.get, which answers null (SPEC.md)."""
+    return NotFound(detail, code=INVALID_PARAMS, data=detail, method=method)
 
 
 def tree_params(tree: TreeInput) -> dict[str, Any]:
@@ -162,7 +167,7 @@ class AsyncClient:
         """One task; NotFound when there is none (or the caller may not see it: PermissionDenied)."""
         found = await self._conn.call("tasks.get", {"task_id": task_id}, safety=Safety.READ)
         if found is None:
-            raise NotFound(f"Task '{task_id}' not found", method="tasks.get")
+            raise _not_found(f"Task '{task_id}' not found", "tasks.get")
         return _one(Task, found)
 
     async def tree(self, task_id: str) -> TaskTree:
@@ -365,7 +370,7 @@ class AsyncSchedules:
         """One schedule; NotFound when there is none."""
         found = await self._conn.call("schedules.get", {"schedule_id": schedule_id}, safety=Safety.READ)
         if found is None:
-            raise NotFound(f"schedule '{schedule_id}' not found", method="schedules.get")
+            raise _not_found(f"schedule_id: schedule '{schedule_id}' not found", "schedules.get")
         return _one(Schedule, found)
 
     async def list(self, *, task_id: str | None = None, limit: int = 100, offset: int = 0) -> builtins.list[Schedule]:

@@ -203,8 +203,8 @@ class Execution(Model):
 
     success: bool
     protocol: str = "jsonrpc"
-    root_task_id: str | None = None
-    task_id: str | None = None
+    root_task_id: str
+    task_id: str
     original_task_id: str | None = None
     status: str
     message: str | None = None
