@@ -16,26 +16,28 @@ It imports nothing of the service: httpx, websockets, pydantic and anyio are all
 """
 
 from taskgrove.client.aio import UNSET, AsyncClient
+from taskgrove.client.answers import (Answer, AsyncEvent, Attempt, Budget, Cancellation, ClonePreview, Deletion,
+                                      Dependency, Emitted, Event, EventData, Execution, ExecutorInfo, Executors,
+                                      Health, LlmKeyDeleted, LlmKeyStatus, LlmKeyStored, LogLine, LogPage, Purge,
+                                      RetryPolicy, RunningCount, RunningStatus, Schedule, ScheduleDeletion,
+                                      ScheduleRun, SyncEvent, TaskPage, TaskStatus, TaskTree, Usage, UsageDay,
+                                      UsageTotals, Wait)
 from taskgrove.client.builder import Needs, TaskSpec, Tree, optional
 from taskgrove.client.exceptions import (Conflict, InvalidParams, InvalidRequest, MethodNotFound, NotFound,
-                                     PermissionDenied, ProtocolError, QuotaExceeded, ServerError, TaskgroveError,
-                                     Unavailable, Unreachable)
-from taskgrove.client.answers import (Answer, Attempt, Budget, Cancellation, ClonePreview, Deletion, Dependency,
-                                     Emitted, Event, EventData, Execution, ExecutorInfo, Executors, Health,
-                                     LlmKeyDeleted, LlmKeyStatus, LlmKeyStored, LogLine, LogPage, Purge, RetryPolicy,
-                                     RunningCount, RunningStatus, Schedule, ScheduleDeletion, ScheduleRun, Task,
-                                     TaskPage, TaskStatus, TaskTree, Usage, UsageDay, UsageTotals, Wait)
+                                         PermissionDenied, ProtocolError, QuotaExceeded, ServerError,
+                                         TaskgroveError, Unavailable, Unreachable)
 from taskgrove.client.resend import Retry, RetryEvent, Safety
 from taskgrove.client.sync import Client, Watch
 from taskgrove.client.watch import TreeWatch, WatchedTask
 
 __all__ = [
-    "Answer", "AsyncClient", "Attempt", "Budget", "Cancellation", "Client", "ClonePreview", "Conflict", "Deletion",
+    "Answer", "AsyncClient", "AsyncEvent", "Attempt", "Budget", "Cancellation", "Client", "ClonePreview", "Conflict",
+    "Deletion",
     "Dependency", "Emitted", "Event", "EventData", "Execution", "ExecutorInfo", "Executors", "Health",
     "InvalidParams", "InvalidRequest", "LlmKeyDeleted", "LlmKeyStatus", "LlmKeyStored", "LogLine", "LogPage",
     "MethodNotFound", "Needs", "NotFound", "PermissionDenied", "ProtocolError", "Purge", "QuotaExceeded", "Retry",
     "RetryEvent", "RetryPolicy", "RunningCount", "RunningStatus", "Safety", "Schedule", "ScheduleDeletion",
-    "ScheduleRun", "ServerError", "Task", "TaskPage", "TaskSpec", "TaskStatus", "TaskTree", "TaskgroveError",
+    "ScheduleRun", "ServerError", "SyncEvent", "Task", "TaskPage", "TaskSpec", "TaskStatus", "TaskTree", "TaskgroveError",
     "Tree", "TreeWatch", "UNSET", "Unavailable", "Unreachable", "Usage", "UsageDay", "UsageTotals", "Wait", "Watch",
     "WatchedTask", "optional",
 ]

@@ -17,7 +17,7 @@ then gives back exactly the JSON the service answered, which the command line pr
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
@@ -527,3 +527,9 @@ class Event(Model, Generic[AnswerT]):
         copy = self.model_copy()
         copy._responder = responder
         return copy
+
+
+# The events of each client's watch, for annotations: `respond` returns a coroutine to await from an
+# AsyncClient's watch, the Answer itself from a Client's.
+AsyncEvent = Event[Coroutine[Any, Any, Answer]]
+SyncEvent = Event[Answer]
