@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -93,6 +94,9 @@ class Connections:
         # What the database did lately (storage/outage.py): answers and outages, for readiness,
         # /metrics and the engine's loops. `answered_at` is its last answer.
         self.health = DatabaseHealth()
+        # Statements that do not pass through this class (the a2a-sdk's stores on the same
+        # engine) report their outages too: SQLAlchemy calls handle_error on every driver error.
+        event.listen(engine.sync_engine, "handle_error", self._driver_error)
         # SQLite on a file: reads go through plain sqlite3 connections of their own (see read).
         self.reader = SqliteReader.for_engine(batch_engine) if batch_engine is not None else None
         # Operations sent to the database thread whose caller has not resumed yet (see read).
@@ -115,6 +119,9 @@ class Connections:
             from taskgrove.storage import pg
 
             self.pg = pg.PgPool(engine)
+
+    def _driver_error(self, context: Any) -> None:
+        self.health.failed(context.original_exception)
 
     @property
     def answered_at(self) -> float:

@@ -25,7 +25,9 @@ import errno
 import logging
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from sqlalchemy.engine import Connection
@@ -58,6 +60,29 @@ _SOCKET_ERRNOS = frozenset({errno.ECONNREFUSED, errno.ECONNRESET, errno.ECONNABO
 # asyncpg says a lost connection with these InterfaceError / ConnectionDoesNotExistError words.
 _LOST_WORDS = ("connection is closed", "connection was closed", "underlying connection is closed",
                "connection has been released", "unexpected connection_lost")
+
+
+# The outages met by the operations of one request (see `watching`); None outside one.
+_MET: ContextVar[list["DatabaseOutage"] | None] = ContextVar("taskgrove_outages_met", default=None)
+
+
+@contextmanager
+def watching() -> Iterator[list["DatabaseOutage"]]:
+    """The outages every operation meets inside (this task and the tasks it starts), as a list
+    that fills as they happen. Why: a library that answers any exception as its own internal
+    error (the a2a-sdk) hides the driver's error from the surface; the surface asks this list
+    instead whether its request met the database going away."""
+    met: list[DatabaseOutage] = []
+    token = _MET.set(met)
+    try:
+        yield met
+    finally:
+        _MET.reset(token)
+
+
+def met_so_far() -> list["DatabaseOutage"]:
+    """The outages met so far inside the innermost `watching()`; empty outside one."""
+    return list(_MET.get() or ())
 
 
 class DatabaseOutage(Exception):
@@ -207,6 +232,9 @@ class DatabaseHealth:
         outage = recognise(exc)
         if outage is None:
             return None
+        met = _MET.get()
+        if met is not None and len(met) < 16:
+            met.append(outage)
         self.failed_at = self._clock()
         if self.outage is None or self.outage.reason != outage.reason:
             if self.outage is None:

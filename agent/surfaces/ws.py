@@ -8,6 +8,9 @@ Protocol (SPEC.md, WebSocket `/ws`; docs/live-updates.md has examples):
   `type` one of `task_status`, `task_progress`, `task_completed`, `task_failed`, `pong`, and
   `{"type": "error", "message": ...}` for a message the server could not act on. `data.waiting`
   is a parked task's wait (docs/waits.md) in its snapshot and when it parks, null when it resumes.
+  While the database is unavailable a message that needs it gets an error frame with `data.code`
+  -32050, `data.reason` and `data.retry_after` (agent/foundations/errors.py DatabaseUnavailable);
+  the socket stays open and its other subscriptions go on: send it again after that wait.
 
 One connection holds one bus subscription whose filter is the set of subscribed task ids, so the
 engine only ever does a set lookup and a non-blocking `put` per event and connection. The bus
@@ -33,7 +36,8 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from taskgrove.agent.foundations.auth import AuthError, authenticate
 from taskgrove.agent.engine import bus
-from taskgrove.agent.foundations.errors import INTERNAL_ERROR, PERMISSION_DENIED, RpcError, task_not_found
+from taskgrove.agent.foundations.errors import (INTERNAL_ERROR, PERMISSION_DENIED, RpcError, database_unavailable,
+                                               task_not_found)
 from taskgrove.agent.foundations.requests import GetTask, task_id_text
 from taskgrove.agent.foundations.calls import CallContext
 from taskgrove.agent.surfaces.ws_logs import LogFollows
@@ -128,12 +132,22 @@ def snapshot_message(task: Mapping[str, Any]) -> dict[str, Any]:
     return {"type": kind, "task_id": task["id"], "context_id": task["task_tree_id"], "data": data}
 
 
-def error_message(message: str, task_id: Any = None, code: int | None = None) -> dict[str, Any]:
+def error_message(message: str, task_id: Any = None, code: int | None = None,
+                  extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """An error frame; `extra` adds to its data (a DatabaseUnavailable's reason and retry_after)."""
     answer: dict[str, Any] = {"type": "error", "message": message, "task_id": task_id, "context_id": None,
                               "data": {"message": message}}
     if code is not None:
         answer["data"]["code"] = code
+    if extra:
+        answer["data"].update(extra)
     return answer
+
+
+def refusal_message(exc: RpcError, task_id: Any) -> dict[str, Any]:
+    """The error frame of an RpcError: its detail, code, and a structured data's fields."""
+    detail = exc.data if isinstance(exc.data, str) else exc.message
+    return error_message(detail, task_id, exc.code, exc.data if isinstance(exc.data, Mapping) else None)
 
 
 def parse_message(raw: str | bytes | None, max_bytes: int = 64 * 1024,
@@ -243,9 +257,14 @@ class Session:
                 continue
             try:
                 await self.handle(action, task_id)
-            except (WebSocketDisconnect, OSError):
+            except (WebSocketDisconnect, OSError):  # the client's socket (the drivers' errors come wrapped)
                 raise
-            except Exception:  # one bad message never ends the connection or its other subscriptions
+            except Exception as exc:  # one bad message never ends the connection or its other subscriptions
+                outage = database_unavailable(exc)
+                if outage is not None:  # retryable, not a bug: no traceback (storage/outage.py logs it once)
+                    async with self.lock:
+                        await self.send(refusal_message(outage, task_id))
+                    continue
                 log.exception("WebSocket message %s failed", action)
                 async with self.lock:
                     await self.send(error_message("The server could not handle this message; see the service log",
@@ -289,11 +308,13 @@ class Session:
                 task = await self.services.tasks.get(GetTask(task_id_text(task_id)), self.ctx)
                 if task is None:
                     raise task_not_found(task_id)
-            except RpcError as exc:
+            except Exception as exc:
+                refused = exc if isinstance(exc, RpcError) else database_unavailable(exc)
                 if not already:
                     self.watched.discard(task_id)
-                detail = exc.data if isinstance(exc.data, str) else exc.message
-                await self.send(error_message(detail, task_id, exc.code))
+                if refused is None:
+                    raise
+                await self.send(refusal_message(refused, task_id))
                 return
             if live is not None:
                 task = {**task, **live}

@@ -13,7 +13,10 @@ who it is and how a refusal is said:
 - A2A errors get the status codes of the 1.0 specification's table (section "Error code
   mappings"; the SDK says FAILED_PRECONDITION where it says UNIMPLEMENTED) with the ErrorInfo
   detail the SDK adds; an exception that is not an A2A error is INTERNAL with a message of ours,
-  never its text, and its traceback goes to the log.
+  never its text, and its traceback goes to the log;
+- the database going away (storage/outage.py, asked first; the SDK's internal error of a call
+  that met it, as on HTTP) is `UNAVAILABLE` with an ErrorInfo `DATABASE_UNAVAILABLE` naming the
+  reason and a RetryInfo with the wait (agent/surfaces/a2a/unavailable.py), never INTERNAL.
 
 A push config's `headers`/`method` come through `metadata.push_notification_config` (as from the
 official 1.0 client on JSON; the JSON-only fields beside the standard config have no protobuf
@@ -50,7 +53,9 @@ from taskgrove.agent.surfaces.a2a.caller_context import BLOCKING_KEY, CALL_KEY, 
 from taskgrove.agent.surfaces.a2a.envelope import WIRE_0_3, WIRE_1_0
 from taskgrove.agent.foundations.auth import AuthError
 from taskgrove.agent.surfaces.edge import header_context
-from taskgrove.agent.foundations.errors import QuotaExceeded, RpcError
+from taskgrove.agent.foundations.errors import DatabaseUnavailable, QuotaExceeded, RpcError, database_unavailable
+from taskgrove.agent.surfaces.a2a import unavailable
+from taskgrove.storage.outage import met_so_far, watching
 from taskgrove.agent.foundations.calls import CallContext
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -180,9 +185,32 @@ async def abort_quota(refusal: QuotaExceeded, context: grpc.aio.ServicerContext)
     await context.abort(rich.code, rich.details)
 
 
+async def abort_unavailable(refusal: DatabaseUnavailable, context: grpc.aio.ServicerContext) -> None:
+    """UNAVAILABLE with why (ErrorInfo DATABASE_UNAVAILABLE naming the reason) and when to try
+    again (RetryInfo), the gRPC form of HTTP 503 + Retry-After."""
+    status = status_pb2.Status(code=Code.UNAVAILABLE.value[0], message=refusal.message)
+    info, retry = any_pb2.Any(), any_pb2.Any()
+    info.Pack(error_details_pb2.ErrorInfo(
+        reason=unavailable.REASON, domain="a2a-protocol.org",
+        metadata={"reason": refusal.reason, "retry_after": str(refusal.retry_after)}))
+    retry.Pack(error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(seconds=refusal.retry_after)))
+    status.details.extend([info, retry])
+    rich = status_to_grpc(status)
+    context.set_trailing_metadata(rich.trailing_metadata)
+    await context.abort(rich.code, rich.details)
+
+
+async def abort_if_unavailable(error: sdk_errors.A2AError, context: grpc.aio.ServicerContext) -> None:
+    """The SDK's internal error of a call that met the database going away: UNAVAILABLE instead."""
+    refusal = unavailable.met(met_so_far())
+    if refusal is not None and isinstance(error, sdk_errors.InternalError):
+        await abort_unavailable(refusal, context)  # raises: the call ends here
+
+
 async def abort(error: sdk_errors.A2AError, context: grpc.aio.ServicerContext) -> None:
     """The 1.0 error status: the specification's code, the message, ErrorInfo (and field
     violations for invalid params) in `grpc-status-details-bin`, as the SDK's clients read it."""
+    await abort_if_unavailable(error, context)
     refusal = quota_refusal(error)
     if refusal is not None:
         await abort_quota(refusal, context)  # raises: the call ends here
@@ -215,6 +243,7 @@ class Handler10(GrpcHandler):
 
 class Handler03(CompatGrpcHandler):
     async def abort_context(self, error: sdk_errors.A2AError, context: grpc.aio.ServicerContext) -> None:
+        await abort_if_unavailable(error, context)
         refusal = quota_refusal(error)
         if refusal is not None:
             await abort_quota(refusal, context)  # raises: the call ends here
@@ -246,6 +275,9 @@ class CallGuard(grpc.aio.ServerInterceptor):
 
 
 async def _internal(context: grpc.aio.ServicerContext, exc: Exception) -> None:
+    refusal = database_unavailable(exc)
+    if refusal is not None:  # retryable, not a bug: no traceback (storage/outage.py logs it once)
+        await abort_unavailable(refusal, context)
     log.error("gRPC %s failed", METHOD.get(), exc_info=exc)
     await context.abort(Code.INTERNAL, INTERNAL_DETAIL)
 
@@ -253,12 +285,13 @@ async def _internal(context: grpc.aio.ServicerContext, exc: Exception) -> None:
 def _guard_unary(method: str, behaviour: Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]) -> Any:
     async def guarded(request: Any, context: grpc.aio.ServicerContext) -> Any:
         METHOD.set(method)
-        try:
-            return await behaviour(request, context)
-        except grpc.aio.AbortError:
-            raise
-        except Exception as exc:  # noqa: BLE001 (the last net: answered INTERNAL, logged)
-            await _internal(context, exc)
+        with watching():  # the outages the call meets (abort_if_unavailable)
+            try:
+                return await behaviour(request, context)
+            except grpc.aio.AbortError:
+                raise
+            except Exception as exc:  # noqa: BLE001 (the last net: answered INTERNAL, logged)
+                await _internal(context, exc)
 
     return guarded
 
@@ -266,13 +299,14 @@ def _guard_unary(method: str, behaviour: Callable[[Any, grpc.aio.ServicerContext
 def _guard_stream(method: str, behaviour: Callable[[Any, grpc.aio.ServicerContext], AsyncIterator[Any]]) -> Any:
     async def guarded(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         METHOD.set(method)
-        try:
-            async for item in behaviour(request, context):
-                yield item
-        except grpc.aio.AbortError:
-            raise
-        except Exception as exc:  # noqa: BLE001 (as _guard_unary)
-            await _internal(context, exc)
+        with watching():  # the outages the call meets (abort_if_unavailable)
+            try:
+                async for item in behaviour(request, context):
+                    yield item
+            except grpc.aio.AbortError:
+                raise
+            except Exception as exc:  # noqa: BLE001 (as _guard_unary)
+                await _internal(context, exc)
 
     return guarded
 

@@ -28,7 +28,7 @@ from a2a.types.a2a_pb2 import (
 )
 from a2a.utils.errors import InvalidParamsError
 
-from taskgrove.agent.surfaces.a2a import store
+from taskgrove.agent.surfaces.a2a import store, unavailable
 from taskgrove.agent.surfaces.a2a.caller_context import BLOCKING_KEY, CALL_KEY, PUSH_KEY, wire_for
 from taskgrove.agent.surfaces.a2a.executor import TaskTreeAgentExecutor
 from taskgrove.agent.surfaces.a2a.message_tree import TreeRequestContextBuilder, push_requested
@@ -85,6 +85,7 @@ class AgentSurface:
 
 
 def build_surface(services: "Services", card: AgentCard) -> AgentSurface:
+    unavailable.quiet_sdk_logs()  # the database going away is logged once, by storage/outage.py
     engine = services.repo.engine
     tasks = store.task_store(engine)
     configs = store.push_config_store(engine, store.push_encryption_key(services.settings.secret_key))

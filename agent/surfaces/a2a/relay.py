@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from taskgrove.agent.surfaces.a2a.envelope import INTERNAL_MESSAGE, clean_error, error_body, wire_of
+from taskgrove.agent.surfaces.a2a.unavailable import relayed
 from taskgrove.agent.surfaces.a2a.wire import restore_ints, spec_json
 from taskgrove.agent.foundations.errors import INTERNAL_ERROR
 
@@ -65,7 +66,10 @@ class Relay:
         wire = wire_of(method, request.headers)
         try:
             response = await self._sdk(sub_request(request, json.dumps(sent).encode()))
-        except Exception:  # the SDK answers its own errors; anything else is ours to log
+        except Exception as exc:  # the SDK answers its own errors; anything else is ours to log
+            outage = relayed(wire, original_id, exc)
+            if outage is not None:  # the database going away: unavailable.py answers it 503
+                return JSONResponse(outage)
             log.exception("A2A method %s failed", method)
             return JSONResponse(error_body(wire, original_id, INTERNAL_ERROR, INTERNAL_MESSAGE))
 

@@ -29,7 +29,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 
-from taskgrove.agent.surfaces.a2a import quota
+from taskgrove.agent.surfaces.a2a import quota, unavailable
 from taskgrove.agent.surfaces.a2a.caller_context import BLOCKING_KEY, CALL_KEY, PUSH_KEY, WIRE_KEY, CallerContextBuilder
 from taskgrove.agent.surfaces.a2a.card import REST_PREFIX
 from taskgrove.agent.surfaces.a2a.envelope import (
@@ -47,6 +47,7 @@ from taskgrove.agent.foundations.auth import AuthError
 from taskgrove.agent.surfaces.edge import call_context, json_media_type
 from taskgrove.agent.foundations.errors import RpcError
 from taskgrove.storage import jsonvalues
+from taskgrove.storage.outage import watching
 
 if TYPE_CHECKING:  # pragma: no cover
     from taskgrove.agent.services.container import Services
@@ -115,8 +116,9 @@ def _guarded(services: "Services", endpoint: Endpoint) -> Endpoint:
         setattr(request.state, PUSH_KEY, extras)
         setattr(request.state, BLOCKING_KEY, explicitly_blocking(wrapped))
         setattr(request.state, WIRE_KEY, WIRE_1_0)
-        response = await endpoint(request)
-        return quota.instead_of_rest(ctx, _clean(response))
+        with watching() as outages:  # the SDK hides a driver's error: what the call met (unavailable.py)
+            response = await endpoint(request)
+        return unavailable.instead_of_rest(outages, quota.instead_of_rest(ctx, _clean(response)))
 
     return guarded
 

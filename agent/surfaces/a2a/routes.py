@@ -22,7 +22,7 @@ from google.protobuf.json_format import ParseDict
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from taskgrove.agent.surfaces.a2a import quota
+from taskgrove.agent.surfaces.a2a import quota, unavailable
 from taskgrove.agent.surfaces.a2a.caller_context import BLOCKING_KEY, CALL_KEY, PUSH_KEY, CallerContextBuilder
 from taskgrove.agent.surfaces.a2a.envelope import (
     EnvelopeError,
@@ -46,6 +46,7 @@ from taskgrove.agent.foundations.errors import INVALID_PARAMS, INVALID_REQUEST, 
 from taskgrove.agent.services.idempotent import HEADER as IDEMPOTENCY_HEADER
 from taskgrove.agent.foundations.calls import CallContext, Handler
 from taskgrove.agent.surfaces.jsonrpc import JsonReply, batch_too_long, call_one, dispatch
+from taskgrove.storage.outage import watching
 
 CONTENT_TYPE_NOT_SUPPORTED = JSON_RPC_ERROR_CODE_MAP[ContentTypeNotSupportedError]  # -32005
 
@@ -174,7 +175,10 @@ async def _sdk_call(request: Request, payload: dict[str, Any], ctx: CallContext,
     setattr(request.state, CALL_KEY, ctx)
     setattr(request.state, PUSH_KEY, extras)
     setattr(request.state, BLOCKING_KEY, explicitly_blocking(payload))
-    return await quota.instead_of_sdk(ctx, await relay.call(request, payload), wire, payload.get("id"), method)
+    with watching() as outages:  # the SDK hides a driver's error: what the call met (unavailable.py)
+        response = await quota.instead_of_sdk(ctx, await relay.call(request, payload), wire, payload.get("id"),
+                                              method)
+    return unavailable.instead_of_sdk(outages, response, wire, payload.get("id"))
 
 
 async def _batch(request: Request, payload: list[Any], ctx: CallContext, methods: dict[str, Handler],

@@ -5,7 +5,9 @@ Every resolver reaches the service through `service_call`, which turns an `RpcEr
 `extensions` hold `code` (the JSON-RPC code) and `codeName`. `classify_errors` gives the errors
 graphql-core makes itself (syntax, validation, variable coercion) the code -32600 and masks
 anything unexpected as -32603, after logging it with its traceback: a traceback never reaches a
-client.
+client. The database going away (agent/foundations/errors.py `database_unavailable`) is asked
+first, everywhere: it is -32050 DATABASE_UNAVAILABLE with `reason` and `retryAfter`, no
+traceback, and an operation that did nothing else is answered HTTP 503 with Retry-After.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from graphql import GraphQLError
 from starlette.responses import JSONResponse
 
 from taskgrove.agent.foundations.errors import (
+    DATABASE_UNAVAILABLE,
     INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
@@ -27,8 +30,10 @@ from taskgrove.agent.foundations.errors import (
     PERMISSION_DENIED,
     QUOTA_EXCEEDED,
     SERVER_ERROR,
+    DatabaseUnavailable,
     QuotaExceeded,
     RpcError,
+    database_unavailable,
 )
 
 log = logging.getLogger(__name__)
@@ -42,6 +47,7 @@ CODE_NAMES = {
     SERVER_ERROR: "SERVER_ERROR",
     PERMISSION_DENIED: "PERMISSION_DENIED",
     QUOTA_EXCEEDED: "QUOTA_EXCEEDED",
+    DATABASE_UNAVAILABLE: "DATABASE_UNAVAILABLE",
 }
 INTERNAL_MESSAGE = "Internal error: the operation failed on the server; see the service log"
 
@@ -57,17 +63,24 @@ def from_rpc(exc: RpcError) -> GraphQLError:
     found = extensions(exc.code)
     if isinstance(exc, QuotaExceeded):  # what to wait for, and how long (also the HTTP Retry-After)
         found.update(setting=exc.setting, retryAfter=exc.retry_after)
+    elif isinstance(exc, DatabaseUnavailable):  # why, and how long to wait (also the HTTP Retry-After)
+        detail = exc.message
+        found.update(reason=exc.reason, retryAfter=exc.retry_after)
     return GraphQLError(detail, extensions=found)
 
 
-def quota_retry_after(result: Any) -> int | None:
-    """The Retry-After of an execution result that did nothing because a quota refused it (every
-    top-level field null, a quota error among the errors): its HTTP answer is then a 429."""
+def refusal(result: Any) -> tuple[int, int] | None:
+    """(HTTP status, Retry-After) of an execution result that did nothing because it was refused
+    (every top-level field null): 429 when a quota refused it, else 503 when the database was
+    unavailable; None for anything else."""
     if isinstance(result.data, dict) and any(value is not None for value in result.data.values()):
         return None
-    waits = [error.extensions["retryAfter"] for error in result.errors or ()
-             if isinstance(error.extensions, dict) and error.extensions.get("code") == QUOTA_EXCEEDED]
-    return max(waits) if waits else None
+    for status, code in ((429, QUOTA_EXCEEDED), (503, DATABASE_UNAVAILABLE)):
+        waits = [error.extensions["retryAfter"] for error in result.errors or ()
+                 if isinstance(error.extensions, dict) and error.extensions.get("code") == code]
+        if waits:
+            return status, max(waits)
+    return None
 
 
 def internal() -> GraphQLError:
@@ -82,7 +95,10 @@ async def service_call(method: Callable[..., Awaitable[T]], *args: Any) -> T:
         raise from_rpc(exc) from None
     except GraphQLError:
         raise
-    except Exception:
+    except Exception as exc:
+        outage = database_unavailable(exc)
+        if outage is not None:  # retryable, not a bug: no traceback (storage/outage.py logs it once)
+            raise from_rpc(outage) from None
         log.exception("GraphQL operation %s failed", getattr(method, "__qualname__", method))
         raise internal() from None
 
@@ -133,9 +149,12 @@ def classify_errors(errors: Iterable[GraphQLError]) -> None:
                              "over HTTP or graphql-transport-ws, subscriptions over WebSocket")
             error.extensions = extensions(INVALID_REQUEST)
             continue
+        outage = database_unavailable(original)
+        if outage is not None:  # the database went away below a resolver without service_call
+            original = outage
         if isinstance(original, RpcError):  # raised below a resolver without service_call
-            error.message = from_rpc(original).message
-            error.extensions = extensions(original.code)
+            ours = from_rpc(original)
+            error.message, error.extensions = ours.message, ours.extensions
             continue
         log.error("GraphQL resolver failed", exc_info=(type(original), original, original.__traceback__))
         error.message = INTERNAL_MESSAGE
@@ -152,6 +171,13 @@ def error_response(exc: RpcError, status_code: int) -> JSONResponse:
 def quota_response(exc: QuotaExceeded) -> JSONResponse:
     """HTTP 429 with Retry-After and a GraphQL-shaped body: over the request rate."""
     response = error_response(exc, 429)
+    response.headers.update(exc.headers)
+    return response
+
+
+def outage_response(exc: DatabaseUnavailable) -> JSONResponse:
+    """HTTP 503 with Retry-After and a GraphQL-shaped body: the database is unavailable."""
+    response = error_response(exc, 503)
     response.headers.update(exc.headers)
     return response
 

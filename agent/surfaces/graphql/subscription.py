@@ -15,10 +15,11 @@ from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 import strawberry
+from graphql import GraphQLError
 
 from taskgrove.agent.engine import bus
 from taskgrove.agent.engine.bus import BusSubscription
-from taskgrove.agent.foundations.errors import task_not_found
+from taskgrove.agent.foundations.errors import DATABASE_UNAVAILABLE, task_not_found
 from taskgrove.agent.surfaces.graphql.graphql_errors import checked, from_rpc, service_call
 from taskgrove.agent.surfaces.graphql.resolvers import GraphQLContext, required
 from taskgrove.agent.surfaces.graphql.types import TERMINAL, TaskStatusEnum, TaskType
@@ -41,7 +42,12 @@ async def _next_change(subscription: BusSubscription, service: TaskService, tid:
             async with asyncio.timeout(CHECK_EVERY):
                 return await subscription.get()
         except TimeoutError:
-            stored = await service_call(service.get, GetTask(tid), ctx.call)
+            try:
+                stored = await service_call(service.get, GetTask(tid), ctx.call)
+            except GraphQLError as exc:  # the database away: the events still come; look again later
+                if (exc.extensions or {}).get("code") == DATABASE_UNAVAILABLE:
+                    continue
+                raise
             if stored is None or TaskStatusEnum(stored["status"]) in TERMINAL:
                 return stored
 

@@ -9,7 +9,9 @@ it sends carry one (its headers editor).
 
 Over the request rate (agent/services/admission.py) an HTTP request gets HTTP 429 with `Retry-After` and
 a GraphQL-shaped error (code -32029); an operation that did nothing because of the pending-task
-quota is answered 429 as well (create_response).
+quota is answered 429 as well (create_response). One that did nothing because the database is
+unavailable (agent/foundations/errors.py DatabaseUnavailable) is HTTP 503 with Retry-After and
+`extensions.code` -32050; a subscription's socket stays open.
 
 Input rules (issue 18): the request is parsed and checked by agent/surfaces/graphql/request.py before
 strawberry sees it (JSON errors with our codes, never a plain-text 400 or a 500); WebSocket
@@ -35,13 +37,14 @@ from strawberry.asgi import GraphQL
 from taskgrove.agent.surfaces.edge import call_context
 from taskgrove.agent.foundations.auth import AuthError
 from taskgrove.agent.surfaces.bodylimit import replaying
-from taskgrove.agent.foundations.errors import INTERNAL_ERROR, RpcError
+from taskgrove.agent.foundations.errors import INTERNAL_ERROR, RpcError, database_unavailable
 from taskgrove.agent.surfaces.graphql import request as checks
 from taskgrove.agent.surfaces.graphql.graphql_errors import (
     INTERNAL_MESSAGE,
     error_response,
+    outage_response,
     quota_response,
-    quota_retry_after,
+    refusal,
     unauthorized_response,
 )
 from taskgrove.agent.surfaces.graphql.resolvers import GraphQLContext
@@ -64,10 +67,12 @@ CLOSE_BAD_REQUEST = 4400
 class _Encoded(dict[str, Any]):
     """A result already encoded (off the event loop); `encode_json` hands back its text."""
 
-    def __init__(self, text: str, retry_after: int | None = None) -> None:
+    def __init__(self, text: str, refused: tuple[int, int] | None = None) -> None:
         super().__init__()
         self.text = text
-        self.retry_after = retry_after  # set: refused by a quota, answered 429 (create_response)
+        # set: (status, Retry-After) of an operation refused by a quota (429) or because the
+        # database is unavailable (503), answered so by create_response
+        self.refused = refused
 
 
 class TaskGraphQL(GraphQL[GraphQLContext, None]):
@@ -99,14 +104,14 @@ class TaskGraphQL(GraphQL[GraphQLContext, None]):
     async def process_result(self, request: Any, result: Any) -> Any:
         """Encoded in a worker thread: serialising a large answer must not stall other requests."""
         data = await super().process_result(request, result)
-        return _Encoded(await asyncio.to_thread(jsonvalues.dumps, data), quota_retry_after(result))
+        return _Encoded(await asyncio.to_thread(jsonvalues.dumps, data), refusal(result))
 
     def create_response(self, response_data: Any, sub_response: Any) -> Response:
         response = super().create_response(response_data, sub_response)
-        retry_after = getattr(response_data, "retry_after", None)
-        if retry_after is not None:
-            response.status_code = 429
-            response.headers["Retry-After"] = str(retry_after)
+        refused = getattr(response_data, "refused", None)
+        if refused is not None:
+            response.status_code = refused[0]
+            response.headers["Retry-After"] = str(refused[1])
         return response
 
     async def get_context(self, request: Request | WebSocket, response: Any) -> GraphQLContext:
@@ -185,9 +190,14 @@ class GraphQLEndpoint:
 
         try:
             await self.view(scope, receive, tracking)
-        except Exception:
-            log.exception("GraphQL request failed")
+        except Exception as exc:
+            outage = database_unavailable(exc)
+            if outage is None:
+                log.exception("GraphQL request failed")
             if started:
+                return
+            if outage is not None and scope["type"] == "http":
+                await outage_response(outage)(scope, receive, send)
                 return
             if scope["type"] == "websocket":
                 await send({"type": "websocket.close", "code": 1011, "reason": "internal error"})

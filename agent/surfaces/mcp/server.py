@@ -7,7 +7,10 @@ a usable token is refused with 401 before the MCP session sees it; a tool call t
 CallContext carrying that caller, so the service functions apply their permission rules. An
 RpcError comes back as a tool result with isError and the JSON-RPC error (code, message, data):
 so does a tool call over the pending-task quota (-32029, agent/services/admission.py), which the model reads;
-a request over the request rate is refused with HTTP 429 before the MCP session sees it.
+a request over the request rate is refused with HTTP 429 before the MCP session sees it. The
+database going away (agent/foundations/errors.py `database_unavailable`, asked before -32603) is
+a tool result with isError and the -32050 error, whose data says `reason` and `retry_after`; a
+resource read answers the same JSON-RPC error.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from taskgrove.agent.surfaces.bodylimit import replaying
 from taskgrove.agent.services.container import Services
 from taskgrove.agent.surfaces.edge import call_context, limits, unauthorized
 from taskgrove.agent.engine import bus
-from taskgrove.agent.foundations.errors import INTERNAL_ERROR, RpcError, invalid_params
+from taskgrove.agent.foundations.errors import INTERNAL_ERROR, RpcError, database_unavailable, invalid_params
 from taskgrove.agent.surfaces.mcp.tools import ToolSpec, tool_specs
 from taskgrove.agent.foundations.requests import GetTask, GetTree, task_id_text
 from taskgrove.agent.foundations.calls import CallContext, Handler, StreamReply
@@ -174,7 +177,10 @@ class McpSurface:
             return _ok(result)
         except RpcError as exc:
             return _failed(exc)
-        except Exception:  # the same last net as /tasks: -32603, details in the log only
+        except Exception as exc:  # the same last net as /tasks: -32603, details in the log only
+            outage = database_unavailable(exc)
+            if outage is not None:  # retryable, not a bug: no traceback (storage/outage.py logs it once)
+                return _failed(outage)
             log.exception("MCP tool %s failed", params.name)
             return _failed(RpcError(INTERNAL_ERROR, "Internal error", "The request failed on the server; "
                                                                       "see the service log"))
@@ -200,7 +206,7 @@ class McpSurface:
                     async with asyncio.timeout(FOLLOW_POLL_SECONDS):
                         event = await sub.get()
                 except TimeoutError:
-                    if await self.services.engine.following(root) is None:
+                    if await self.services.engine.run_keeper.following(root) is None:
                         break  # no execution of this tree runs any more (its final was missed)
                     continue
                 if event.get("root_task_id") != root:
@@ -309,3 +315,8 @@ async def _mcp_errors(coro: Any) -> Any:
         return await coro
     except RpcError as exc:
         raise MCPError(code=exc.code, message=exc.message, data=exc.data) from None
+    except Exception as exc:
+        outage = database_unavailable(exc)
+        if outage is None:
+            raise
+        raise MCPError(code=outage.code, message=outage.message, data=outage.data) from None
