@@ -20,8 +20,8 @@ from taskgrove.client.answers import (Answer, AsyncEvent, Attempt, Budget, Cance
                                       Dependency, Emitted, Event, EventData, Execution, ExecutorInfo, Executors,
                                       Health, LlmKeyDeleted, LlmKeyStatus, LlmKeyStored, LogLine, LogPage, Purge,
                                       RetryPolicy, RunningCount, RunningStatus, Schedule, ScheduleDeletion,
-                                      ScheduleRun, SyncEvent, TaskPage, TaskStatus, TaskTree, Usage, UsageDay,
-                                      UsageTotals, Wait)
+                                      ScheduleRun, SyncEvent, Task, TaskPage, TaskStatus, TaskTree, Usage,
+                                      UsageDay, UsageTotals, Wait)
 from taskgrove.client.builder import Needs, TaskSpec, Tree, optional
 from taskgrove.client.exceptions import (Conflict, InvalidParams, InvalidRequest, MethodNotFound, NotFound,
                                          PermissionDenied, ProtocolError, QuotaExceeded, ServerError,
@@ -37,7 +37,7 @@ __all__ = [
     "InvalidParams", "InvalidRequest", "LlmKeyDeleted", "LlmKeyStatus", "LlmKeyStored", "LogLine", "LogPage",
     "MethodNotFound", "Needs", "NotFound", "PermissionDenied", "ProtocolError", "Purge", "QuotaExceeded", "Retry",
     "RetryEvent", "RetryPolicy", "RunningCount", "RunningStatus", "Safety", "Schedule", "ScheduleDeletion",
-    "ScheduleRun", "ServerError", "SyncEvent", "Task", "TaskPage", "TaskSpec", "TaskStatus", "TaskTree", "TaskgroveError",
-    "Tree", "TreeWatch", "UNSET", "Unavailable", "Unreachable", "Usage", "UsageDay", "UsageTotals", "Wait", "Watch",
+    "ScheduleRun", "ServerError", "SyncEvent", "Task", "TaskPage", "TaskSpec", "TaskStatus", "TaskTree",
+    "TaskgroveError", "Tree", "TreeWatch", "UNSET", "Unavailable", "Unreachable", "Usage", "UsageDay", "UsageTotals", "Wait", "Watch",
     "WatchedTask", "optional",
 ]
