@@ -38,6 +38,6 @@ __all__ = [
     "MethodNotFound", "Needs", "NotFound", "PermissionDenied", "ProtocolError", "Purge", "QuotaExceeded", "Retry",
     "RetryEvent", "RetryPolicy", "RunningCount", "RunningStatus", "Safety", "Schedule", "ScheduleDeletion",
     "ScheduleRun", "ServerError", "SyncEvent", "Task", "TaskPage", "TaskSpec", "TaskStatus", "TaskTree",
-    "TaskgroveError", "Tree", "TreeWatch", "UNSET", "Unavailable", "Unreachable", "Usage", "UsageDay", "UsageTotals", "Wait", "Watch",
-    "WatchedTask", "optional",
+    "TaskgroveError", "Tree", "TreeWatch", "UNSET", "Unavailable", "Unreachable", "Usage", "UsageDay", "UsageTotals",
+    "Wait", "Watch", "WatchedTask", "optional",
 ]
