@@ -41,7 +41,7 @@ from taskgrove.agent.engine.waits import AlreadyAnswered, NotWaiting, Waits
 from taskgrove.agent.foundations.metrics import Metrics
 from taskgrove.agent.foundations.settings import Settings
 from taskgrove.executors.registry import ExecutorRegistry
-from taskgrove.storage import executions, tree_insert
+from taskgrove.storage import executions
 from taskgrove.storage.models import UNFINISHED_STATUSES
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.status import TaskStatus
@@ -169,41 +169,10 @@ class Engine:
 
     # --- starting and following executions ------------------------------------------------
 
-    async def execute(self, task_id: str, call: Mapping[str, Any] | None = None,
-                      fresh_rows: list[dict[str, Any]] | None = None,
-                      webhook: Mapping[str, Any] | None = None) -> TreeRun:
-        """Start (or join) the execution of `task_id`; returns the tree's run right away.
-
-        The request is recorded first (an executions row, with its webhook), so that it is
-        carried out even if this instance dies. `fresh_rows`: the rows of a tree just inserted
-        by the caller, to skip reading them back.
-        """
-        return await self.run_keeper.execute(task_id, call, fresh_rows, webhook)
-
-    async def create_and_execute(self, rows: list[dict[str, Any]], call: Mapping[str, Any],
-                                 quota: tree_insert.Quota | None = None) -> TreeRun:
-        """Store a new tree and its execution in one transaction, then run it.
-
-        A create cut off by a crash therefore leaves either nothing or a tree whose execution the
-        next instance continues. Raises IntegrityError when an id is taken, OverQuota when the
-        owner's `quota` has no room (nothing stored either way).
-        """
-        return await self.run_keeper.create_and_execute(rows, call, quota)
-
-    async def run_inserted(self, execution: Mapping[str, Any], rows: list[dict[str, Any]],
-                           call: Mapping[str, Any]) -> TreeRun:
-        """Run a tree its caller inserted together with its execution: a create, a schedule's run."""
-        return await self.run_keeper.run_inserted(execution, rows, call)
-
     async def following(self, tree_id: str) -> TreeRun | None:
         """A handle to wait on the tree's running execution, here or on another instance; None
         when no execution of it is running."""
         return await self.run_keeper.following(tree_id)
-
-    async def wait(self, run: TreeRun, timeout: float | None, *, until_waiting: bool = False) -> bool:
-        """Whether the execution of `run` ended within `timeout` seconds; `until_waiting`: or
-        came to rest on waits (engine/waits.py: parked tasks, nothing else able to move)."""
-        return await self.run_keeper.wait(run, timeout, until_waiting)
 
     # --- cancel and changes from outside --------------------------------------------------
 
@@ -274,7 +243,7 @@ class Engine:
             self.attempts.stop_later(tid)
         kind = _KIND_OF_STATUS.get(status, PROGRESS)
         event = {key: row.get(key) for key in ("status", "progress", "result", "error")}
-        self.emit({"type": kind, "task_id": tid, "root_task_id": row["task_tree_id"], "name": row["name"],
+        self.publisher.emit({"type": kind, "task_id": tid, "root_task_id": row["task_tree_id"], "name": row["name"],
                    "user_id": row["user_id"], "timestamp": now_iso(), **event,
                    "message": f"Status set to {status}", "status_changed": True})
         self.run_keeper.refresh_runs_with(tid)
@@ -323,26 +292,6 @@ class Engine:
             if task_id in run.queued:
                 return "fair share" if len(self.running) >= self.settings.max_concurrency else "a free slot"
         return None
-
-    # --- durable waits (engine/waits.py) ---------------------------------------------------
-
-    async def respond(self, row: Mapping[str, Any], value: Any) -> dict[str, Any]:
-        """End the wait of task `row` (as just read) with `value`, then resume it, on whichever
-        instance drives its tree. Raises NotWaiting, AlreadyAnswered (checks are the caller's)."""
-        return await self.waits.answer(row, value)
-
-    async def emit_event(self, user_id: str | None, name: str, payload: Mapping[str, Any]) -> dict[str, Any]:
-        """Store an event of `user_id` and resume the waits it answers: {event_id, created_at,
-        resumed, task_ids}."""
-        return await self.waits.emit(user_id, name, payload)
-
-    def parked_counts(self) -> dict[str, int]:
-        """Tasks parked on a wait in the runs this instance drives, by kind (for /metrics)."""
-        return self.waits.parked_counts()
-
-    def emit(self, event: dict[str, Any]) -> None:
-        """Publish an event that concerns no run of this instance (a status set by hand, a lease)."""
-        self.publisher.emit(event)
 
     # --- monitoring -----------------------------------------------------------------------
 

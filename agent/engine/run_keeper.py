@@ -93,7 +93,12 @@ class RunKeeper:
     async def execute(self, task_id: str, call: Mapping[str, Any] | None = None,
                       fresh_rows: list[dict[str, Any]] | None = None,
                       webhook: Mapping[str, Any] | None = None) -> TreeRun:
-        """Start (or join) the execution of `task_id` (see Engine.execute)."""
+        """Start (or join) the execution of `task_id`; returns the tree's run right away.
+
+        The request is recorded first (an executions row, with its webhook), so that it is
+        carried out even if this instance dies. `fresh_rows`: the rows of a tree just inserted
+        by the caller, to skip reading them back.
+        """
         target = next((r for r in fresh_rows if r["id"] == task_id), None) if fresh_rows else None
         target = target or await self.repo.get(task_id)
         if target is None:
@@ -153,8 +158,13 @@ class RunKeeper:
 
     async def create_and_execute(self, rows: list[dict[str, Any]], call: Mapping[str, Any],
                                  quota: tree_insert.Quota | None = None) -> TreeRun:
-        """Store a new tree and its execution in one transaction, then run it (see Engine); the
-        tasks it may start at once are claimed in that transaction too (PassLoop.reserve_for_insert)."""
+        """Store a new tree and its execution in one transaction, then run it; the tasks it may
+        start at once are claimed in that transaction too (PassLoop.reserve_for_insert).
+
+        A create cut off by a crash therefore leaves either nothing or a tree whose execution the
+        next instance continues. Raises IntegrityError when an id is taken, OverQuota when the
+        owner's `quota` has no room (nothing stored either way).
+        """
         stamp = now_iso()
         # Its first runnable tasks are claimed with the insert when a slot is free for them anyway.
         claims = self.passes.reserve_for_insert(rows)
@@ -370,6 +380,8 @@ class RunKeeper:
         return None
 
     async def wait(self, run: TreeRun, timeout: float | None, until_waiting: bool = False) -> bool:
+        """Whether the execution of `run` ended within `timeout` seconds; `until_waiting`: or
+        came to rest on waits (engine/waits.py: parked tasks, nothing else able to move)."""
         if isinstance(run, RemoteRun):
             return await self._wait_remote(run, timeout)
         try:

@@ -156,7 +156,7 @@ class TriggerLoop:
                 self._count_start(trigger, plan)
                 copies = answer["copies"]
                 call = {"user_id": trigger["user_id"], "llm_api_key": None, "llm_provider": None}
-                await engine.run_inserted(answer["execution"], copies, call)
+                await engine.run_keeper.run_inserted(answer["execution"], copies, call)
                 log.info("trigger %s, key %r: %d event(s) run as tree %s", trigger_id, key, len(plan.taken),
                          copies[0]["id"])
             return plan

@@ -10,7 +10,7 @@ into stored events right after parking), or the deadline (the pass loop's timers
 makes the task `pending` again and the same attempt runs again from the start, its earlier
 waits answered from `wait_answers`. The database holds all of it, so any instance resumes it.
 
-`Waits` is the engine's part for this; services call `Engine.respond`, `Engine.emit_event`.
+`Waits` is the engine's part for this; services call it as `engine.waits` (`answer`, `emit`).
 """
 
 from __future__ import annotations

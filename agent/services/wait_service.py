@@ -63,7 +63,7 @@ class WaitService:
         if (problem := schema_problem(wait.get("schema"), value)) is not None:
             raise invalid_params(problem)
         try:
-            await self.engine.respond(row, value)
+            await self.engine.waits.answer(row, value)
         except NotWaiting:
             raise invalid_params(f"task {task_id} is not waiting for input") from None
         except AlreadyAnswered:
@@ -80,7 +80,7 @@ class WaitService:
             raise permission_denied("Only an admin may emit events for another user")
         owner = request.user_id if request.user_id is not None else caller.user_id
         payload = self._storable(dict(request.payload), what="payload")
-        answer = await self.engine.emit_event(owner, request.name, payload)
+        answer = await self.engine.waits.emit(owner, request.name, payload)
         emitted = {"event_id": answer["event_id"], "name": request.name, "user_id": owner,
                    "created_at": answer["created_at"], "resumed": answer["resumed"], "task_ids": answer["task_ids"]}
         for hook in self.on_emit:  # triggers (agent/services/trigger_service.py): {"triggered": n}
