@@ -26,7 +26,8 @@ TOOLS = {"tasks_create", "tasks_get", "tasks_tree", "tasks_list", "tasks_childre
          "tasks_delete", "tasks_copy", "tasks_clone", "tasks_execute", "tasks_cancel", "tasks_generate",
          "tasks_running", "system_executors", "system_health", "schedules_create", "schedules_get",
          "schedules_list", "schedules_update", "schedules_delete", "schedules_trigger", "tasks_respond",
-         "events_emit", "tasks_purge", "agents_add", "agents_get", "agents_list", "agents_refresh", "agents_remove"}
+         "events_emit", "tasks_purge", "agents_add", "agents_get", "agents_list", "agents_refresh", "agents_remove",
+         "triggers_create", "triggers_get", "triggers_list", "triggers_update", "triggers_delete", "triggers_runs"}
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from taskgrove.agent.surfaces.mcp.agent_tools import agent_specs
+from taskgrove.agent.surfaces.mcp.trigger_tools import trigger_specs
 from taskgrove.storage.status import TASK_STATUSES, TaskStatus
 
 
@@ -208,6 +209,7 @@ def tool_specs(executor_ids: list[str]) -> list[ToolSpec]:
                                                      "Default: the service's SERVICE_RETENTION."}})),
         *schedule_specs(),
         *(ToolSpec(*spec) for spec in agent_specs()),
+        *(ToolSpec(*spec) for spec in trigger_specs()),
         ToolSpec("system_executors", "system.executors", "system",
                  "The executors this service offers, with their input schemas: what schemas.method may name.",
                  _obj({})),
