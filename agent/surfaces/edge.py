@@ -12,7 +12,7 @@ import functools
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy.exc import DBAPIError
 from starlette.requests import ClientDisconnect, HTTPConnection, Request
@@ -21,7 +21,9 @@ from starlette.routing import Match, Route, Router
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from taskgrove.agent.foundations.auth import AuthError, authenticate
-from taskgrove.agent.services.container import Services
+from taskgrove.agent.foundations.metrics import Metrics
+from taskgrove.agent.foundations.settings import Settings
+from taskgrove.agent.services.admission import Admission
 from taskgrove.agent.foundations.errors import (INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, PERMISSION_DENIED,
                                                DatabaseUnavailable, RpcError, database_unavailable)
 from taskgrove.agent.foundations import tracing
@@ -30,6 +32,21 @@ from taskgrove.agent.surfaces.jsonrpc import JsonReply, dispatch, reply_id
 from taskgrove.storage import jsonvalues
 from taskgrove.storage.outage import DatabaseOutage
 from taskgrove.llm.client import parse_key_header
+
+
+class EdgeServices(Protocol):
+    """What the edge reads of the services (agent/services/container.py `Services` has it): every
+    surface passes its own services, which have at least this."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def metrics(self) -> Metrics: ...
+
+    @property
+    def admission(self) -> Admission: ...
+
 
 # The drivers' error classes that may say "the database is unavailable" (storage/outage.py reads
 # which do): routed requests get their 503 from database_error without a traceback in the log.
@@ -73,7 +90,7 @@ Observe = Callable[[str, str, float], None]
 _NO_COOKIES: Mapping[str, str] = MappingProxyType({})
 
 
-def call_context(request: Request, services: Services, surface: str,
+def call_context(request: Request, services: EdgeServices, surface: str,
                  headers: Mapping[str, str] | None = None, *, jwt_enabled: bool | None = None,
                  envelope: Limits | None = None, observe: Observe | None = None) -> CallContext | AuthError:
     """Who is calling and with which LLM key; an AuthError is returned, not raised, so public
@@ -95,7 +112,7 @@ def request_cookies(request: HTTPConnection, jwt_enabled: bool) -> Mapping[str, 
     return _Cookies(request) if jwt_enabled else _NO_COOKIES
 
 
-def header_context(headers: Mapping[str, str], cookies: Mapping[str, str], services: Services, surface: str,
+def header_context(headers: Mapping[str, str], cookies: Mapping[str, str], services: EdgeServices, surface: str,
                    request: Request | None = None, *, envelope: Limits | None = None,
                    observe: Observe | None = None) -> CallContext | AuthError:
     """call_context from headers alone (lower-case names): what gRPC metadata carries, too. A
@@ -243,7 +260,7 @@ def _only_public(body: bytes) -> bool:
     return all(isinstance(c, dict) and c.get("method") in PUBLIC_METHODS for c in calls)
 
 
-def limits(services: Services) -> Limits:
+def limits(services: EdgeServices) -> Limits:
     """The envelope's limits from the settings (SERVICE_MAX_BATCH, SERVICE_MAX_JSON_DEPTH)."""
     settings = services.settings
     return _limits(settings.max_batch, settings.max_json_depth)
@@ -263,7 +280,7 @@ class _RpcEndpoint:
     raises HTTPException, and every other exception reaches the app's server-error handler as before.
     """
 
-    def __init__(self, services: Services, methods: Mapping[str, Handler], surface: str) -> None:
+    def __init__(self, services: EdgeServices, methods: Mapping[str, Handler], surface: str) -> None:
         self.services = services
         self.methods = methods
         self.surface = surface
@@ -318,7 +335,7 @@ async def read_body(request: Request) -> bytes:
     return body
 
 
-def rpc_endpoint(services: Services, methods: Mapping[str, Handler], surface: str) -> ASGIApp:
+def rpc_endpoint(services: EdgeServices, methods: Mapping[str, Handler], surface: str) -> ASGIApp:
     """The POST endpoint of `methods` (a Route takes it as an ASGI app: see _RpcEndpoint)."""
     return _RpcEndpoint(services, methods, surface)
 

@@ -13,7 +13,7 @@ Prometheus text of agent/foundations/metrics.py; with JWT on it needs a token un
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import select
 from starlette.requests import Request
@@ -21,15 +21,38 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from taskgrove.agent.foundations.auth import AuthError, authenticate
-from taskgrove.agent.services.container import Services
+from taskgrove.agent.engine.engine import Engine
+from taskgrove.agent.foundations.metrics import Metrics
+from taskgrove.agent.foundations.settings import Settings
+from taskgrove.storage.repository import TaskRepository
 from taskgrove.agent.surfaces.edge import unauthorized
 from taskgrove.agent.foundations.metrics import CONTENT_TYPE
 from taskgrove.storage.outage import DatabaseOutage, write_probe
 
+
+class OperationsServices(Protocol):
+    """What /healthz, /readyz and /metrics read of the services (agent/services/container.py)."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def metrics(self) -> Metrics: ...
+
+    @property
+    def repo(self) -> TaskRepository: ...
+
+    @property
+    def engine(self) -> Engine: ...
+
+    @property
+    def migrated(self) -> bool: ...
+
+
 READY_DB_FRESH_SECONDS = 1.0
 
 
-async def database_outage(services: Services) -> DatabaseOutage | None:
+async def database_outage(services: OperationsServices) -> DatabaseOutage | None:
     """The database's outage as readiness and /metrics see it, None when it is up."""
     connections = services.repo.connections
 
@@ -42,7 +65,7 @@ async def database_outage(services: Services) -> DatabaseOutage | None:
     return await connections.health.check(READY_DB_FRESH_SECONDS, read, write)
 
 
-def database_metrics(services: Services, outage: DatabaseOutage | None) -> str:
+def database_metrics(services: OperationsServices, outage: DatabaseOutage | None) -> str:
     """taskgrove_database_up and the outages counted since the start, by reason (Prometheus text)."""
     health = services.repo.connections.health
     lines = ["# HELP taskgrove_database_up 1 when the database answers and accepts writes, 0 during an outage",
@@ -54,7 +77,7 @@ def database_metrics(services: Services, outage: DatabaseOutage | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def operations_routes(services: Services) -> list[Route]:
+def operations_routes(services: OperationsServices) -> list[Route]:
     last_counts: dict[str, int] = {}  # /metrics' task counts, kept through an outage
     async def healthz(_request: Request) -> Response:
         return JSONResponse({"status": "ok"})

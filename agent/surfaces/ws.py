@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from starlette.responses import JSONResponse
 from starlette.routing import WebSocketRoute
@@ -46,7 +46,30 @@ from taskgrove.storage.status import TaskStatus
 from taskgrove.storage.clock import now_iso
 
 if TYPE_CHECKING:  # pragma: no cover
-    from taskgrove.agent.services.container import Services
+    from taskgrove.agent.engine.bus import EventBus
+    from taskgrove.agent.engine.engine import Engine
+    from taskgrove.agent.foundations.settings import Settings
+    from taskgrove.agent.services.log_service import LogService
+    from taskgrove.agent.services.task_service import TaskService
+
+
+class WsServices(Protocol):
+    """What /ws reads of the services (agent/services/container.py `Services` has it)."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def bus(self) -> EventBus: ...
+
+    @property
+    def engine(self) -> Engine: ...
+
+    @property
+    def tasks(self) -> TaskService: ...
+
+    @property
+    def logs(self) -> LogService: ...
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +213,7 @@ def parse_message(raw: str | bytes | None, max_bytes: int = 64 * 1024,
 class Session:
     """One client connection: its subscribed ids, its bus subscription and its send lock."""
 
-    def __init__(self, websocket: WebSocket, services: "Services", ctx: CallContext) -> None:
+    def __init__(self, websocket: WebSocket, services: WsServices, ctx: CallContext) -> None:
         self.websocket = websocket
         self.services = services
         self.ctx = ctx
@@ -321,7 +344,7 @@ class Session:
             await self.send(snapshot_message(task))
 
 
-async def _endpoint(websocket: WebSocket, services: "Services") -> None:
+async def _endpoint(websocket: WebSocket, services: WsServices) -> None:
     try:
         caller = authenticate(websocket.headers, websocket.cookies, services.settings)
     except AuthError as exc:
@@ -337,7 +360,7 @@ async def _endpoint(websocket: WebSocket, services: "Services") -> None:
         log.exception("WebSocket session failed")
 
 
-def ws_route(services: "Services") -> WebSocketRoute:
+def ws_route(services: WsServices) -> WebSocketRoute:
     async def endpoint(websocket: WebSocket) -> None:
         await _endpoint(websocket, services)
 
