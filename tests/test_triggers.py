@@ -241,6 +241,10 @@ async def test_methods_read_update_disable_and_delete(client: Client) -> None:
         "success": True, "trigger_id": trigger["id"]}
     assert await client.result("triggers.get", {"id": trigger["id"]}) is None
     assert await client.result("triggers.runs", {"trigger_id": trigger["id"]}) is None
+    named = await client.result("triggers.create", {"id": "on-e", "task_id": "tpl", "event": "e"})
+    assert named["id"] == "on-e"
+    again = await client.error("triggers.create", {"id": "on-e", "task_id": "tpl", "event": "e"})
+    assert again["code"] == -32602 and again["message"].startswith("trigger_id: trigger 'on-e' already exists")
 
 
 @pytest.mark.parametrize(("params", "field"), [

@@ -40,16 +40,19 @@ class TriggerRef:
 
 @dataclass(slots=True)
 class CreateTrigger:
-    """triggers.create: a trigger of template `task_id`; `fields` as given (the service checks them)."""
+    """triggers.create: a trigger of template `task_id`; `fields` as given (the service checks them);
+    `trigger_id` (alias `id`): the id to give it (default: a new UUID)."""
 
     task_id: str
     fields: dict[str, Any]
+    trigger_id: str | None = None
 
     @classmethod
     def from_params(cls, params: Any) -> CreateTrigger:
         params = params_object(params)
         task_id = rpc_params.string(params, "task_id", required=True, max_length=64)
-        return cls(task_id, _fields(params))  # type: ignore[arg-type]
+        trigger_id = rpc_params.string(params, "trigger_id", aliases=("id",), max_length=64)
+        return cls(task_id, _fields(params), trigger_id)  # type: ignore[arg-type]
 
 
 @dataclass(slots=True)

@@ -16,6 +16,8 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from sqlalchemy.exc import IntegrityError
+
 from taskgrove.agent.engine.trigger_loop import TriggerLoop
 from taskgrove.agent.engine.waits import matches
 from taskgrove.agent.foundations import params as rpc_params
@@ -80,10 +82,17 @@ class TriggerService:
         spec = spec_of(request.fields, {})  # bad fields first: they need no database
         template = await self._template(request.task_id, ctx.caller)
         stamp = now_iso()
-        row = {"id": str(uuid.uuid4()), "task_id": request.task_id, "user_id": template["user_id"], **spec,
+        trigger_id = request.trigger_id or str(uuid.uuid4())
+        taken = f"trigger_id: trigger '{trigger_id}' already exists; choose another id or update it"
+        if request.trigger_id is not None and await self.repo.transact(trigger_store.get_trigger, trigger_id):
+            raise invalid_params(taken)
+        row = {"id": trigger_id, "task_id": request.task_id, "user_id": template["user_id"], **spec,
                "matched": 0, "runs": 0, "debounced": 0, "batched": 0, "skipped": 0, "cancelled": 0,
                "last_run_at": None, "last_root_task_id": None, "created_at": stamp, "updated_at": stamp}
-        await self.repo.transact(trigger_store.insert_trigger, row)
+        try:
+            await self.repo.transact(trigger_store.insert_trigger, row)
+        except IntegrityError:  # created under the same id meanwhile
+            raise invalid_params(taken) from None
         return public(row)
 
     async def get(self, request: TriggerRef, ctx: CallContext) -> dict[str, Any] | None:
