@@ -6,6 +6,7 @@ import {AuthError, call, setToken, token} from "./api.js";
 import {h} from "./dom.js";
 import {showList} from "./list.js";
 import {showSchedules} from "./schedules.js";
+import {showTriggers} from "./triggers.js";
 import {showTree} from "./tree.js";
 import {showUsage} from "./usage.js";
 import {showWaiting} from "./waiting.js";
@@ -66,6 +67,8 @@ async function route() {
       await showWaiting(main, notify, current);
     } else if (path === "/schedules") {
       await showSchedules(main, notify, go, current);
+    } else if (path === "/triggers") {
+      await showTriggers(main, notify, go, current);
     } else {
       await showList(main, new URLSearchParams(search), notify, go, current);
     }

@@ -4,6 +4,7 @@
 
 import {call} from "./api.js";
 import {h} from "./dom.js";
+import {tabs} from "./triggers.js";
 
 const rpc = (method, params) => call(method, params, "/tasks");
 
@@ -12,6 +13,7 @@ export async function showSchedules(main, notify, go, current) {
   if (!current()) return;
   const body = h("tbody", {}, schedules.map((schedule) => row(schedule, notify, go)));
   main.replaceChildren(h("section", {},
+    tabs("tab-schedules"),
     h("h1", {}, "Schedules"),
     schedules.length === 0
       ? h("p", {class: "empty", "data-testid": "no-schedules"}, "No schedules yet: create one with schedules.create.")
