@@ -55,7 +55,7 @@ from taskgrove.storage.executions import latest_execution
 from taskgrove.storage.status import FINISHED_STATUSES, TaskStatus
 
 if TYPE_CHECKING:  # pragma: no cover
-    from taskgrove.agent.services.container import Services
+    from taskgrove.agent.surfaces.a2a.a2a_needs import A2AServices
 
 STATUS_INTERVAL = 0.1  # seconds between two streamed status updates of one agent task
 SETTLE_AFTER = timedelta(seconds=5)  # an agent task quieter than this with its tree ended is settled on read
@@ -64,7 +64,7 @@ OUTCOME_DESCRIPTION = "The outcome of the task tree: the root result and every t
 
 
 class TaskTreeAgentExecutor(AgentExecutor):
-    def __init__(self, services: "Services", task_store: TaskStore, push_targets: PushTargets) -> None:
+    def __init__(self, services: "A2AServices", task_store: TaskStore, push_targets: PushTargets) -> None:
         self._services = services
         self._task_store = task_store
         self._push = push_targets

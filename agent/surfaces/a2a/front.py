@@ -27,7 +27,7 @@ from taskgrove.agent.surfaces.a2a.card import REST_PREFIX, build_card, card_rout
 
 if TYPE_CHECKING:  # pragma: no cover
     from taskgrove.agent.surfaces.a2a.handler import TaskgroveRequestHandler
-    from taskgrove.agent.services.container import Services
+    from taskgrove.agent.surfaces.a2a.a2a_needs import A2AServices
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 AGENT_PATH = "/"
@@ -71,7 +71,7 @@ class LazySurface:
     """The SDK-backed endpoints, built by the first request that needs one of them (or, with gRPC
     on, at start: the gRPC transport serves the same request handler)."""
 
-    def __init__(self, services: "Services") -> None:
+    def __init__(self, services: "A2AServices") -> None:
         self._services = services
         self.card = signed(build_card(services.settings), services.settings)
         self.handler: TaskgroveRequestHandler | None = None  # the SDK's request handler, once built

@@ -59,7 +59,7 @@ from taskgrove.storage.outage import met_so_far, watching
 from taskgrove.agent.foundations.calls import CallContext
 
 if TYPE_CHECKING:  # pragma: no cover
-    from taskgrove.agent.services.container import Services
+    from taskgrove.agent.surfaces.a2a.a2a_needs import A2AServices
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ class CallerGrpcContextBuilder(GrpcServerCallContextBuilder):
     """Our caller from the call's metadata, in the state our handler and executor read
     (the gRPC form of agent.surfaces.a2a.caller_context.CallerContextBuilder)."""
 
-    def __init__(self, services: "Services", wire: str) -> None:
+    def __init__(self, services: "A2AServices", wire: str) -> None:
         self._services = services
         self._wire = wire
 
@@ -311,7 +311,7 @@ def _guard_stream(method: str, behaviour: Callable[[Any, grpc.aio.ServicerContex
     return guarded
 
 
-def build_server(services: "Services", request_handler: RequestHandler) -> tuple[grpc.aio.Server, int]:
+def build_server(services: "A2AServices", request_handler: RequestHandler) -> tuple[grpc.aio.Server, int]:
     """Both services on SERVICE_API_HOST:SERVICE_GRPC_PORT, and the port bound."""
     settings = services.settings
     server = grpc.aio.server(interceptors=[CallGuard()])
@@ -328,7 +328,7 @@ def build_server(services: "Services", request_handler: RequestHandler) -> tuple
 
 
 @contextlib.asynccontextmanager
-async def serving(services: "Services", request_handler: RequestHandler) -> AsyncIterator[None]:
+async def serving(services: "A2AServices", request_handler: RequestHandler) -> AsyncIterator[None]:
     """The gRPC server while the app runs. On shutdown open calls (a stream following a tree)
     get SERVICE_SHUTDOWN_GRACE_SECONDS, as HTTP connections do, then are cancelled."""
     server, port = build_server(services, request_handler)

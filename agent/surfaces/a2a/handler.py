@@ -35,7 +35,7 @@ from taskgrove.agent.surfaces.a2a.message_tree import TreeRequestContextBuilder,
 from taskgrove.agent.surfaces.a2a.push import PushConfigError, PushTargets, SpecPushSender, check_url
 
 if TYPE_CHECKING:  # pragma: no cover
-    from taskgrove.agent.services.container import Services
+    from taskgrove.agent.surfaces.a2a.a2a_needs import A2AServices
 
 
 class TaskgroveRequestHandler(DefaultRequestHandler):
@@ -84,7 +84,7 @@ class AgentSurface:
         await self.push_sender.aclose()
 
 
-def build_surface(services: "Services", card: AgentCard) -> AgentSurface:
+def build_surface(services: "A2AServices", card: AgentCard) -> AgentSurface:
     unavailable.quiet_sdk_logs()  # the database going away is logged once, by storage/outage.py
     engine = services.repo.engine
     tasks = store.task_store(engine)

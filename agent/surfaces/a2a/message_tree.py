@@ -62,7 +62,7 @@ from taskgrove.storage import jsonvalues
 from taskgrove.storage.status import TaskStatus
 
 if TYPE_CHECKING:  # pragma: no cover
-    from taskgrove.agent.services.container import Services
+    from taskgrove.agent.surfaces.a2a.a2a_needs import A2AServices
 
 STREAMING_METHODS = frozenset({"SendStreamingMessage", "message/stream"})
 PUSH_METADATA_KEY = "push_notification_config"
@@ -235,7 +235,7 @@ def a2a_error(exc: RpcError) -> A2AError:
 
 
 class TreeRequestContextBuilder(RequestContextBuilder):
-    def __init__(self, services: "Services", push_targets: PushTargets, task_store: TaskStore) -> None:
+    def __init__(self, services: "A2AServices", push_targets: PushTargets, task_store: TaskStore) -> None:
         self._services = services
         self._push = push_targets
         self._task_store = task_store  # the SDK hands no task to the builder; follow-ups read it here

@@ -32,7 +32,7 @@ from taskgrove.agent.foundations.params import checked_text
 from taskgrove.storage.clock import now_iso
 
 if TYPE_CHECKING:  # pragma: no cover
-    from taskgrove.agent.services.container import Services
+    from taskgrove.agent.surfaces.a2a.a2a_needs import A2AServices
 
 log = logging.getLogger(__name__)
 EXECUTE_METHODS = ("tasks.execute", "execute_task_tree")
@@ -66,7 +66,7 @@ def rpc_error(exc: A2AError) -> RpcError:
 class AgentMethods:
     """The methods POST `/` answers itself (everything else goes to the SDK's JSON-RPC app)."""
 
-    def __init__(self, services: "Services", handler: TaskgroveRequestHandler,
+    def __init__(self, services: "A2AServices", handler: TaskgroveRequestHandler,
                  context_builder: ServerCallContextBuilder) -> None:
         self._services = services
         self._handler = handler

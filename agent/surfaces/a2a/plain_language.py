@@ -35,7 +35,7 @@ from taskgrove.agent.surfaces.a2a.wire import restore_ints
 from taskgrove.agent.foundations.calls import CallContext
 
 if TYPE_CHECKING:  # pragma: no cover
-    from taskgrove.agent.services.container import Services
+    from taskgrove.agent.surfaces.a2a.a2a_needs import A2AServices
 
 APPROVE_WORDS = frozenset({"approve", "approved", "yes", "ok", "okay", "run", "go", "run it", "go ahead"})
 PLAN_SKILL = "plan"
@@ -129,7 +129,7 @@ def rooted_at(tasks: list[dict[str, Any]], root_id: str) -> list[dict[str, Any]]
     return tasks
 
 
-async def plan_tree(services: "Services", call: CallContext, requirement: str,
+async def plan_tree(services: "A2AServices", call: CallContext, requirement: str,
                     root_id: str | None = None) -> list[dict[str, Any]]:
     """A validated tree for `requirement` from `tasks.generate` (RpcError -32602 when it fails).
 

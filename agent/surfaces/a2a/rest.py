@@ -50,7 +50,7 @@ from taskgrove.storage import jsonvalues
 from taskgrove.storage.outage import watching
 
 if TYPE_CHECKING:  # pragma: no cover
-    from taskgrove.agent.services.container import Services
+    from taskgrove.agent.surfaces.a2a.a2a_needs import A2AServices
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -61,7 +61,7 @@ def rest_error(http_status: int, status: str, message: str) -> JSONResponse:
                         status_code=http_status)
 
 
-def rest_routes(services: "Services", handler: TaskgroveRequestHandler,
+def rest_routes(services: "A2AServices", handler: TaskgroveRequestHandler,
                 context_builder: CallerContextBuilder) -> list[Route]:
     routes: list[Route] = []
     for route in create_rest_routes(handler, context_builder=context_builder, path_prefix=REST_PREFIX):
@@ -71,7 +71,7 @@ def rest_routes(services: "Services", handler: TaskgroveRequestHandler,
     return routes
 
 
-def _guarded(services: "Services", endpoint: Endpoint) -> Endpoint:
+def _guarded(services: "A2AServices", endpoint: Endpoint) -> Endpoint:
     async def guarded(request: Request) -> Response:
         try:
             ctx = call_context(request, services, "a2a")

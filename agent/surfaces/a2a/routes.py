@@ -51,7 +51,7 @@ from taskgrove.storage.outage import watching
 CONTENT_TYPE_NOT_SUPPORTED = JSON_RPC_ERROR_CODE_MAP[ContentTypeNotSupportedError]  # -32005
 
 if TYPE_CHECKING:  # pragma: no cover
-    from taskgrove.agent.services.container import Services
+    from taskgrove.agent.surfaces.a2a.a2a_needs import A2AServices
 
 SDK_METHODS = frozenset(JsonRpcDispatcher.METHOD_TO_MODEL) | frozenset(JSONRPC03Adapter.METHOD_TO_MODEL)
 # Non-streaming sends, which honour an Idempotency-Key header like tasks.create (agent/services/idempotent.py);
@@ -59,7 +59,7 @@ SDK_METHODS = frozenset(JsonRpcDispatcher.METHOD_TO_MODEL) | frozenset(JSONRPC03
 SEND_METHODS = frozenset({"message/send", "SendMessage"})
 
 
-def sdk_endpoints(services: "Services", card: dict[str, Any]) -> tuple[TaskgroveRequestHandler,
+def sdk_endpoints(services: "A2AServices", card: dict[str, Any]) -> tuple[TaskgroveRequestHandler,
                                                                        list[tuple[str, set[str], Endpoint]]]:
     """The SDK's request handler, and the endpoints of POST `/` and the `/a2a` routes as (path,
     methods, endpoint): agent.surfaces.a2a.front registers the routes and calls this on the first request
@@ -75,7 +75,7 @@ def sdk_endpoints(services: "Services", card: dict[str, Any]) -> tuple[Taskgrove
     return surface.handler, [("/", {"POST"}, agent_endpoint(services, methods, sdk_endpoint)), *rest]
 
 
-def agent_endpoint(services: "Services", methods: dict[str, Handler],
+def agent_endpoint(services: "A2AServices", methods: dict[str, Handler],
                    sdk_endpoint: Endpoint) -> Endpoint:
     relay = Relay(sdk_endpoint)
 
@@ -126,7 +126,7 @@ class _RefusedRequest(Exception):
         self.answer = answer
 
 
-async def _send_once(services: "Services", request: Request, payload: dict[str, Any], ctx: CallContext,
+async def _send_once(services: "A2AServices", request: Request, payload: dict[str, Any], ctx: CallContext,
                      relay: Relay, key: str) -> Response:
     """message/send (SendMessage) with an Idempotency-Key: a resend answers with the first task."""
     method = payload["method"]

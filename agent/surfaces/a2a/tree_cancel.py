@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from taskgrove.storage.status import TaskStatus
 
 if TYPE_CHECKING:  # pragma: no cover
-    from taskgrove.agent.services.container import Services
+    from taskgrove.agent.surfaces.a2a.a2a_needs import A2AServices
 
 CANCEL_REASON = "Cancelled through the agent protocol (tasks/cancel)"
 DISCARD_REASON = "The plan was replaced before it was approved"
@@ -22,7 +22,7 @@ CANCEL_PASSES = 3  # a cancelled task can make a pending one runnable for a mome
 DISCARD_WAIT = 10.0  # seconds for the cancelled tree's execution to end before its rows go
 
 
-async def cancel_tree(services: "Services", root: str, reason: str = CANCEL_REASON) -> tuple[int, list[dict[str, Any]]]:
+async def cancel_tree(services: "A2AServices", root: str, reason: str = CANCEL_REASON) -> tuple[int, list[dict[str, Any]]]:
     """Cancel every live task of tree `root`: (how many were cancelled, the tree's rows after)."""
     repo, engine = services.repo, services.engine
     cancelled = 0
@@ -38,7 +38,7 @@ async def cancel_tree(services: "Services", root: str, reason: str = CANCEL_REAS
     return cancelled, rows
 
 
-async def discard_tree(services: "Services", root: str) -> None:
+async def discard_tree(services: "A2AServices", root: str) -> None:
     """Cancel tree `root`, let its execution end (a new tree under the same root must not join
     it), then delete every row of it."""
     await cancel_tree(services, root, DISCARD_REASON)
