@@ -302,12 +302,14 @@ class AsyncClient:
                                                   safety=Safety.ONCE))
 
     async def emit(self, name: str, payload: Mapping[str, Any] | None = None, *,
-                   user_id: str | None = None) -> Emitted:
-        """Emit an event: resumes the caller's tasks that wait for it (admins: `user_id`'s)."""
+                   user_id: str | None = None, idempotency_key: str | None = None) -> Emitted:
+        """Emit an event: resumes the caller's tasks that wait for it (admins: `user_id`'s) and
+        feeds the triggers that match it. Safe to resend: the service honours its Idempotency-Key."""
         params: dict[str, Any] = {"name": name, "payload": dict(payload or {})}
         if user_id is not None:
             params["user_id"] = user_id
-        return _one(Emitted, await self._conn.call("events.emit", params, safety=Safety.ONCE))
+        return _one(Emitted, await self._conn.call("events.emit", params, safety=Safety.KEYED,
+                                                   idempotency_key=idempotency_key))
 
     async def purge(self, *, older_than: str | float | None = None) -> Purge:
         """Admins: one retention sweep now, of trees that ended longer ago than `older_than`

@@ -292,6 +292,7 @@ class Emitted(Model):
     created_at: str
     resumed: int
     task_ids: list[str]
+    triggered: int | None = None  # how many triggers took the event in (docs/triggers.md)
 
 
 class RunningStatus(Model):

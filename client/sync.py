@@ -235,8 +235,10 @@ class Client:
         """Answer a task that waits for input (AsyncClient.respond)."""
         return self._run(lambda: self._async.respond(task_id, value))
 
-    def emit(self, name: str, payload: Mapping[str, Any] | None = None, *, user_id: str | None = None) -> Emitted:
-        return self._run(lambda: self._async.emit(name, payload, user_id=user_id))
+    def emit(self, name: str, payload: Mapping[str, Any] | None = None, *, user_id: str | None = None,
+             idempotency_key: str | None = None) -> Emitted:
+        """AsyncClient.emit."""
+        return self._run(lambda: self._async.emit(name, payload, user_id=user_id, idempotency_key=idempotency_key))
 
     def purge(self, *, older_than: str | float | None = None) -> Purge:
         return self._run(lambda: self._async.purge(older_than=older_than))

@@ -45,8 +45,9 @@ class Seen:
                 name = type(item).__name__.split("[")[0]
                 if item.model_extra:
                     self.extras.append(f"{path} ({name}): {sorted(item.model_extra)}")
-                self.fields[name] |= {type(item).model_fields[f].alias or f for f in item.model_fields_set}
-                for field in item.model_fields_set:
+                declared = type(item).model_fields
+                self.fields[name] |= {declared[f].alias or f for f in item.model_fields_set if f in declared}
+                for field in item.model_fields_set & set(declared):
                     stack.append((getattr(item, field), f"{path}.{field}"))
             elif isinstance(item, (list, tuple)):
                 stack.extend((v, f"{path}[{i}]") for i, v in enumerate(item))

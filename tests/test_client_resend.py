@@ -54,9 +54,23 @@ async def test_execute_copy_and_clone_resent_after_a_lost_answer_act_once(make_s
             assert losing.lost == 3
             assert len(await roots_named(client, "source")) == 4  # the original and three copies, once each
             assert {ran.root_task_id, copied.id, cloned.id} <= set(await roots_named(client, "source"))
-            done = await client.wait(ran.root_task_id or "", timeout=60)
+            done = await client.wait(ran.root_task_id, timeout=60)
             assert done.status == "completed"
             assert all(a.attempt == 1 for a in await client.attempts(done.id, tree=True))
+
+
+async def test_an_event_whose_answer_was_lost_is_emitted_once(make_settings: Callable[..., Any]) -> None:
+    async with served(make_settings()) as (url, _app):
+        losing = LosingTransport(method_is("events.emit"))
+        async with AsyncClient(url, retry=FAST, transport=losing) as client:
+            await client.create(Tree("waits", "event_wait_executor", id="emit-wait", event="emit-once"))
+            emitted = await client.emit("emit-once", {"n": 1})
+            assert losing.lost == 1 and emitted.resumed == 1 and emitted.task_ids == ["emit-wait"]
+            again = await client.emit("emit-once", {"n": 1}, idempotency_key="emit-key")
+            assert (await client.emit("emit-once", {"n": 1}, idempotency_key="emit-key")) == again  # the same event
+            done = await client.wait("emit-wait", timeout=60)
+            outcomes = [a.outcome for a in await client.attempts("emit-wait")]
+            assert done.result == {"n": 1} and outcomes == ["waiting", "completed"]  # parked, resumed once
 
 
 async def test_an_answer_to_a_wait_is_not_resent_after_a_lost_answer(make_settings: Callable[..., Any]) -> None:
@@ -82,11 +96,12 @@ async def test_a_503_is_retried_after_retry_after(make_settings: Callable[..., A
             created = await client.create(Tree("after outage", "noop_executor", id="outage"))
         assert created.status == "completed" and outage.refused == 2
         # A call the service does not deduplicate is resent too: a 503 says nothing was carried out.
-        outage = RefusingTransport(method_is("events.emit"), status=503, times=1, retry_after="1")
+        outage = RefusingTransport(method_is("schedules.create"), status=503, times=1, retry_after="1")
         async with AsyncClient(url, retry=retry, transport=outage) as client:
-            emitted = await client.emit("after-outage")
-        assert emitted.name == "after-outage" and outage.refused == 1 and outage.passed == 1
-        assert [w.method for w in waits] == ["tasks.create", "tasks.create", "events.emit"]
+            await client.schedules.create("outage", interval_seconds=3600)
+            assert len(await client.schedules.list(task_id="outage")) == 1
+        assert outage.refused == 1
+        assert [w.method for w in waits] == ["tasks.create", "tasks.create", "schedules.create"]
         assert all(w.delay >= 1.0 for w in waits)  # the service's Retry-After, not the backoff
 
 
