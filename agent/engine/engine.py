@@ -167,13 +167,6 @@ class Engine:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.background.finish(BACKGROUND_GRACE_SECONDS)
 
-    # --- starting and following executions ------------------------------------------------
-
-    async def following(self, tree_id: str) -> TreeRun | None:
-        """A handle to wait on the tree's running execution, here or on another instance; None
-        when no execution of it is running."""
-        return await self.run_keeper.following(tree_id)
-
     # --- cancel and changes from outside --------------------------------------------------
 
     async def cancel(self, task_id: str, error_message: str | None = None) -> dict[str, Any]:
