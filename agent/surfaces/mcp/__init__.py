@@ -16,16 +16,15 @@ from typing import TYPE_CHECKING
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from taskgrove.agent.services.container import Services
-
 if TYPE_CHECKING:  # pragma: no cover
+    from taskgrove.agent.surfaces.mcp.mcp_needs import McpServices
     from taskgrove.agent.surfaces.mcp.server import McpSurface
 
 
 class McpRoute:
     """The /mcp endpoint (an ASGI app) and the lifetime of the MCP server behind it."""
 
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: McpServices) -> None:
         self.services = services
         self.surface: McpSurface | None = None
         self._lock = asyncio.Lock()

@@ -28,7 +28,7 @@ from starlette.types import Receive, Scope, Send
 from taskgrove.agent import __version__
 from taskgrove.agent.foundations.auth import AuthError
 from taskgrove.agent.surfaces.bodylimit import replaying
-from taskgrove.agent.services.container import Services
+from taskgrove.agent.surfaces.mcp.mcp_needs import McpServices
 from taskgrove.agent.surfaces.edge import call_context, limits, unauthorized
 from taskgrove.agent.engine import bus
 from taskgrove.agent.foundations.errors import INTERNAL_ERROR, RpcError, database_unavailable, invalid_params
@@ -72,7 +72,7 @@ def _failed(exc: RpcError) -> types.CallToolResult:
 class McpSurface:
     """The MCP server of one app: tools, resources, subscriptions, and the /mcp route."""
 
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: McpServices) -> None:
         self.services = services
         self.specs = {spec.name: spec for spec in tool_specs(services.registry.ids())}
         self.server: Server[Any] = Server(
