@@ -128,6 +128,7 @@ class RemoteQuestions:
     _client: Client | None
     _reply: Message | None
     _url: str
+    _directory_name: str | None
 
     if TYPE_CHECKING:
         async def _absorb(self, event: StreamResponse, context: ExecutionContext) -> None: ...  # RemoteAgentCall's
@@ -146,7 +147,8 @@ class RemoteQuestions:
         while self._asks():
             assert self._task is not None
             await self._note(context, url, sent, asking=True)  # before the park: a cancel then finds it
-            question = question_of(self._task, self._card.name if self._card is not None else None, self._url)
+            name = self._directory_name or (self._card.name if self._card is not None else None)
+            question = question_of(self._task, name, self._url)
             value = await context.wait_for_agent(question, timeout)  # parks (Waiting) until answered
             asked = self._task.status.SerializeToString(deterministic=True)
             request = SendMessageRequest(message=answer_message(value, self._task, answer_id(context, sent)))

@@ -67,6 +67,7 @@ from pydantic import ValidationError
 from taskgrove.executors.a2a_lenient import LenientTransport
 from taskgrove.executors.a2a_questions import RemoteQuestions
 from taskgrove.executors.a2a_states import state_name
+from taskgrove.executors.agent_delegation import DIRECTORY_NAME
 from taskgrove.executors.base import ExecutionContext, Executor, ExecutorError
 from taskgrove.executors.card_trust import card_check
 from taskgrove.executors.netguard import UnsafeURLError, ensure_public_url, redact_url, request_guard
@@ -194,6 +195,7 @@ class RemoteAgentCall(RemoteQuestions, Executor):
         self._client: Client | None = None
         self._card: AgentCard | None = None
         self._url = ""
+        self._directory_name: str | None = None  # the agent's name in the directory, when delegated by it
         self._task: Task | None = None  # the remote task as last seen
         self._artifacts: dict[str, Artifact] = {}  # by artifact id, in arrival order
         self._reply: Message | None = None  # an agent may answer with a message instead of a task
@@ -228,6 +230,7 @@ class RemoteAgentCall(RemoteQuestions, Executor):
         if not url:
             raise ExecutorError("agent_url is required")
         self._url = redact_url(url)
+        self._directory_name = inputs.get(DIRECTORY_NAME) if isinstance(inputs.get(DIRECTORY_NAME), str) else None
         if inputs.get("message") is None and inputs.get("data") is None:
             raise ExecutorError("give message (text) and/or data (object) to send to the agent")
         timeout = float(inputs.get("timeout", 300))

@@ -35,6 +35,9 @@ from typing import Any, Protocol
 from taskgrove.executors.base import ExecutionContext, Executor, ExecutorError, Waiting
 
 SERVICE = "agent_directory"
+# The input a delegated call gets with the agent's directory name (never taken from a task's inputs):
+# a question's wait names the agent as the directory, the dashboard and the A2A surface do.
+DIRECTORY_NAME = "_directory_name"
 BREAKER_MARK = "taskgrove:agent-breaker"  # the answer of a breaker wait (never an answer a person gives)
 MIN_RECHECK = 1.0  # seconds: the shortest breaker wait (a cool-down that just ended, a busy probe)
 MAX_RECHECK = 300.0
@@ -85,7 +88,7 @@ def _seconds_until(stamp: str | None) -> float:
 async def delegate(call: Executor, inputs: dict[str, Any], context: ExecutionContext) -> Any:
     """Run `call` (a RemoteAgentCall) against the agent `inputs` names or asks for by skill."""
     if inputs.get("agent_url"):
-        return await call.execute(inputs, context)
+        return await call.execute({k: v for k, v in inputs.items() if k != DIRECTORY_NAME}, context)
     directory: AgentDirectory | None = context.services.get(SERVICE)
     if directory is None:
         raise ExecutorError("inputs.agent and inputs.skill need the service's directory of agents; give "
@@ -111,6 +114,7 @@ async def delegate(call: Executor, inputs: dict[str, Any], context: ExecutionCon
     sent = {**inputs, "agent_url": target.url,
             "headers": {**target.headers, **(inputs.get("headers") or {})}}
     sent.pop("agent", None)
+    sent[DIRECTORY_NAME] = target.name  # a question's wait names the agent as the directory does
     sent.pop("skill", None)
     began = time.monotonic()
     try:

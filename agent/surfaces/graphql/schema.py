@@ -12,14 +12,16 @@ from strawberry.scalars import JSON
 from strawberry.extensions import AddValidationRules, MaxAliasesLimiter, MaxTokensLimiter, QueryDepthLimiter
 
 from taskgrove.agent.foundations.settings import Settings
-from taskgrove.agent.surfaces.graphql import resolvers
+from taskgrove.agent.surfaces.graphql import agent_resolvers, resolvers
+from taskgrove.agent.surfaces.graphql.agent_types import AddAgentInput, AgentHealthEnum, AgentPage, AgentType
 from taskgrove.agent.surfaces.graphql.graphql_errors import classify_errors
 from taskgrove.agent.surfaces.graphql.subscription import task_status_changes
+from taskgrove.agent.surfaces.graphql.trigger_fields import TriggerMutation, TriggerQuery
 from taskgrove.agent.surfaces.graphql.types import CreateTaskInput, PurgeResult, TaskStatusEnum, TaskType, UpdateTaskInput
 
 
 @strawberry.type
-class Query:
+class Query(TriggerQuery):  # the triggers' fields: graphql/trigger_fields.py
     @strawberry.field(description="One task by id; null when it does not exist.")
     async def task(self, info: strawberry.Info, task_id: Optional[str] = None) -> Optional[TaskType]:
         return await resolvers.task(info, task_id)
@@ -34,9 +36,21 @@ class Query:
                             parent_id: Optional[str] = None) -> Optional[list[Optional[TaskType]]]:
         return await resolvers.task_children(info, parent_id)  # type: ignore[return-value]  # list is invariant
 
+    @strawberry.field(description="Agents of the directory the caller sees (agents.list): filtered by a skill id or "
+                                  "tag, a tag, a health; a page of limit (default 50) after cursor.")
+    async def agents(self, info: strawberry.Info, skill: Optional[str] = None, tag: Optional[str] = None,
+                     health: Optional[AgentHealthEnum] = None, limit: Optional[int] = None,
+                     cursor: Optional[str] = None) -> Optional[AgentPage]:
+        return await agent_resolvers.agents(info, skill, tag, health, limit, cursor)
+
+    @strawberry.field(description="One agent of the directory by name (or agentId); null when there is none.")
+    async def agent(self, info: strawberry.Info, name: Optional[str] = None,
+                    agent_id: Optional[str] = None) -> Optional[AgentType]:
+        return await agent_resolvers.agent(info, name, agent_id)
+
 
 @strawberry.type
-class Mutation:
+class Mutation(TriggerMutation):
     @strawberry.mutation(description="Create a task and start executing it; returns at once (docs/live-updates.md).")
     async def create_task(self, info: strawberry.Info,
                           task_input: Optional[CreateTaskInput] = None) -> Optional[TaskType]:
@@ -69,6 +83,20 @@ class Mutation:
                                      "(30d, 12h, 90s or seconds; default SERVICE_RETENTION): the rules of tasks.purge.")
     async def purge_tasks(self, info: strawberry.Info, older_than: Optional[str] = None) -> Optional[PurgeResult]:
         return await resolvers.purge_tasks(info, older_than)
+
+    @strawberry.mutation(description="Add an A2A agent to the directory from its card (the rules of agents.add).")
+    async def add_agent(self, info: strawberry.Info, agent_input: Optional[AddAgentInput] = None) -> Optional[AgentType]:
+        return await agent_resolvers.add_agent(info, agent_input)
+
+    @strawberry.mutation(description="Fetch an agent's card again (agents.refresh); accept: follow a flagged change "
+                                     "of its interfaces.")
+    async def refresh_agent(self, info: strawberry.Info, name: Optional[str] = None,
+                            accept: Optional[bool] = None) -> Optional[AgentType]:
+        return await agent_resolvers.refresh_agent(info, name, accept)
+
+    @strawberry.mutation(description="Remove an agent from the directory (agents.remove): true when removed.")
+    async def remove_agent(self, info: strawberry.Info, name: Optional[str] = None) -> Optional[bool]:
+        return await agent_resolvers.remove_agent(info, name)
 
 
 @strawberry.type

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import strawberry
 from strawberry.scalars import JSON
 
+from taskgrove.agent.surfaces.graphql.agent_types import WaitingAgentType
 from taskgrove.agent.surfaces.graphql.list_budget import budget_of
 from taskgrove.agent.surfaces.graphql.graphql_errors import checked, service_call
 from taskgrove.agent.foundations.requests import ListChildren, task_id_text
@@ -41,15 +42,18 @@ def _json_text(value: Any) -> Optional[str]:
     return None if value is None else json.dumps(value, default=str)
 
 
-@strawberry.type(description="What a waiting task waits for (docs/waits.md): kind INPUT, EVENT or TIMER.")
+@strawberry.type(description="What a waiting task waits for (docs/waits.md): kind INPUT, EVENT, TIMER or "
+                             "AGENT_INPUT (a remote agent's question, docs/agents.md).")
 class WaitingType:
-    kind: str = strawberry.field(description="input, event or timer (the wire's words).")
+    kind: str = strawberry.field(description="input, event, timer or agent_input (the wire's words).")
     prompt: Optional[str]
     schema: Optional[JSON] = strawberry.field(description="The JSON Schema an answer must pass, or null.")
     since: Optional[datetime]
     deadline: Optional[datetime]
     event: Optional[str] = strawberry.field(default=None, description="An event wait's event name.")
     match: Optional[JSON] = strawberry.field(default=None, description="An event wait's payload keys to match.")
+    agent: Optional[WaitingAgentType] = strawberry.field(
+        default=None, description="An agent_input wait's agent: who asks (answer with respondToTask).")
 
     @classmethod
     def from_wire(cls, wait: Optional[Mapping[str, Any]]) -> Optional["WaitingType"]:
@@ -57,7 +61,7 @@ class WaitingType:
             return None
         return cls(kind=wait["kind"], prompt=wait.get("prompt"), schema=wait.get("schema"),
                    since=_timestamp(wait.get("since")), deadline=_timestamp(wait.get("deadline")),
-                   event=wait.get("event"), match=wait.get("match"))
+                   event=wait.get("event"), match=wait.get("match"), agent=WaitingAgentType.from_wire(wait.get("agent")))
 
 
 @strawberry.type(description="A task. `children` are its direct children (read on demand).")
