@@ -27,6 +27,8 @@ INTERNAL_ERROR = -32603
 SERVER_ERROR = -32000
 PERMISSION_DENIED = -32001
 QUOTA_EXCEEDED = -32029
+# The database could not serve the request; nothing was stored (HTTP 503 with Retry-After, issue 46).
+DATABASE_UNAVAILABLE = -32050
 
 
 class TaskgroveError(Exception):
@@ -132,6 +134,7 @@ CODES: dict[int, type[TaskgroveError]] = {
     SERVER_ERROR: ServerError,
     PERMISSION_DENIED: PermissionDenied,
     QUOTA_EXCEEDED: QuotaExceeded,
+    DATABASE_UNAVAILABLE: Unavailable,
 }
 
 # HTTP status -> class, for answers refused before (or instead of) a JSON-RPC error. 503 is the

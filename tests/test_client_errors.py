@@ -115,5 +115,8 @@ async def test_unavailable_unreachable_and_not_a_taskgrove_service(make_settings
 def test_the_mapping_table_is_one_place() -> None:
     assert all(issubclass(cls, TaskgroveError) for cls in [*CODES.values(), *HTTP_STATUSES.values()])
     assert CODES[-32029] is QuotaExceeded and HTTP_STATUSES[503] is Unavailable and HTTP_STATUSES[429] is QuotaExceeded
+    from taskgrove.agent.foundations.errors import DATABASE_UNAVAILABLE, QUOTA_EXCEEDED
+
+    assert CODES[DATABASE_UNAVAILABLE] is Unavailable and CODES[QUOTA_EXCEEDED] is QuotaExceeded  # the service's codes
     assert parse_retry_after("5") == 5.0 and parse_retry_after("soon") is None and parse_retry_after(None) is None
     assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0  # a date in the past: now

@@ -84,7 +84,7 @@ async def _execute(client: AsyncClient, args: argparse.Namespace, console: Conso
     from taskgrove.agent.remote import show  # rich loads only when a command runs
 
     answer = await client.execute(args.task_id, copy=args.copy)
-    if args.watch and answer.success and answer.task_id:
+    if args.watch and answer.success:
         if not args.json:
             console.print(f"started {show.escape(str(answer.root_task_id))}")
         return await follow(client, answer.task_id, as_json=args.json, timeout=args.timeout)
