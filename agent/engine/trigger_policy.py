@@ -43,7 +43,7 @@ def due_at(trigger: Mapping[str, Any], count: int, first_at: str, last_at: str) 
     return _at(first_at)
 
 
-def decide(trigger: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], running: Sequence[str],
+def decide(trigger: Mapping[str, Any], rows: Sequence[dict[str, Any]], running: Sequence[str],
            now: datetime) -> Plan:
     """The plan for a key's waiting start events `rows` (oldest first) at `now`, `running` being the
     roots of that key's runs still going."""

@@ -11,6 +11,7 @@ carries them out agent/engine/trigger_loop.py, the statements storage/trigger_st
 
 from __future__ import annotations
 
+import builtins  # `list` below is also a method of TriggerService
 import math
 import uuid
 from collections.abc import Mapping
@@ -129,7 +130,7 @@ class TriggerService:
         deleted = await self.repo.transact(trigger_store.delete_trigger, row["id"], now_iso())
         return {"success": deleted, "trigger_id": row["id"]}
 
-    async def runs(self, request: TriggerRuns, ctx: CallContext) -> list[dict[str, Any]] | None:
+    async def runs(self, request: TriggerRuns, ctx: CallContext) -> builtins.list[dict[str, Any]] | None:
         """The runs the trigger started, newest first; None for an unknown trigger, as triggers.get."""
         if await self.get(TriggerRef(request.trigger_id), ctx) is None:
             return None

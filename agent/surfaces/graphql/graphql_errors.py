@@ -153,8 +153,8 @@ def classify_errors(errors: Iterable[GraphQLError]) -> None:
         if outage is not None:  # the database went away below a resolver without service_call
             original = outage
         if isinstance(original, RpcError):  # raised below a resolver without service_call
-            ours = from_rpc(original)
-            error.message, error.extensions = ours.message, ours.extensions
+            converted = from_rpc(original)
+            error.message, error.extensions = converted.message, converted.extensions
             continue
         log.error("GraphQL resolver failed", exc_info=(type(original), original, original.__traceback__))
         error.message = INTERNAL_MESSAGE
