@@ -1,8 +1,9 @@
-// The dashboard's entry: routes (#/ the tree list, #/tree/<id> a tree, #/waiting, #/schedules, #/usage, #/system
+// The dashboard's entry: routes (#/ the tree list, #/tree/<id> a tree, #/waiting, #/agents, #/schedules, #/usage, #/system
 // executors and health), the token field and the message line. Small ES modules loaded by the browser as they
 // are: no bundler, no build step, nothing fetched from outside the service.
 
 import {AuthError, call, setToken, token} from "./api.js";
+import {showAgents} from "./agents.js";
 import {h} from "./dom.js";
 import {showList} from "./list.js";
 import {showSchedules} from "./schedules.js";
@@ -65,6 +66,8 @@ async function route() {
       await showUsage(main, new URLSearchParams(search), go, current);
     } else if (path === "/waiting") {
       await showWaiting(main, notify, current);
+    } else if (path === "/agents") {
+      await showAgents(main, new URLSearchParams(search), notify, go, current);
     } else if (path === "/schedules") {
       await showSchedules(main, notify, go, current);
     } else if (path === "/triggers") {
