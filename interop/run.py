@@ -16,9 +16,14 @@ then runs, in order, each as its own process:
    card that declares an interface on another port, so the first service keeps gRPC off);
 3. a tree whose two `a2a_agent_executor` tasks call the ADK and the pydantic-ai agent: it must
    complete with both remote answers;
-4. `a2a-lint --live --strict`: without an LLM, its plain-text probe is refused with -32005 as
+4. an ADK agent that asks (interop/adk_asker.py, `input-required`) called by its directory name: the
+   task waits (agent_input) and `tasks.respond` answers it (interop/orchestrate.py);
+5. `a2a-lint --live --strict`: without an LLM, its plain-text probe is refused with -32005 as
    documented (docs/a2a.md, "What a message does"), and that must be its only finding; then against a
-   second `taskgrove serve` planning with the fake LLM (tests/fakellm.py) it must pass (grade A).
+   second `taskgrove serve` planning with the fake LLM (tests/fakellm.py, in this process) it must pass
+   (grade A);
+6. on that service, a plain-language requirement planned by the fake LLM into a tree that delegates to
+   the ADK and the pydantic-ai agents by their directory names (interop/orchestrate.py).
 
 Exit status 0 only when every check passed; each check prints one verdict line.
 """
@@ -40,7 +45,12 @@ from pathlib import Path
 
 import httpx
 
+from orchestrate import planned_delegation, question_answered  # interop/orchestrate.py, beside this file
+
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # tests/fakellm.py: the stand-in LLM, run in this process
+from tests.fakellm import FakeLLMServer  # noqa: E402
+
 ENVS = REPO / ".interop"
 BIN = Path(sys.executable).parent
 STEP_TIMEOUT = 120  # seconds for one client run
@@ -193,6 +203,9 @@ def main() -> int:
         stack.enter_context(process([venv_python("pydantic"), str(here / "pydantic_server.py"),
                                      str(pydantic_port)], work / "pydantic_server.log",
                                     f"{pydantic_url}/.well-known/agent-card.json"))
+        asker_url = f"http://127.0.0.1:{free_port()}"
+        stack.enter_context(process([venv_python("adk"), str(here / "adk_asker.py"), asker_url.rsplit(":", 1)[1]],
+                                    work / "adk_asker.log", f"{asker_url}/.well-known/agent-card.json"))
         for streaming in (True, False):
             mode = "streaming" if streaming else "non-streaming"
             argv = [venv_python("adk"), str(here / "adk_client.py"), url] + ([] if streaming else ["--no-streaming"])
@@ -203,12 +216,14 @@ def main() -> int:
         results["a2a-sdk client"] = step("official a2a-sdk client",
                                          [venv_python("sdk"), str(here / "sdk_client.py"), grpc_url])
         results["a2a_agent_executor -> ADK, pydantic-ai"] = delegate(url, adk_url, pydantic_url)
+        results["ADK agent asks, tasks.respond answers"] = question_answered(url, asker_url)
         results["a2a-lint, no LLM"] = lint(url, TEXT_REFUSED)
-        fake = stack.enter_context(fake_llm(work))
-        llm_url, llm_server = taskgrove(work, "taskgrove-llm", {"SERVICE_LLM_BASE_URL": fake,
+        fake = stack.enter_context(fake_llm())
+        llm_url, llm_server = taskgrove(work, "taskgrove-llm", {"SERVICE_LLM_BASE_URL": fake.base_url,
                                                                 "SERVICE_LLM_MAX_RETRIES": "0"})
         stack.enter_context(llm_server)
         results["a2a-lint, fake LLM"] = lint(llm_url, None)
+        results["planned tree -> directory agents"] = planned_delegation(llm_url, fake, adk_url, pydantic_url)
     print("\n=== interop summary")
     for name, ok in results.items():
         print(f"{'PASS' if ok else 'FAIL'}  {name}")
@@ -223,13 +238,14 @@ def main() -> int:
 
 
 @contextmanager
-def fake_llm(work: Path) -> Iterator[str]:
-    """tests/fakellm.py as its own process: every text plans into a valid tree."""
-    port = free_port()
-    log = work / "fakellm.log"
-    with process([sys.executable, str(REPO / "tests" / "fakellm.py"), "--port", str(port),
-                  "--default", "[[tree:valid]]"], log, f"http://127.0.0.1:{port}/"):
-        yield f"http://127.0.0.1:{port}/v1"
+def fake_llm() -> Iterator[FakeLLMServer]:
+    """tests/fakellm.py in this process (so a check can script its replies): every text without a
+    scripted marker plans into a valid tree."""
+    server = FakeLLMServer("[[tree:valid]]").start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 if __name__ == "__main__":
