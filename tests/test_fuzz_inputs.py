@@ -54,7 +54,9 @@ BIG = "__OVERFLOW__"  # replaced by the number 1e400 in the request text
 TASK_METHODS = ["tasks.create", "tasks.get", "tasks.detail", "tasks.update", "tasks.delete", "tasks.copy",
                 "tasks.clone", "tasks.list", "tasks.children", "tasks.tree", "tasks.execute", "execute_task_tree",
                 "tasks.running.list", "tasks.running.status", "tasks.running.count", "tasks.cancel",
-                "tasks.running.cancel", "tasks.generate", "tasks.respond", "events.emit", "tasks.logs"]
+                "tasks.running.cancel", "tasks.generate", "tasks.respond", "events.emit", "tasks.logs",
+                # the directory of agents (docs/agents.md)
+                "agents.add", "agents.get", "agents.list", "agents.refresh", "agents.remove"]
 SYSTEM_METHODS = ["system.health", "system.executors", "config.llm_key.set", "config.llm_key.get",
                   "config.llm_key.delete", "examples.status"]
 
@@ -98,7 +100,9 @@ def task_trees(draw: Any) -> Any:
 
 PARAM_NAMES = ["id", "parent_id", "user_id", "status", "limit", "offset", "task_ids", "children", "origin_type",
                "reset_fields", "save", "recursive", "force", "api_key", "provider", "inputs", "result", "progress",
-               "name", "dependencies", "use_streaming", "link_task_ids", "priority", "webhook_config"]
+               "name", "dependencies", "use_streaming", "link_task_ids", "priority", "webhook_config",
+               "card_url", "agent_id", "tags", "headers", "credential", "shared", "concurrency", "skill", "tag",
+               "health", "cursor", "accept"]
 
 
 def params_for(method: str) -> Any:
