@@ -9,6 +9,7 @@ result racing a cancel, can never overwrite each other: the database decides who
 
 from __future__ import annotations
 
+import builtins  # `list` in annotations below TaskRepository.list is the method
 import functools
 import json
 import time
@@ -196,7 +197,7 @@ class TaskRepository:
                           product_id=product_id)
         return await self.connections.read_run(lambda c: int(c.execute(query).scalar_one()))
 
-    async def tree_usages(self, tree_id: str) -> list[Any]:
+    async def tree_usages(self, tree_id: str) -> builtins.list[Any]:
         """The `usage` of every task of a tree that has one (storage/usage_store.py's tree_usages), read
         as one JSON value on the plain paths: a `tasks.get` of a root pays one small read, not an
         SQLAlchemy query and a row per task."""
@@ -211,7 +212,7 @@ class TaskRepository:
             return await self.connections.read_run(stored_usage.tree_usages, tree_id)
         return _usages(found)
 
-    async def get_with_tree_usages(self, task_id: str) -> tuple[Row | None, list[Any] | None]:
+    async def get_with_tree_usages(self, task_id: str) -> tuple[Row | None, builtins.list[Any] | None]:
         """A task and, for a root, the usages of its tree (tree_usages; None for a child): what
         tasks.get shows, in one read on both backends (statements.TASK_WITH_TREE_USAGES): a
         round trip fewer on PostgreSQL, a statement fewer on SQLite. When the plain path does not
@@ -255,14 +256,14 @@ class TaskRepository:
         return await self.connections.read_run(
             lambda c: {status: int(c.execute(query).scalar_one()) for status, query in queries})
 
-    async def children(self, parent_id: str) -> list[Row]:
+    async def children(self, parent_id: str) -> builtins.list[Row]:
         found = await self.connections.fast(statements.TASK_CHILDREN, (parent_id,))
         if found is not None:
             return found
         query = select(T).where(T.c.parent_id == parent_id).order_by(T.c.created_at, T.c.id)
         return await self.connections.read_run(_rows, query)
 
-    async def dependents(self, task_ids: Sequence[str], conn: AsyncConnection | None = None) -> list[Row]:
+    async def dependents(self, task_ids: Sequence[str], conn: AsyncConnection | None = None) -> builtins.list[Row]:
         """Tasks (in any tree) that list one of `task_ids` among their dependencies.
 
         Up to one chunk of ids: one LIKE scan. More (deleting a large subtree): one scan of the
@@ -291,7 +292,7 @@ class TaskRepository:
         return [r for r in rows if any(isinstance(d, dict) and d.get("id") in wanted for d in r["dependencies"] or ())]
 
     async def log_lines(self, task_id: str, *, attempt: int | None = None, after: int | None = None,
-                        limit: int = 1000) -> list[Row]:
+                        limit: int = 1000) -> builtins.list[Row]:
         """A page of a task's log lines, oldest first (storage/log_store.py `read_lines`)."""
         return await self.connections.read_run(
             lambda c: log_store.read_lines(c, task_id, attempt=attempt, after=after, limit=limit))
@@ -303,7 +304,7 @@ class TaskRepository:
             full = [with_defaults(row) for row in rows]
             await self.connections.transact(lambda c: c.execute(insert(T), full), conn=conn)
 
-    async def add_log_lines(self, lines: Sequence[Mapping[str, Any]]) -> list[int]:
+    async def add_log_lines(self, lines: Sequence[Mapping[str, Any]]) -> builtins.list[int]:
         """Store a batch of log lines in one transaction; their `seq`s, in order."""
         return await self.connections.transact(log_store.insert_lines, lines)
 
@@ -337,7 +338,7 @@ class TaskRepository:
         *,
         only_status: Sequence[str] | None = None,
         conn: AsyncConnection | None = None,
-    ) -> list[str]:
+    ) -> builtins.list[str]:
         """Compare-and-set on many tasks at once; returns the ids that actually changed."""
         status = tuple(only_status) if only_status is not None else None
         return await self.connections.transact(lambda c: _update_many(c, list(ids), values, status), conn=conn)

@@ -127,7 +127,7 @@ class LlmMeter:
                     raise LLMAttemptStale(f"this attempt no longer holds task '{self.task_id}' (another instance "
                                           "took it over, or it was deleted); the next LLM call was not made")
             if any(row.get("budget") for row in rows):
-                found = subtree_limits(rows, self.task_id)
+                found = subtree_limits(rows, self.task_id)  # type: ignore[arg-type]  # set with tree_id
         user = await self.budgets.user_limit(self.user_id)
         return found + ([user] if user is not None else [])
 

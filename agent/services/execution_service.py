@@ -88,8 +88,8 @@ class ExecutionService:
         answer = {"success": True, **answer, "root_task_id": tree_id, "task_id": task_id, "status": "started",
                   "message": f"Execution of task '{task_id}' started"}
         # The execution span's context for the webhook's posts (traces on; a remote run: the caller's).
-        trace = tracing.execution_header(getattr(run, "traceparent", None), getattr(run, "execution_id", "")) \
-            if tracing.ENABLED and getattr(run, "execution_id", "") else ctx.traceparent
+        trace = tracing.execution_header(run.traceparent, run.execution_id) \
+            if tracing.ENABLED and run.execution_id else ctx.traceparent
         return self._followed(answer, subs, tree_id, streaming, webhook, trace)
 
     def _followed(self, answer: dict[str, Any], subs: list[Any], tree_id: str, streaming: bool,
@@ -114,7 +114,7 @@ class ExecutionService:
     async def running_status(self, request: RunningStatus, ctx: CallContext) -> list[dict[str, Any]]:
         ids = request.task_ids
         found = await self.repo.get_many(ids)
-        answer = []
+        answer: list[dict[str, Any]] = []
         for tid in ids:
             row = found.get(tid)
             if row is None:

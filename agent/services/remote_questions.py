@@ -44,7 +44,7 @@ class RemoteQuestionCancels:
         self.settings = settings
         self._sub: BusSubscription | None = None
         self._loop: asyncio.Task[None] | None = None
-        self._jobs: set[asyncio.Task[None]] = set()
+        self._jobs: set[asyncio.Task[Any]] = set()
         self.cancelled: list[str] = []  # remote task ids cancelled by this instance (tests, logs)
 
     def start(self) -> None:

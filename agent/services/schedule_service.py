@@ -164,7 +164,7 @@ class ScheduleService:
         if row is None:
             return None
         stored = await self.schedules.get(request.schedule_id)
-        return await self.schedules.runs_of(stored, request.limit)
+        return await self.schedules.runs_of(stored, request.limit)  # type: ignore[arg-type]  # found just above
 
     async def list(self, request: ListSchedules, ctx: CallContext) -> list[dict[str, Any]]:
         user_id = request.user_id

@@ -7,6 +7,7 @@ messages) live only in this module, agent/foundations/requests.py and storage.ne
 
 from __future__ import annotations
 
+import builtins  # `list` in annotations below TaskService.list is the method
 from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
@@ -255,7 +256,7 @@ class TaskService:
         last = rows[-1] if more else None  # the page's last row read, shown or not
         return {"tasks": listed, "next_cursor": cursor.encode(last["created_at"], last["id"]) if last else None}
 
-    async def children(self, request: ListChildren, ctx: CallContext) -> list[dict[str, Any]]:
+    async def children(self, request: ListChildren, ctx: CallContext) -> builtins.list[dict[str, Any]]:
         parent_id = request.parent_id
         parent = await self.repo.get(parent_id)
         if parent is None:
@@ -305,7 +306,7 @@ class TaskService:
             self.engine.task_changed(updated)
         return public(updated)
 
-    async def _update_values(self, row: dict[str, Any], given: Mapping[str, Any], conn: Any) -> tuple[list[str], dict[str, Any]]:
+    async def _update_values(self, row: dict[str, Any], given: Mapping[str, Any], conn: Any) -> tuple[builtins.list[str], dict[str, Any]]:
         problems: list[str] = []
         values: dict[str, Any] = {}
         if row["origin_type"] == "archive":
@@ -335,7 +336,7 @@ class TaskService:
                 values["dependencies"] = deps
         return problems, values
 
-    async def _dependency_problems(self, row: dict[str, Any], raw: Any, conn: Any) -> tuple[list[str], list[dict[str, Any]]]:
+    async def _dependency_problems(self, row: dict[str, Any], raw: Any, conn: Any) -> tuple[builtins.list[str], builtins.list[dict[str, Any]]]:
         problems: list[str] = []
         if row["status"] != TaskStatus.PENDING:
             problems.append(f"Cannot update 'dependencies': task status is '{row['status']}' (must be 'pending')")
@@ -400,7 +401,7 @@ class TaskService:
         copies = await self.copy_tree(request.task_id, request.children, ctx.caller)
         return task_view.nest(copies, copies[0]["id"])
 
-    async def copy_tree(self, task_id: str, with_children: bool, caller: Caller) -> list[dict[str, Any]]:
+    async def copy_tree(self, task_id: str, with_children: bool, caller: Caller) -> builtins.list[dict[str, Any]]:
         """Copy `task_id` (see storage.copy_plan.copy_selection); returns the new rows, root first."""
         async with self.repo.transaction() as conn:
             # The copies are made from one state of the tree that no dependency change or other

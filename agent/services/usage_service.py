@@ -30,7 +30,7 @@ def today() -> str:
 def daily_usage(row: Mapping[str, Any]) -> dict[str, Any]:
     """A stored daily row as a usage sum: its cost is unknown when a call of that day had no price,
     and then PRICED_COST carries the row's `cost_usd` (the priced calls' dollars) for the budget."""
-    answer = {key: int(row.get(key) or 0) for key in ("prompt_tokens", "completion_tokens", "total_tokens",
+    answer: dict[str, Any] = {key: int(row.get(key) or 0) for key in ("prompt_tokens", "completion_tokens", "total_tokens",
                                                       "calls")}
     cost = round(float(row.get("cost_usd") or 0.0), 10)
     if row.get("unpriced_calls"):
