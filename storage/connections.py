@@ -119,6 +119,7 @@ class Connections:
             from taskgrove.storage import pg
 
             self.pg = pg.PgPool(engine)
+            event.listen(engine.sync_engine.pool, "checkout", pg.closed_on_checkout)
 
     def _driver_error(self, context: Any) -> None:
         self.health.failed(context.original_exception)
@@ -171,10 +172,27 @@ class Connections:
             finally:
                 self._queued -= 1
         else:
-            async with self.engine.begin() as async_conn:
-                result = await async_conn.run_sync(fn, *args)
+            result = await self._transaction(fn, args)
         self.answered_at = time.monotonic()
         return result
+
+    async def _transaction(self, fn: Callable[..., Any], args: Sequence[Any]) -> Any:
+        """`fn` in a transaction of the async engine. One whose connection was lost before its
+        commit was sent (a backend killed with pg_terminate_backend while it ran) is run once
+        more on a fresh connection: nothing of it was stored, the server rolls back a
+        transaction whose connection ends. A loss at the commit itself is raised (it may have
+        been stored: the caller resends with the same ids)."""
+        for attempt in (1, 2):
+            committing = False
+            try:
+                async with self.engine.begin() as async_conn:
+                    result = await async_conn.run_sync(fn, *args)
+                    committing = True
+                return result
+            except DBAPIError as exc:
+                if attempt == 2 or committing or not exc.connection_invalidated:
+                    raise
+        raise AssertionError("unreachable")
 
     def run_here(self, fn: Callable[..., Any], args: Sequence[Any]) -> tuple[bool, Any]:
         """Run a small transaction on the calling (event loop's) thread: (True, its result), or
@@ -239,13 +257,17 @@ class Connections:
         the asyncpg path left to SQLAlchemy): no BEGIN and COMMIT round trips around it. Each
         statement sees what was committed when it began, as each statement of a READ COMMITTED
         transaction does."""
-        try:
-            async with self.engine.connect() as async_conn:
-                autocommit = await async_conn.execution_options(isolation_level="AUTOCOMMIT")
-                result = await autocommit.run_sync(fn, *args)
-        except Exception as exc:
-            self.health.failed(exc)
-            raise
+        for attempt in (1, 2):
+            try:
+                async with self.engine.connect() as async_conn:
+                    autocommit = await async_conn.execution_options(isolation_level="AUTOCOMMIT")
+                    result = await autocommit.run_sync(fn, *args)
+                break
+            except Exception as exc:
+                if attempt == 1 and isinstance(exc, DBAPIError) and exc.connection_invalidated:
+                    continue  # a read on a connection whose backend was killed: once more, on a fresh one
+                self.health.failed(exc)
+                raise
         self.answered_at = time.monotonic()
         return result
 

@@ -33,7 +33,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from taskgrove.storage.jsonvalues import read_stored
@@ -59,6 +59,15 @@ def _still_usable(conn: asyncpg.Connection, exc: BaseException) -> bool:
     about a statement (autocommit: nothing is left open). After anything else (a cut, a cancel
     mid-statement, a timeout) nobody knows the protocol's state."""
     return isinstance(exc, asyncpg.PostgresError) and not isinstance(exc, _LOST) and not conn.is_closed()
+
+
+def closed_on_checkout(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
+    """SQLAlchemy's pool checkout event: a connection whose backend is gone (killed with
+    pg_terminate_backend, a restart) is replaced before it is used, at no round trip (asyncpg
+    saw its socket close), instead of failing the request that took it."""
+    inner = getattr(dbapi_conn, "_connection", None)
+    if inner is not None and inner.is_closed():
+        raise DisconnectionError("the connection's backend is gone")
 
 
 async def _setup(conn: asyncpg.Connection) -> None:
