@@ -13,7 +13,9 @@ one instance refresh a card at a time.
 
 from __future__ import annotations
 
-from sqlalchemy import JSON, Boolean, Index, Integer, LargeBinary, String, Text
+from typing import cast
+
+from sqlalchemy import JSON, Boolean, Index, Integer, LargeBinary, String, Table, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from taskgrove.storage.models import Base
@@ -58,4 +60,4 @@ class DirectoryAgent(Base):
     )
 
 
-agents_table = DirectoryAgent.__table__
+agents_table = cast(Table, DirectoryAgent.__table__)  # a Table, as storage/models.py says why

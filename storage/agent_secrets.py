@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+from typing import Any
 
 from taskgrove.storage.keys import KeyStoreError, KeyStoreNotConfigured
 
@@ -29,7 +30,7 @@ class AgentSecrets:
     def configured(self) -> bool:
         return self._secret is not None
 
-    def _cipher(self):  # type: ignore[no-untyped-def]
+    def _cipher(self) -> Any:
         if self._secret is None:
             raise KeyStoreNotConfigured(
                 "SERVICE_SECRET_KEY is not set: the server has no secret to encrypt an agent's credential "

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import sqlite3
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import create_engine as sa_create_engine
 from sqlalchemy import event, inspect
@@ -43,7 +43,7 @@ def bind_cheaply() -> None:
     still NULL (`{}.get` answers None for any value, at C speed), a bool still the integer 0 or 1.
     Process-wide and idempotent; the adapters of other types are untouched.
     """
-    sqlite3.register_adapter(type(None), {}.get)
+    sqlite3.register_adapter(type(None), {}.get)  # type: ignore[arg-type]  # None -> NULL
     sqlite3.register_adapter(bool, int)
 
 
@@ -81,14 +81,14 @@ def _sync_engine(url: str, *pragmas: str) -> Engine | None:
     engine = sa_create_engine(url.replace("sqlite+aiosqlite://", "sqlite://", 1),
                               connect_args={"check_same_thread": False}, json_deserializer=read_stored)
 
-    def connected(dbapi_conn, record) -> None:  # type: ignore[no-untyped-def]
+    def connected(dbapi_conn: Any, record: Any) -> None:
         _sqlite_pragmas(dbapi_conn, record, pragmas)
 
     event.listen(engine, "connect", connected)
     return engine
 
 
-def _sqlite_pragmas(dbapi_conn, _record, extra: tuple[str, ...] = ()) -> None:  # type: ignore[no-untyped-def]
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any, extra: tuple[str, ...] = ()) -> None:
     cursor = dbapi_conn.cursor()
     for pragma in (*statements.SQLITE_PRAGMAS, *extra):
         cursor.execute(pragma)

@@ -21,7 +21,7 @@ from taskgrove.storage.models import ORIGIN_TYPES, TASK_STATUSES, tasks_table
 
 def _width(column: str) -> int:
     """A String column's width, read from the table so a migration that widens it widens the rule."""
-    return tasks_table.c[column].type.length
+    return tasks_table.c[column].type.length  # type: ignore[attr-defined]  # a String column
 
 
 MAX_NAME = _width("name")

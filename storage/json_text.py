@@ -22,7 +22,7 @@ def _stored_dumps() -> Callable[[Any], str]:
     two thirds of the 2 us a small value costs). No circular-reference check: what is stored here
     is parsed JSON or storable()'s output (storage/results.py), never cyclic. Plain json.dumps
     where the C encoder is missing. tests/test_results.py compares the two."""
-    make = json.encoder.c_make_encoder
+    make = json.encoder.c_make_encoder  # type: ignore[attr-defined]  # CPython's, may be None
     if make is None:
         return json.dumps
     encode = make(None, json.JSONEncoder().default, json.encoder.encode_basestring_ascii, None, ": ", ", ",

@@ -389,7 +389,7 @@ def is_valid_text(text: str) -> bool:
 # --- reading stored values ---------------------------------------------------------------------
 
 
-class Unreadable(dict):  # type: ignore[type-arg]
+class Unreadable(dict[str, Any]):
     """Stands in for a stored JSON value that cannot be read back (not JSON, not finite, not
     Unicode, too deep). An empty dict, so every consumer keeps working; `reason` says why and
     `storage.task_view.public` reports it instead of the value."""
@@ -542,7 +542,7 @@ def _sanitized(value: Any) -> Any:
     return root[0]
 
 
-_encode_string = json.encoder.encode_basestring  # type: ignore[attr-defined]
+_encode_string = json.encoder.encode_basestring
 
 
 def _iter_encode(value: Any) -> Iterator[str]:
