@@ -31,14 +31,14 @@ from taskgrove.agent.foundations.requests import (CancelTasks, DeleteTask, EmitE
 from taskgrove.agent.foundations.calls import CallContext
 
 if TYPE_CHECKING:  # pragma: no cover
-    from taskgrove.agent.services.container import Services
+    from taskgrove.agent.surfaces.graphql.graphql_needs import GraphQLServices
 
 
 @dataclass
 class GraphQLContext:
     """What every resolver gets as `info.context`."""
 
-    services: "Services"
+    services: "GraphQLServices"
     call: CallContext
     request: Any = None
     response: Any = None

@@ -57,7 +57,7 @@ from taskgrove.storage import jsonvalues
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from taskgrove.agent.services.container import Services
+    from taskgrove.agent.surfaces.graphql.graphql_needs import GraphQLServices
 
 SURFACE = "graphql"
 # Close code for a handshake whose headers are malformed (not an authentication problem).
@@ -82,7 +82,7 @@ class TaskGraphQL(GraphQL[GraphQLContext, None]):
     graphql_transport_ws_handler_class = StrictTransportWS
     graphql_ws_handler_class = StrictLegacyWS
 
-    def __init__(self, services: "Services", **kwargs: Any) -> None:
+    def __init__(self, services: "GraphQLServices", **kwargs: Any) -> None:
         super().__init__(build_schema(services.settings), **kwargs)
         self.services = services
         self.max_json_depth = services.settings.max_json_depth
@@ -123,7 +123,7 @@ class TaskGraphQL(GraphQL[GraphQLContext, None]):
 class GraphQLEndpoint:
     """ASGI app for `/graphql`: authenticates, then hands the request to strawberry."""
 
-    def __init__(self, services: "Services") -> None:
+    def __init__(self, services: "GraphQLServices") -> None:
         self.services = services
         self.view = TaskGraphQL(services, graphql_ide="graphiql" if services.settings.enable_docs else None)
 
@@ -222,7 +222,7 @@ class _Adapter:
         self.headers = request.headers
 
 
-def graphql_routes(services: "Services") -> list[Any]:
+def graphql_routes(services: "GraphQLServices") -> list[Any]:
     endpoint = GraphQLEndpoint(services)
     return [
         Route("/graphql", endpoint, methods=["GET", "POST"]),
