@@ -19,11 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import httpx
-
 from taskgrove.executors.card_trust import UntrustedCard, verify_card
 from taskgrove.executors.netguard import UnsafeURLError, ensure_public_url, redact_url, request_guard
 from taskgrove.executors import tls
+from taskgrove.storage import jsonvalues
 
 MAX_CARD_BYTES = 1024 * 1024
 FETCH_TIMEOUT = 15.0
@@ -100,6 +99,8 @@ async def fetch_card(url: str, headers: Mapping[str, str], allow_private: bool, 
         sent["If-None-Match"] = etag
     if last_modified:
         sent["If-Modified-Since"] = last_modified
+    import httpx  # here, not at the top: a service at idle has not loaded httpx (tests/test_a2a_card.py)
+
     try:
         async with httpx.AsyncClient(timeout=FETCH_TIMEOUT, follow_redirects=True, trust_env=False,
                                      event_hooks={"request": [request_guard(allow_private)]},
@@ -121,8 +122,8 @@ async def fetch_card(url: str, headers: Mapping[str, str], allow_private: bool, 
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise CardError(f"fetching the agent card at {shown} failed: {reason[:200]}") from None
     try:
-        data = json.loads(body)
-    except ValueError:
+        data = jsonvalues.loads(body, what="the agent card").value  # the gate: depth, NaN, surrogates
+    except jsonvalues.JsonTextError:
         raise CardError(f"the answer at {shown} is not JSON, so not an agent card") from None
     if trusted_keys and isinstance(data, dict):
         try:
