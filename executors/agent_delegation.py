@@ -85,6 +85,14 @@ def _seconds_until(stamp: str | None) -> float:
     return max(MIN_RECHECK, min(MAX_RECHECK, left))
 
 
+def breaker_wait(wait: Any) -> str | None:
+    """What a task waits for when its wait is an open breaker's timer (its prompt names the agent
+    and when it tries again), else None: tasks.get shows it as `waiting_for` (docs/agents.md)."""
+    if isinstance(wait, Mapping) and wait.get("kind") == "timer" and wait.get("default") == BREAKER_MARK:
+        return str(wait.get("prompt") or "an agent's open breaker")
+    return None
+
+
 async def delegate(call: Executor, inputs: dict[str, Any], context: ExecutionContext) -> Any:
     """Run `call` (a RemoteAgentCall) against the agent `inputs` names or asks for by skill."""
     if inputs.get("agent_url"):

@@ -225,6 +225,7 @@ async def test_a_failing_agent_opens_its_breaker_and_its_tasks_wait_until_it_rec
                 break
             await asyncio.sleep(0.05)
         assert waited is not None and "breaker is open" in waited["prompt"], (agent, tasks)
+        assert parked[0]["waiting_for"] == waited["prompt"]  # what it waits for, said where waits are said
         assert all(t["status"] != "failed" for t in tasks)
         assert agent["health"]["consecutive_failures"] >= 2 and agent["health"]["state"] == "open"
         flaky.broken = False  # it recovers: after the cool-down one probe goes through, then the rest

@@ -180,6 +180,8 @@ async def test_an_agents_question_shows_its_agent_and_is_answered(live: Callable
         agent = wait["agent"]
         assert agent["name"] == "payments" and agent["state"] == "input-required" and agent["remoteTaskId"]
         assert agent["url"].startswith(remote.url)
+        metrics = (await server.http.get("/metrics")).text  # an agent's question is a kind of its own
+        assert 'taskgrove_parked_tasks{kind="agent_input"} 1.0' in metrics
 
         answered = (await data(server, RESPOND, {"id": ask, "value": {"approved": True}}))["respondToTask"]
         assert answered["waiting"] is None

@@ -36,7 +36,7 @@ from taskgrove.storage.clock import iso_in, now_iso, seconds_until
 
 log = logging.getLogger(__name__)
 
-KINDS = ("input", "event", "timer")
+KINDS = ("input", "event", "timer", "agent_input")  # agent_input: a remote agent's question (docs/agents.md)
 __all__ = ["AlreadyAnswered", "NotWaiting", "Waits", "public_wait", "read"]
 
 

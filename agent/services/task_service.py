@@ -27,6 +27,7 @@ from taskgrove.agent.foundations.requests import (CloneTask, CopyTask, DeleteTas
 from taskgrove.agent.foundations.calls import CallContext, Handler, typed
 from taskgrove.agent.foundations.settings import Settings
 from taskgrove.agent.services.usage_service import tree_total
+from taskgrove.executors.agent_delegation import breaker_wait
 from taskgrove.executors.registry import ExecutorRegistry
 from taskgrove.llm.budget import budget_remaining
 from taskgrove.storage import copy_plan, fields, jsonvalues, new_tree, task_view, tree_graph
@@ -37,6 +38,7 @@ from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.clock import now_iso
 from taskgrove.storage.new_tree import TreeError
 from taskgrove.storage.task_view import public
+from taskgrove.storage.wait_store import read as read_wait
 
 UPDATABLE = {
     "status", "inputs", "name", "priority", "params", "schemas", "dependencies", "result", "error",
@@ -227,6 +229,10 @@ class TaskService:
             answer["budget_remaining"] = budget_remaining(rows, task_id)
         if row["status"] == TaskStatus.PENDING:  # why it waits, as this instance's engine knows it
             reason = self.engine.why_waiting(task_id)
+            if reason is not None:
+                answer["waiting_for"] = reason
+        elif row.get("waiting") is not None:  # parked on an agent's open breaker: said by the stored wait
+            reason = breaker_wait(read_wait(row["waiting"]))
             if reason is not None:
                 answer["waiting_for"] = reason
         return answer
