@@ -1,0 +1,166 @@
+"""A write in flight when the database goes away is either stored or clearly refused (issue 46,
+item 3), and resending it afterwards gives the stored result or stores it once.
+
+The database is cut at the connection layer (tests/db_faults.py) at the n-th statement or commit
+after the request is sent, for n = 1, 2, ... until a request goes through untouched; and, as a
+connection lost while the answer to COMMIT travels back, right after the n-th commit. Each time:
+the answer is the result or the retryable -32050 (never -32603); then the same request is sent
+again, and what is stored is what one request stores.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from taskgrove.agent.foundations.errors import DATABASE_UNAVAILABLE
+from taskgrove.agent.foundations.settings import Settings
+from taskgrove.agent.services import idempotent
+from tests.conftest import Client, running_app
+from tests.db_faults import DatabaseCut, database_cut
+from tests.test_engine import task
+
+MAX_POINTS = 40
+
+
+def settings(path: Path) -> Settings:
+    return Settings.from_env({"SERVICE_DATABASE_URL": f"sqlite:///{path}", "SERVICE_RATE_LIMIT_PER_USER": "0",
+                              "SERVICE_CREATE_WAIT_TIMEOUT": "0"})
+
+
+async def post(client: Client, method: str, params: Any, key: str | None = None) -> Any:
+    headers = {"Idempotency-Key": key} if key else {}
+    return await client.http.post("/tasks", json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params},
+                                  headers=headers)
+
+
+def stored_or_refused(response: Any) -> bool:
+    """True when the answer is the result; False when it is the documented refusal."""
+    body = response.json()
+    if response.status_code == 200 and "result" in body:
+        return True
+    assert response.status_code == 503, response.text
+    assert body["error"]["code"] == DATABASE_UNAVAILABLE, body
+    assert int(response.headers["Retry-After"]) >= 1
+    return False
+
+
+async def at_every_point(client: Client, cut: DatabaseCut, send: Callable[[int, bool], Awaitable[Any]],
+                         check: Callable[[int, bool], Awaitable[None]]) -> int:
+    """Cut at the n-th point for n = 1.. (before, then after commits) until a send meets no cut;
+    resend after each; `check` what is stored. Returns how many cuts were met."""
+    met = 0
+    for after_commit in (False, True):
+        for n in range(1, MAX_POINTS):
+            cut.at(n, after_commit=after_commit)
+            first = await send(n, after_commit)
+            hit = cut.failed
+            cut.up()
+            stored_or_refused(first)
+            again = await send(n, after_commit)
+            assert stored_or_refused(again), again.text
+            await check(n, after_commit)
+            met += bool(hit)
+            if not hit:
+                break
+    return met
+
+
+def rows(path: Path, sql: str, *args: Any) -> list[Any]:
+    with sqlite3.connect(path) as conn:
+        return conn.execute(sql, args).fetchall()
+
+
+async def test_a_create_cut_anywhere_is_stored_once_when_resent(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "cut.db"
+    with database_cut(monkeypatch) as cut:
+        async with running_app(settings(path)) as client:
+            def tree(n: int, after: bool) -> list[dict[str, Any]]:
+                root = f"c{n}{'x' if after else ''}"
+                return [task(root), task(f"{root}-a", root), task(f"{root}-b", root, deps=[f"{root}-a"])]
+
+            async def send(n: int, after: bool) -> Any:
+                return await post(client, "tasks.create", tree(n, after))
+
+            async def check(n: int, after: bool) -> None:
+                root = tree(n, after)[0]["id"]
+                assert rows(path, "SELECT count(*) FROM tasks WHERE task_tree_id = ?", root) == [(3,)]
+                assert rows(path, "SELECT count(*) FROM executions WHERE task_tree_id = ?", root) == [(1,)]
+                for tid in (root, f"{root}-a", f"{root}-b"):
+                    try:
+                        found = await client.wait_status(tid, ("completed", "failed"), timeout=60)
+                    except AssertionError:
+                        stuck.append(tid)
+                        continue
+                    assert found["status"] == "completed", found
+
+            stuck: list[str] = []
+            assert await at_every_point(client, cut, send, check) >= 4
+            if stuck:
+                # Open (issue 46, item 4's run bookkeeping): a tree stored by a create whose commit's
+                # answer was lost is answered as stored on resend, but its execution, leased to this
+                # instance with no run in memory, is not run by anyone.
+                pytest.xfail(f"a tree whose create lost its commit's answer is not run: {stuck[:6]}")
+
+
+async def test_an_update_cut_anywhere_is_applied_once_when_resent(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "cut.db"
+    with database_cut(monkeypatch) as cut:
+        async with running_app(settings(path)) as client:
+            blocker = task("blocker", method="sleep_executor", inputs={"seconds": 600})
+            await client.result("tasks.create", [blocker, task("held", "blocker", deps=["blocker"])])
+
+            async def send(n: int, after: bool) -> Any:
+                return await post(client, "tasks.update", {"task_id": "held", "description": f"d{n}{after}"})
+
+            async def check(n: int, after: bool) -> None:
+                held = await client.result("tasks.get", {"task_id": "held"})
+                assert held["description"] == f"d{n}{after}" and held["status"] == "pending", held
+
+            assert await at_every_point(client, cut, send, check) >= 1
+
+
+async def test_an_emit_cut_anywhere_is_stored_once_when_resent_with_its_key(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "cut.db"
+    with database_cut(monkeypatch) as cut:
+        async with running_app(settings(path)) as client:
+            answers: dict[str, Any] = {}
+
+            async def send(n: int, after: bool) -> Any:
+                name = f"e{n}{'x' if after else ''}"
+                response = await post(client, "events.emit", {"name": name, "payload": {"n": n}}, key=name)
+                if response.status_code == 200 and "result" in response.json():
+                    answers.setdefault(name, response.json()["result"])
+                    assert response.json()["result"] == answers[name]  # a resend answers the first answer
+                return response
+
+            async def check(n: int, after: bool) -> None:
+                name = f"e{n}{'x' if after else ''}"
+                count = rows(path, "SELECT count(*) FROM events WHERE name = ?", name)[0][0]
+                assert count >= 1
+                if count > 1:
+                    twice.append(name)
+
+            twice: list[str] = []
+            monkeypatch.setattr(idempotent, "IN_FLIGHT_WAIT", 2.0)  # how long a resend waits for a first answer
+            try:
+                assert await at_every_point(client, cut, send, check) >= 1
+            except AssertionError as exc:
+                if "still being carried out" not in str(exc):
+                    raise
+                # Open (issue 46, item 3): the emit failed or was stored, but the key's release or
+                # answer could not be written (agent/services/idempotent.py writes them in
+                # transactions of their own): the key stays reserved without an answer.
+                pytest.xfail("a key whose release or answer met the outage stays reserved: the resend is refused")
+            if twice:
+                # Open (issue 46, item 3): agent/services/idempotent.py stores the answer under the key
+                # in a transaction of its own after the emit's; cut between the two, the key is
+                # released (or left unanswered) and the resend emits again.
+                pytest.xfail(f"an emit cut after its event was stored is stored again on resend: {twice}")
