@@ -30,6 +30,7 @@ from taskgrove.agent.foundations.metrics import Metrics
 from taskgrove.agent.foundations.settings import Settings
 from taskgrove.executors.registry import ExecutorRegistry
 from taskgrove.storage import executions
+from taskgrove.storage.outage import recognise
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.status import TaskStatus
 from taskgrove.storage.clock import now_iso
@@ -101,12 +102,14 @@ class LeaseKeeper:
                 # SQLite too: an attempt whose outcome could not be stored (the database went
                 # away for longer than the write retries) is left to its lease; it runs again.
                 await self.sweep(everything=False)
-            except Exception:
-                log.exception("lease upkeep failed")
+            except Exception as exc:
+                if recognise(exc) is None:  # an outage is logged once by storage/outage.py
+                    log.exception("lease upkeep failed")
 
     async def renew(self) -> None:
         """Extend our leases; a lease we no longer hold means another instance took that work."""
-        task_ids = list(self.attempts.running)
+        # Attempts running, and those ended whose outcome waits in memory for the database.
+        task_ids = list(set(self.attempts.running) | self.run_keeper.passes.unwritten)
         asked = list(self.run_keeper.runs.values())  # only these were renewed: runs started meanwhile were not
         if not (task_ids or asked):
             return

@@ -24,6 +24,7 @@ from typing import Any
 from taskgrove.agent.engine.bus import Event, EventBus
 from taskgrove.storage import statements
 from taskgrove.storage.jsonvalues import dumps_bytes
+from taskgrove.storage.outage import recognise
 
 log = logging.getLogger(__name__)
 CHANNEL = "taskgrove"
@@ -115,7 +116,9 @@ class PgNotifier:
                                            _payloads(self.instance_id, batch))
                         self.sent += 1
                 except Exception as exc:  # whatever the connection did, the sender lives on
-                    log.warning("cross-instance notify failed: %s", exc)
+                    # the database away is logged once by storage/outage.py
+                    log.log(logging.DEBUG if recognise(exc) else logging.WARNING,
+                            "cross-instance notify failed: %s", exc)
                     if conn is not None:
                         conn.terminate()
                     conn = None
@@ -142,7 +145,8 @@ class PgNotifier:
                 while not conn.is_closed():
                     await asyncio.sleep(1)
             except Exception as exc:  # (asyncpg's InterfaceError is no PostgresError) connect again
-                log.warning("cross-instance listener lost its connection: %s", exc)
+                log.log(logging.DEBUG if recognise(exc) else logging.WARNING,
+                        "cross-instance listener lost its connection: %s", exc)
                 await asyncio.sleep(1)
             finally:
                 if conn is not None and not conn.is_closed():

@@ -25,6 +25,7 @@ from taskgrove.agent.engine.tree_run import TreeRun, select_for_execution
 from taskgrove.agent.engine.waits import Waits
 from taskgrove.storage import executions, tree_insert
 from taskgrove.storage.connections import is_transient
+from taskgrove.storage.outage import recognise
 from taskgrove.storage.repository import SMALL_PASS, TaskRepository
 from taskgrove.storage.status import FINISHED_STATUSES, TaskStatus
 from taskgrove.storage.clock import now_iso, seconds_until
@@ -56,6 +57,7 @@ class PassHooks(Protocol):
     """What the run keeper needs of the pass loop (engine/passes.py, which imports this module)."""
 
     lock: asyncio.Lock
+    unwritten: set[str]  # tasks whose outcome waits in memory for the database (leases.py renews them)
 
     def retry_at(self, tid: str, tree_id: str, delay: float) -> None: ...
 
@@ -283,8 +285,9 @@ class RunKeeper:
                 if not is_transient(exc):
                     log.exception("re-reading the run of tree %s failed", tree_id)
                     return
-                log.warning("re-reading the run of tree %s failed (%s); again in %.1f s", tree_id,
-                            type(exc).__name__, delay)
+                if recognise(exc) is None:  # an outage is logged once by storage/outage.py
+                    log.warning("re-reading the run of tree %s failed (%s); again in %.1f s", tree_id,
+                                type(exc).__name__, delay)
             await asyncio.sleep(delay)
             delay = min(delay * 2, REFRESH_RETRY_MAX_SECONDS)
 

@@ -23,6 +23,7 @@ from taskgrove.agent.engine.slots import iso, parse_iso, plan
 from taskgrove.agent.engine.webhooks import WebhookConfig, deliver_webhooks
 from taskgrove.storage.schedule_store import ScheduleStore
 from taskgrove.storage.clock import now_iso
+from taskgrove.storage.outage import recognise
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +74,9 @@ class ScheduleLoop:
             self._wake.clear()
             try:
                 delay = await self.run_due(datetime.now(timezone.utc))
-            except Exception:  # a failed pass (the database went away) is retried, never fatal
-                log.exception("schedule pass failed")
+            except Exception as exc:  # a failed pass (the database went away) is retried, never fatal
+                if recognise(exc) is None:  # an outage is logged once by storage/outage.py
+                    log.exception("schedule pass failed")
                 delay = POLL_SECONDS
             try:
                 await asyncio.wait_for(self._wake.wait(), delay)

@@ -28,6 +28,7 @@ from taskgrove.storage import trigger_store
 from taskgrove.storage.clock import now_iso
 from taskgrove.storage.status import TaskStatus
 from taskgrove.storage.trigger_store import Plan, TakenElsewhere
+from taskgrove.storage.outage import recognise
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +79,9 @@ class TriggerLoop:
             self._wake.clear()
             try:
                 delay = await self.run_due()
-            except Exception:  # a failed look (the database went away) is retried, never fatal
-                log.exception("trigger look failed")
+            except Exception as exc:  # a failed look (the database went away) is retried, never fatal
+                if recognise(exc) is None:  # an outage is logged once by storage/outage.py
+                    log.exception("trigger look failed")
                 delay = POLL_SECONDS
             if delay <= 0:
                 continue

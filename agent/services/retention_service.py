@@ -30,6 +30,7 @@ from taskgrove.storage import retention
 from taskgrove.storage import statements
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.clock import iso_in, now_iso
+from taskgrove.storage.outage import recognise
 
 log = logging.getLogger(__name__)
 
@@ -193,8 +194,9 @@ class Retention:
                 swept = await self.sweep(older_than)
                 if swept.trees:
                     log.info("retention: deleted %d trees (%d tasks)", swept.trees, swept.tasks)
-            except Exception:  # a failed sweep (a busy database, a lost connection) is tried again later
-                log.exception("retention sweep failed")
+            except Exception as exc:  # a failed sweep (a busy database, a lost connection) is tried again later
+                if recognise(exc) is None:  # an outage is logged once by storage/outage.py
+                    log.exception("retention sweep failed")
             try:
                 await asyncio.wait_for(self._stopping.wait(), every)
             except asyncio.TimeoutError:

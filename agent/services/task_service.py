@@ -8,6 +8,7 @@ messages) live only in this module, agent/foundations/requests.py and storage.ne
 from __future__ import annotations
 
 import builtins  # `list` in annotations below TaskService.list is the method
+import time
 from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
@@ -45,6 +46,10 @@ UPDATABLE = {
     "progress", "started_at", "completed_at", "description", "retry", "timeout_seconds",
     "budget",  # raised by a person when a budget ran out (docs/costs.md)
 }
+
+
+# How often a create waiting for its tree asks whether the database is still there.
+OUTAGE_CHECK_SECONDS = 0.25
 
 
 class TaskService:
@@ -198,8 +203,21 @@ class TaskService:
         except IntegrityError:
             run = await self._resent(rows, ctx)
         if run is not None:
-            await self.engine.run_keeper.wait(run, self.settings.create_wait_timeout, until_waiting=True)
+            await self._wait_while_up(run, self.settings.create_wait_timeout)
         return task_view.nest(await self.repo.tree(root_id), root_id)
+
+    async def _wait_while_up(self, run: Any, timeout: float) -> None:
+        """run_keeper.wait, cut short when the database goes away meanwhile (storage/outage.py):
+        the tree is stored and runs on by itself once the database is back, so holding the
+        answer for the whole wait would only leave the client without one (issue 46: a create
+        on a full disk answered after SERVICE_CREATE_WAIT_TIMEOUT)."""
+        health = self.repo.connections.health
+        deadline = time.monotonic() + timeout
+        while health.up:
+            left = deadline - time.monotonic()
+            if left <= 0 or await self.engine.run_keeper.wait(run, min(left, OUTAGE_CHECK_SECONDS),
+                                                               until_waiting=True):
+                return
 
     async def _resent(self, rows: list[dict[str, Any]], ctx: CallContext) -> Any:
         """The same tree sent again (a client whose first create was cut off): answer as the first
