@@ -222,6 +222,11 @@ class Executor:
     description: ClassVar[str] = ""
     type: ClassVar[str | None] = None
     input_schema: ClassVar[dict[str, Any] | None] = None
+    # Pure: `execute` returns from its inputs and dependency results alone, without awaiting
+    # anything and without side effects, so the engine may complete the task inside the
+    # transaction that made it runnable (agent/engine/inline.py). Honoured only when a class
+    # sets it itself (a subclass does not inherit it): see inline.declares_pure.
+    pure: ClassVar[bool] = False
 
     def __init__(self, params: Mapping[str, Any] | None = None) -> None:
         self.params: dict[str, Any] = dict(params or {})

@@ -21,6 +21,7 @@ class AggregateResultsExecutor(Executor):
     """
 
     id = "aggregate_results_executor"
+    pure = True  # no await, no side effect: may complete inline (agent/engine/inline.py)
     name = "Aggregate results"
     extension = "core"
     description = "Collects the results of this task's dependencies: {results: {task_id: result}, count}."
@@ -35,6 +36,7 @@ class NoopExecutor(Executor):
     """Does nothing and answers at once: measures the engine's own overhead in benchmarks."""
 
     id = "noop_executor"
+    pure = True  # no await, no side effect: may complete inline (agent/engine/inline.py)
     name = "No-op"
     extension = "core"
     description = "Does nothing; returns {ok: true, inputs} at once. For benchmarks and tests."

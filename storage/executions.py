@@ -230,18 +230,25 @@ def fenced_writes(c: Connection, writes: Sequence[Write], owner: str,
 
 def sqlite_pass(c: Connection, writes: Sequence[Write], claims: Sequence[str], owner: str, until: str,
                 stamp: str, ends: Sequence[tuple[str, str]] = (), history: Mapping[str, Attempt] | None = None,
-                ) -> tuple[set[str], dict[str, Row], dict[str, str | None]]:
+                later: Sequence[Write] = ()) -> tuple[set[str], dict[str, Row], dict[str, str | None]]:
     """SQLite: a whole engine pass (fenced_writes with their history, then claim, then
     end_execution, in that order, in the caller's transaction) on one cursor of the driver's
     connection. Why: each of the three steps found the driver's connection through SQLAlchemy's
     pool wrappers (four Python calls) and opened a cursor of its own; a chain runs a pass per task.
     The statements, their arguments and their order are those of the three functions. PostgreSQL's
-    pass is pg_pass (the repository's _pg_write_pass): this function is never given its connection."""
+    pass is pg_pass (the repository's _pg_write_pass): this function is never given its connection.
+    `later`: fenced writes after the claims (the outcomes of pure tasks claimed here: agent/engine/inline.py),
+    their history in `history` too; the returned accepted ids hold both kinds."""
     cursor = c.connection.driver_connection.cursor()
     accepted = _sqlite_fenced_writes(cursor, _by_shape(writes), owner) if writes else set()
     if history and accepted:
         history_rows.insert_on_cursor(cursor, history_rows.rows_for(accepted, history))
     claimed = _sqlite_claim(cursor, claims, owner, until, stamp) if claims else {}
+    if later:
+        done = _sqlite_fenced_writes(cursor, _by_shape(later), owner)
+        if history and done:
+            history_rows.insert_on_cursor(cursor, history_rows.rows_for(done, history))
+        accepted |= done
     ended = {eid: _sqlite_end(cursor, eid, owner, version, stamp) for eid, version in ends}
     return accepted, claimed, ended
 

@@ -346,25 +346,34 @@ class TaskRepository:
     async def write_pass(self, writes: Sequence[tuple[str, int, Mapping[str, Any]]], claims: Sequence[str],
                          owner: str, until: str, stamp: str, ends: Sequence[tuple[str, str]] = (),
                          history: Mapping[str, Attempt] | None = None,
+                         later: Sequence[tuple[str, int, Mapping[str, Any]]] = (),
                          ) -> tuple[set[str], dict[str, Row], dict[str, str | None]]:
         """The engine's pass in one transaction: fenced writes (outcomes, progress) with the
         history rows of the attempts they end (`history`, by task id: storage/attempts.py), claims,
-        and the end of executions whose last task just ended (`ends`: execution id and version).
-        Returns the ids whose write was accepted, the claimed ids with their tokens, and each
-        ended execution's final status (None: it cannot end now)."""
+        `later` fenced writes that see those claims (pure tasks completed inline, with their
+        history rows in `history`), and the end of executions whose last task just ended (`ends`:
+        execution id and version). Returns the ids whose write was accepted (of both kinds), the
+        claimed ids with their tokens, and each ended execution's final status (None: it cannot end now)."""
         if self.connections.pg is not None:
-            return await self._pg_write_pass(writes, claims, owner, until, stamp, ends, history)
+            return await self._pg_write_pass(writes, claims, owner, until, stamp, ends, history, later)
 
+        size = len(writes) + len(claims) + len(ends) + len(later)
         return await self.connections.transact(executions.sqlite_pass, writes, claims, owner, until, stamp, ends,
-                                               history, inline=len(writes) + len(claims) + len(ends) <= SMALL_PASS)
+                                               history, later, inline=size <= SMALL_PASS)
 
     async def _pg_write_pass(self, writes: Sequence[tuple[str, int, Mapping[str, Any]]], claims: Sequence[str],
                              owner: str, until: str, stamp: str, ends: Sequence[tuple[str, str]],
                              history: Mapping[str, Attempt] | None,
+                             later: Sequence[tuple[str, int, Mapping[str, Any]]] = (),
                              ) -> tuple[set[str], dict[str, Row], dict[str, str | None]]:
-        """PostgreSQL: the whole pass in one round trip (statements.pass_statement)."""
+        """PostgreSQL: the whole pass in one round trip (statements.pass_statement): its rows are
+        statements of one transaction, so `later` writes (rows after the claims) see the claims."""
         assert self.connections.pg is not None
-        rows = executions.pg_step_params(writes, claims, owner, until, stamp, ends, history)
+        if later:
+            rows = (executions.pg_step_params(writes, claims, owner, until, stamp, (), history)
+                    + executions.pg_step_params(later, (), owner, until, stamp, ends, history))
+        else:
+            rows = executions.pg_step_params(writes, claims, owner, until, stamp, ends, history)
         found = await self.connections.pg.fetchmany(statements.pass_statement().postgresql, rows) if rows else []
         self.connections.answered_at = time.monotonic()
         accepted, claimed, ended = executions.pg_step_results(found)

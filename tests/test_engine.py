@@ -609,10 +609,15 @@ async def test_tasks_claimed_with_their_insert_keep_within_the_slots(app_factory
 async def test_a_create_claims_only_the_slots_no_queued_task_would_take(app_factory: Any) -> None:
     """PassLoop.reserve_for_insert, the rule itself: of the free slots, those the tasks queued now
     would take are left to them (fair order); only plain tasks (no dependencies, key or rate) are
-    taken; held slots count until released; nothing while an executor has a cap."""
-    new = [{"id": f"n{i}", "status": "pending", "priority": 1, "created_at": f"2026-01-01T00:00:0{i}"} for i in range(3)]
-    new += [{"id": "dep", "status": "pending", "priority": 0, "created_at": "2026-01-01", "dependencies": [{"id": "n0"}]},
-            {"id": "keyed", "status": "pending", "priority": 0, "created_at": "2026-01-01", "concurrency": {"key": "k"}}]
+    taken; held slots count until released; nothing while an executor has a cap; nothing pure (a
+    pass completes it inline, agent/engine/inline.py)."""
+    durable = {"schemas": {"method": "sleep_executor"}}
+    new = [{"id": f"n{i}", "status": "pending", "priority": 1, "created_at": f"2026-01-01T00:00:0{i}", **durable}
+           for i in range(3)]
+    new += [{"id": "dep", "status": "pending", "priority": 0, "created_at": "2026-01-01", "dependencies": [{"id": "n0"}],
+             **durable},
+            {"id": "keyed", "status": "pending", "priority": 0, "created_at": "2026-01-01", "concurrency": {"key": "k"},
+             **durable}]
     async with app_factory({"SERVICE_MAX_CONCURRENCY": "3"}) as client:
         passes = client.services.engine.passes
         passes.ready.push((1, "2026-01-01", "queued", "no-such-tree"), None)  # one task waits for a slot
@@ -621,6 +626,7 @@ async def test_a_create_claims_only_the_slots_no_queued_task_would_take(app_fact
         passes.release(["n0", "n1"])
         assert passes.reserve_for_insert([{**new[2], "priority": 0}, *new[:2]]) == ["n2", "n0"]
         passes.release(["n2", "n0"])
+        assert passes.reserve_for_insert([{**new[0], "schemas": {"method": "noop_executor"}}]) == []
     async with app_factory({"SERVICE_EXECUTOR_CONCURRENCY": "noop_executor=1"}) as client:
         assert client.services.engine.passes.reserve_for_insert(new) == []
 

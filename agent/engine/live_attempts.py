@@ -151,6 +151,13 @@ class Attempts:
 
     def start(self, tid: str, run: TreeRun, stamp: str, claim: Mapping[str, Any]) -> None:
         """Start the attempt a pass just claimed: publish its start, then run its executor."""
+        running = self.begin(tid, run, stamp, claim)
+        running.job = asyncio.create_task(self._run_executor(running), name=f"task-{tid}")
+
+    def begin(self, tid: str, run: TreeRun, stamp: str, claim: Mapping[str, Any]) -> LiveAttempt:
+        """The start of an attempt without its executor: the run, the row, metrics, the start's
+        events. `start` then runs the executor; a pure task completed inline (engine/inline.py)
+        gets its outcome from the pass at once."""
         run.started(tid)
         row = run.rows[tid]
         queued_at = history.queued_since(run, tid)  # before the row changes
@@ -167,7 +174,7 @@ class Attempts:
         self.metrics.attempt_started(running.executor_id)
         if self.publisher.listened:
             self._publish_start(run, tid, row["name"], claim["attempt"])
-        running.job = asyncio.create_task(self._run_executor(running), name=f"task-{tid}")
+        return running
 
     def _publish_start(self, run: TreeRun, tid: str, name: str, attempt: int) -> None:
         started = f"Task '{name}' started" + (f" (attempt {attempt})" if attempt > 1 else "")

@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from taskgrove.agent.engine import history, waits
+from taskgrove.agent.engine import history, inline, waits
 from taskgrove.agent.engine.live_attempts import Attempts, LiveAttempt
 from taskgrove.agent.engine.background import Background
 from taskgrove.agent.engine.bus import PROGRESS, TASK_COMPLETED, TASK_FAILED
@@ -34,7 +34,6 @@ from taskgrove.agent.foundations.settings import Settings
 from taskgrove.executors.registry import ExecutorRegistry
 from taskgrove.storage import executions
 from taskgrove.storage.connections import is_transient
-from taskgrove.storage.outage import recognise
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.clock import now_iso, seconds_until
 
@@ -44,8 +43,6 @@ log = logging.getLogger(__name__)
 # each write is tried on its own. The wait between tries doubles up to the max.
 WRITE_ATTEMPTS = 5
 WRITE_RETRY_MAX_SECONDS = 2.0
-# How long a loop waits before trying again while the database is away (storage/outage.py).
-OUTAGE_BACKOFF_SECONDS = 1.0
 # How often a task waiting for a concurrency key looks again when no task of the key ends here
 # (one may end on another instance, which tells nobody here).
 KEY_RECHECK_SECONDS = 0.5
@@ -59,7 +56,7 @@ class _Pass:
     """What one pass decided and what the database answered (one object per pass)."""
 
     __slots__ = ("stamp", "recorded", "taken", "limited", "ending", "touched", "accepted", "claimed", "ended",
-                 "verdicts", "stale")
+                 "verdicts", "stale", "pure")
 
     def __init__(self, stamp: str, recorded: list[tuple[LiveAttempt, dict[str, Any]]], taken: list[tuple[str, TreeRun]],
                  limited: list[Limited], ending: list[TreeRun], touched: dict[int, TreeRun]) -> None:
@@ -74,6 +71,7 @@ class _Pass:
         self.ended: dict[str, str | None] = {}
         self.verdicts: list[tuple[str, Any]] = []
         self.stale: dict[str, TreeRun] = {}  # runs to re-read from the database
+        self.pure: list[inline.InlineTask] = []  # claimed and completed in the pass's transaction
 
 
 class PassLoop:
@@ -104,10 +102,6 @@ class PassLoop:
         self.waiting_for: dict[str, str] = {}  # task id -> why it waits (tasks.get shows it)
         self.capped = 0  # ready tasks held back by SERVICE_EXECUTOR_CONCURRENCY in the last pass
         self.reserved = 0  # slots held for tasks claimed with their tree's insert, until they start
-        # Tasks whose attempt ended and whose outcome waits in memory for the database (a write
-        # retried through an outage): their leases are still ours to renew (leases.py renew),
-        # or the lease keeper would settle them as interrupted and their outcome would be lost.
-        self.unwritten: set[str] = set()
         # Deadlines of parked tasks (engine/waits.py): (monotonic time, id, tree_id), and each
         # task's latest, so a rebuild that finds it parked again adds no second timer.
         self._wakes: list[tuple[float, str, str]] = []
@@ -140,11 +134,9 @@ class PassLoop:
             try:
                 await self.run_pass()
                 self.metrics.engine_pass(time.perf_counter() - began)
-            except Exception as exc:  # never let one bad pass stop the engine
-                outage = recognise(exc) is not None  # logged once by storage/outage.py: back off quietly
-                if not outage:
-                    log.exception("engine pass failed")
-                await asyncio.sleep(OUTAGE_BACKOFF_SECONDS if outage else 0.1)
+            except Exception:  # never let one bad pass stop the engine
+                log.exception("engine pass failed")
+                await asyncio.sleep(0.1)
                 self.wake.set()
 
     async def run_pass(self) -> None:
@@ -156,6 +148,7 @@ class PassLoop:
         self._publish_outcomes(batch)
         # Start every claimed task before the next await, so no cancel can slip in between.
         self._start_claimed(batch)
+        self._complete_inline(batch)
         self._start_limited(batch)
         self._end_runs(batch)
         for run in batch.touched.values():
@@ -181,13 +174,32 @@ class PassLoop:
         for run in touched.values():
             self.queue_runnable(run)
         taken, limited = self._split_limited(self._take_ready())
-        # Runs whose last task just ended end in this same transaction.
-        ending = [run for run in touched.values()
-                  if run.is_over() and not run.ending and not run.done.is_set()
+        stamp = now_iso()
+        taken, pure = self._split_inline(taken, stamp)
+        # Runs whose last task just ended (or ends inline now) end in this same transaction.
+        inline_runs = {id(item.run): item.run for item in pure}
+        pure_ids = {item.task_id for item in pure}
+        ending = [run for run in {**touched, **inline_runs}.values()
+                  if inline.over_after(run, pure_ids) and not run.ending and not run.done.is_set()
                   and self.runs.get(run.tree_id) is run]
         for run in ending:
             run.ending = True
-        return _Pass(now_iso(), recorded, taken, limited, ending, touched)
+        batch = _Pass(stamp, recorded, taken, limited, ending, touched)
+        batch.pure = pure
+        return batch
+
+    def _split_inline(self, taken: list[tuple[str, TreeRun]], stamp: str,
+                      ) -> tuple[list[tuple[str, TreeRun]], list[inline.InlineTask]]:
+        """Pure tasks (engine/inline.py) with the outcome they get in the pass's transaction; the rest."""
+        durable: list[tuple[str, TreeRun]] = []
+        pure: list[inline.InlineTask] = []
+        for tid, run in taken:
+            item = inline.decide(self.registry, self.settings, self.attempts.services, run, tid, stamp)
+            if item is None:
+                durable.append((tid, run))
+            else:
+                pure.append(item)
+        return durable, pure
 
     def _split_limited(self, taken: list[tuple[str, TreeRun]]) -> tuple[list[tuple[str, TreeRun]], list[Limited]]:
         """Tasks with a concurrency key or a rate are claimed one by one; the rest in the pass's
@@ -209,9 +221,12 @@ class PassLoop:
         writes: list[Write] = [(running.task_id, running.epoch, o["values"]) for running, o in batch.recorded]
         writes += [(tid, r.epoch, {"progress": p, "updated_at": stamp})
                    for tid, p in progress.items() if (r := self.running.get(tid)) is not None]
+        rows = history.rows_of(batch.recorded)
+        rows.update((item.task_id, item.row) for item in batch.pure)
         batch.accepted, batch.claimed, batch.ended = await self._write(
-            writes, [tid for tid, _ in batch.taken], stamp, [(run.execution_id, run.version) for run in batch.ending],
-            history.rows_of(batch.recorded))
+            writes, [tid for tid, _ in batch.taken] + [item.task_id for item in batch.pure], stamp,
+            [(run.execution_id, run.version) for run in batch.ending], rows,
+            [(item.task_id, item.epoch, item.values) for item in batch.pure])
         batch.verdicts = [await self._claim_limited(tid, lim, stamp) for tid, _, lim in batch.limited]
 
     def _publish_outcomes(self, batch: _Pass) -> None:
@@ -239,6 +254,26 @@ class PassLoop:
                 start(tid, run, batch.stamp, claimed[tid])
             elif tid in run.queued:  # the database says not now: look at the tree again
                 stale[run.tree_id] = run
+
+    def _complete_inline(self, batch: _Pass) -> None:
+        """Pure tasks claimed and completed in the pass's transaction: their attempt begins and
+        ends here, as the durable path records and publishes it. One claimed whose outcome write
+        was refused (its epoch was not the one predicted) runs as an ordinary attempt."""
+        for item in batch.pure:
+            tid, run = item.task_id, item.run
+            batch.touched[id(run)] = run
+            claim = batch.claimed.get(tid)
+            if claim is None:
+                if tid in run.queued:  # the database says not now: look at the tree again
+                    batch.stale[run.tree_id] = run
+            elif tid not in batch.accepted:
+                self.attempts.start(tid, run, batch.stamp, claim)
+            else:
+                outcome = {"id": tid, "values": item.values}
+                self.attempts.begin(tid, run, batch.stamp, claim)
+                running = self._record(outcome)
+                if running is not None:
+                    self._publish_outcome(running, outcome)
 
     def _start_limited(self, batch: _Pass) -> None:
         stale = batch.stale
@@ -448,7 +483,8 @@ class PassLoop:
         if free <= 0:
             return []
         plain = [row for row in rows if row["status"] == PENDING and not row.get("dependencies")
-                 and not row.get("next_attempt_at") and not row.get("concurrency") and not row.get("rate_limit")]
+                 and not row.get("next_attempt_at") and not row.get("concurrency") and not row.get("rate_limit")
+                 and not inline.may_be_pure(self.registry, row)]  # a pass completes those inline
         if len(plain) > free:  # the pass's order within a tree: priority, then creation
             plain.sort(key=lambda row: (row["priority"], row["created_at"]))
         ids = [row["id"] for row in plain[:free]]
@@ -473,7 +509,7 @@ class PassLoop:
             return "refused", None
 
     async def _write(self, writes: list[Write], claims: list[str], stamp: str, ends: list[tuple[str, str]],
-                     rows: dict[str, history.Attempt],
+                     rows: dict[str, history.Attempt], later: list[Write] | None = None,
                      ) -> tuple[set[str], dict[str, dict[str, Any]], dict[str, str | None]]:
         """One transaction for a whole pass. A transient error (the database locked, restarting,
         its connection cut) is retried for as long as it lasts: the outcomes of a pass are the
@@ -483,25 +519,19 @@ class PassLoop:
         if not (writes or claims or ends):
             return set(), {}, {}
         attempt = 0
-        waiting = {tid for tid, _, _ in writes} - self.unwritten
-        self.unwritten |= waiting
-        try:
-            while True:
-                attempt += 1
-                try:
-                    return await self.repo.write_pass(writes, claims, self.instance_id, self.lease_until(), stamp,
-                                                      ends, rows)
-                except Exception as exc:
-                    if not is_transient(exc) or (self.stopping and attempt >= WRITE_ATTEMPTS):
-                        log.warning("engine write failed (%s); writing its parts one by one", type(exc).__name__,
-                                    exc_info=True)
-                        break
-                    # An outage is logged once by storage/outage.py; anything else here.
-                    if recognise(exc) is None and (attempt <= WRITE_ATTEMPTS or attempt % 30 == 0):
-                        log.warning("engine write failed (attempt %d, %s), retrying", attempt, type(exc).__name__)
-                    await asyncio.sleep(min(0.05 * 2 ** attempt, WRITE_RETRY_MAX_SECONDS))
-        finally:
-            self.unwritten -= waiting
+        while True:
+            attempt += 1
+            try:
+                return await self.repo.write_pass(writes, claims, self.instance_id, self.lease_until(), stamp, ends,
+                                                  rows, later or ())
+            except Exception as exc:
+                if not is_transient(exc) or (self.stopping and attempt >= WRITE_ATTEMPTS):
+                    log.warning("engine write failed (%s); writing its parts one by one", type(exc).__name__,
+                                exc_info=True)
+                    break
+                if attempt <= WRITE_ATTEMPTS or attempt % 30 == 0:
+                    log.warning("engine write failed (attempt %d, %s), retrying", attempt, type(exc).__name__)
+                await asyncio.sleep(min(0.05 * 2 ** attempt, WRITE_RETRY_MAX_SECONDS))
         accepted: set[str] = set()
         for tid, epoch, values in writes:
             accepted |= await self._write_alone(tid, epoch, values, stamp, rows.pop(tid, None))
