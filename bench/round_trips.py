@@ -20,7 +20,6 @@ import asyncio
 import glob
 import re
 import tempfile
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -32,19 +31,39 @@ import wire  # bench/wire.py, beside this script
 from run import fresh_postgres  # bench/run.py
 
 ENTRY = re.compile(r"^\S+ \S+ \S+ \[(\d+)\] \S*@(\S+) LOG:  (?:statement|execute [^:]*): (.*)$")
+DETAIL = re.compile(r"^\S+ \S+ \S+ \[(\d+)\] \S*@(\S+) DETAIL:  parameters: (.*)$")
+PARAM = re.compile(r"\$(\d+) = (NULL|'(?:[^']|'')*')")
+PASS = "WITH w AS MATERIALIZED"  # statements.pass_statement: which parts a row uses, from its arguments
 NOOP = {"method": "noop_executor"}
 
 
-def statements_since(log: Path, offset: int, database: str) -> list[tuple[int, str]]:
-    """(backend pid, statement's first 110 characters) of `database` logged after `offset`."""
+def statements_since(log: Path, offset: int, database: str, end: int) -> list[tuple[int, str]]:
+    """(backend pid, statement's first 110 characters, or what an engine pass row does) of
+    `database` logged between `offset` and `end`."""
     found: list[tuple[int, str]] = []
-    with log.open(errors="replace") as f:
+    with log.open("rb") as f:
         f.seek(offset)
-        for line in f:
-            match = ENTRY.match(line)
-            if match and match.group(2) == database:
-                found.append((int(match.group(1)), " ".join(match.group(3).split())[:110]))
+        text = f.read(end - offset).decode(errors="replace")
+    for line in text.splitlines():
+        match = ENTRY.match(line)
+        if match and match.group(2) == database:
+            found.append((int(match.group(1)), " ".join(match.group(3).split())[:110]))
+        detail = DETAIL.match(line)
+        if detail and detail.group(2) == database and found and found[-1][1].startswith(PASS):
+            found[-1] = (found[-1][0], pass_row(dict(PARAM.findall(detail.group(3)))))
     return found
+
+
+def pass_row(args: dict[str, str]) -> str:
+    """What one row of the engine's pass statement does, from its arguments (statements.PASS_ARGS)."""
+    parts = []
+    if args.get("2", "'{}'") != "'{}'":
+        parts.append(f"fenced writes {args['2']}")
+    if args.get("4", "'{}'") != "'{}'":
+        parts.append(f"claims {args['4']}")
+    if args.get("7", "NULL") != "NULL":
+        parts.append("end of the execution")
+    return "engine pass row: " + (", ".join(parts) or "nothing")
 
 
 async def one(http: httpx.AsyncClient, tasks: list[dict[str, Any]]) -> None:
@@ -77,8 +96,8 @@ async def measure(url: str, database: str, log: Path, chain_links: int) -> None:
                                   wire.chain(chain_links, uuid.uuid4().hex[:6] + "-"))):
                 offset = log.stat().st_size
                 await one(http, tasks)
-                time.sleep(0.3)  # the log is written by the backends; give it a moment
-                show(label, statements_since(log, offset, database))
+                end = log.stat().st_size  # each backend writes its statement's line before running it
+                show(label, statements_since(log, offset, database, end))
     finally:
         server.stop()
 

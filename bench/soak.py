@@ -1,0 +1,148 @@
+"""Sustained mixed load on a real `taskgrove serve`: does it wear down over half an hour? (issue 48, item 6)
+
+Four clients in turn create 5-task trees (`noop_executor`), read them (tasks.get, tasks.list),
+and now and then cancel a running tree and run a tree whose task fails and is retried; a fifth
+client holds a WebSocket that subscribes to a recent tree, reads for two seconds and reconnects.
+Every minute prints the create p50, operations a second, failures and the server's RSS; the end
+prints each minute against the first (the issue's bar: p50 and throughput within 10 %).
+
+    .venv/bin/python bench/soak.py --minutes 30
+    .venv/bin/python bench/soak.py --minutes 30 --postgres postgresql://postgres@127.0.0.1:5432/test
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import tempfile
+import time
+import uuid
+from typing import Any
+
+import httpx
+import websockets
+
+import wire  # bench/wire.py, beside this script
+from run import fresh_postgres  # bench/run.py
+
+NOOP = {"method": "noop_executor"}
+RETRIED = {"name": "retried", "schemas": {"method": "sleep_executor"}, "inputs": {"seconds": 0.2},
+           "timeout_seconds": 0.05, "retry": {"max_attempts": 2, "backoff": "fixed", "base_seconds": 0.05}}
+
+
+class Record:
+    """(seconds since start, kind, latency seconds, ok) of every operation."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.ops: list[tuple[float, str, float, bool]] = []
+        self.roots: list[str] = []
+
+    async def timed(self, kind: str, call: Any) -> Any:
+        began = time.monotonic()
+        ok, answer = True, None
+        try:
+            answer = await call
+            ok = not (isinstance(answer, dict) and "error" in answer)
+        except Exception:  # a failed operation is counted, never raised: the soak goes on
+            ok = False
+        self.ops.append((began - self.started, kind, time.monotonic() - began, ok))
+        return answer
+
+
+async def rpc(http: httpx.AsyncClient, method: str, params: Any) -> dict[str, Any]:
+    response = await http.post("/tasks", json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+    return response.json()
+
+
+async def client(url: str, record: Record, until: float) -> None:
+    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+        n = 0
+        while time.monotonic() < until:
+            n += 1
+            p = uuid.uuid4().hex[:8] + "-"
+            await record.timed("create", rpc(http, "tasks.create", wire.fan_out(5, p)))
+            record.roots = (record.roots + [f"{p}r"])[-50:]
+            await record.timed("get", rpc(http, "tasks.get", {"task_id": f"{p}r"}))
+            await record.timed("list", rpc(http, "tasks.list", {"limit": 20}))
+            if n % 10 == 0:
+                await record.timed("retried", rpc(http, "tasks.create", [dict(RETRIED, id=f"{p}x")]))
+            if n % 10 == 5:
+                slow = asyncio.create_task(rpc(http, "tasks.create", [{"id": f"{p}s", "name": "slow",
+                                                                       "schemas": {"method": "sleep_executor"},
+                                                                       "inputs": {"seconds": 30}}]))
+                await asyncio.sleep(0.05)
+                await record.timed("cancel", rpc(http, "tasks.cancel", {"task_id": f"{p}s"}))
+                await record.timed("cancelled create", slow)
+
+
+async def watcher(url: str, record: Record, until: float) -> None:
+    ws_url = url.replace("http://", "ws://") + "/ws"
+    while time.monotonic() < until:
+        async def session() -> None:
+            async with websockets.connect(ws_url) as ws:
+                if record.roots:
+                    await ws.send(json.dumps({"action": "subscribe", "task_id": record.roots[-1]}))
+                end = time.monotonic() + 2
+                while (left := end - time.monotonic()) > 0:
+                    try:
+                        await asyncio.wait_for(ws.recv(), left)
+                    except TimeoutError:
+                        break
+        await record.timed("ws session", session())
+
+
+async def soak(server: wire.Server, minutes: float, clients: int) -> None:
+    record = Record()
+    until = time.monotonic() + minutes * 60
+    rss: list[float] = []
+
+    async def memory() -> None:
+        while time.monotonic() < until:
+            rss.append(server.rss_mb())
+            await asyncio.sleep(60)
+
+    await asyncio.gather(*(client(server.url, record, until) for _ in range(clients)),
+                         watcher(server.url, record, until), memory())
+    report(record, rss)
+
+
+def report(record: Record, rss: list[float]) -> None:
+    minutes: dict[int, list[tuple[float, str, float, bool]]] = {}
+    for op in record.ops:
+        minutes.setdefault(int(op[0] // 60), []).append(op)
+    rows = []
+    for minute, ops in sorted(minutes.items()):
+        creates = [lat for _, kind, lat, ok in ops if kind == "create" and ok]
+        rows.append((minute, statistics.median(creates) * 1000 if creates else float("nan"), len(ops) / 60,
+                     sum(1 for op in ops if not op[3]), rss[minute] if minute < len(rss) else float("nan")))
+    first = rows[0]
+    print("minute  create p50 ms  ops/s   failed  RSS MB   p50/first  ops/first")
+    for minute, p50, rate, failed, mb in rows:
+        print(f"{minute:>6}  {p50:12.2f}  {rate:6.1f}  {failed:6d}  {mb:6.1f}  {p50 / first[1]:9.2f}  {rate / first[2]:9.2f}")
+    full = rows[:-1] if len(rows) > 1 else rows  # the last minute is cut short
+    worst_p50 = max(p50 / first[1] for _, p50, _, _, _ in full)
+    worst_rate = min(rate / first[2] for _, _, rate, _, _ in full)
+    print(json.dumps({"worst_p50_vs_first": round(worst_p50, 3), "worst_ops_vs_first": round(worst_rate, 3),
+                      "within_10_percent": worst_p50 <= 1.1 and worst_rate >= 0.9,
+                      "failed": sum(1 for op in record.ops if not op[3])}))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--minutes", type=float, default=30)
+    parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--postgres", help="a PostgreSQL server URL (a scratch database is made on it)")
+    args = parser.parse_args()
+    with fresh_postgres(args.postgres) as database_url:
+        server, _ = wire.start_taskgrove(tempfile.mkdtemp(prefix="taskgrove-soak-"), database_url)
+        try:
+            asyncio.run(soak(server, args.minutes, args.clients))
+        finally:
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()
