@@ -27,7 +27,7 @@ from taskgrove.storage.attempts import ms_between
 from taskgrove.storage.models import UNFINISHED_STATUSES
 from taskgrove.storage.models import executions_table as X
 from taskgrove.storage.models import tasks_table as T
-from taskgrove.storage.repository import read_tree
+from taskgrove.storage.repository import TaskRepository, read_tree
 from taskgrove.storage.trigger_models import trigger_events_table as E
 from taskgrove.storage.trigger_models import trigger_runs_table as R
 from taskgrove.storage.trigger_models import triggers_table as G
@@ -307,3 +307,61 @@ def waiting_count(c: Connection, trigger_id: str) -> int:
     """How many of a trigger's events wait (a debounce, a batch, a queue)."""
     return int(c.execute(select(func.count()).select_from(E)
                          .where(E.c.trigger_id == trigger_id, E.c.handled_at.is_(None))).scalar() or 0)
+
+
+class TriggerStore:
+    """The triggers' named operations, each one transaction of its own running the statement
+    function above of the same name: what the trigger service and the trigger loop call (issue
+    44: storage offers named operations; nothing above it hands functions to `transact`)."""
+
+    def __init__(self, repo: TaskRepository) -> None:
+        self._transact = repo.transact
+
+    async def get(self, trigger_id: str) -> Row | None:
+        return await self._transact(get_trigger, trigger_id)
+
+    async def insert(self, row: Mapping[str, Any]) -> None:
+        await self._transact(insert_trigger, row)
+
+    async def listing(self, user_id: str | None, task_id: str | None, event: str | None, limit: int,
+                      offset: int) -> list[Row]:
+        return await self._transact(list_triggers, user_id, task_id, event, limit, offset)
+
+    async def update(self, trigger_id: str, values: Mapping[str, Any]) -> Row | None:
+        return await self._transact(update_trigger, trigger_id, values)
+
+    async def delete(self, trigger_id: str, stamp: str) -> bool:
+        return await self._transact(delete_trigger, trigger_id, stamp)
+
+    async def runs_of(self, trigger_id: str, key: str | None, limit: int) -> list[Row]:
+        return await self._transact(runs_of, trigger_id, key, limit)
+
+    async def waiting_count(self, trigger_id: str) -> int:
+        return await self._transact(waiting_count, trigger_id)
+
+    async def matching(self, user_id: str | None, name: str) -> list[Row]:
+        return await self._transact(matching, user_id, name)
+
+    async def take_in(self, entries: Sequence[Mapping[str, Any]], event_id: str, payload: Mapping[str, Any],
+                      stamp: str) -> int:
+        return await self._transact(take_in, entries, event_id, payload, stamp)
+
+    async def pending_groups(self, limit: int = 500) -> list[Row]:
+        return await self._transact(pending_groups, limit)
+
+    async def take_group(self, trigger_id: str, key: str, decide: Decide, stamp: str, owner: str, until: str,
+                         traceparent: str | None = None) -> Row:
+        return await self._transact(take_group, trigger_id, key, decide, stamp, owner, until, traceparent)
+
+    async def record_cancels(self, trigger_id: str, roots: Sequence[str], reason: str) -> int:
+        return await self._transact(record_cancels, trigger_id, roots, reason)
+
+    async def waiting_cancels(self, trigger_id: str, key: str) -> list[Row]:
+        return await self._transact(waiting_cancels, trigger_id, key)
+
+    async def running_roots(self, trigger_id: str, key: str, started_by: str | None = None) -> list[str]:
+        return await self._transact(running_roots, trigger_id, key, started_by)
+
+    async def settle_cancel(self, cancel: Mapping[str, Any], cancelled: Sequence[str], reason: str,
+                            stamp: str) -> dict[str, int] | None:
+        return await self._transact(settle_cancel, cancel, cancelled, reason, stamp)

@@ -24,10 +24,9 @@ from taskgrove.agent.engine.engine import Engine
 from taskgrove.agent.engine.trigger_policy import decide, due_at
 from taskgrove.agent.foundations import tracing
 from taskgrove.agent.foundations.trigger_metrics import TriggerMetrics
-from taskgrove.storage import trigger_store
 from taskgrove.storage.clock import now_iso
 from taskgrove.storage.status import TaskStatus
-from taskgrove.storage.trigger_store import Plan, TakenElsewhere
+from taskgrove.storage.trigger_store import Plan, TakenElsewhere, TriggerStore
 from taskgrove.storage.outage import recognise
 
 log = logging.getLogger(__name__)
@@ -47,6 +46,7 @@ class TriggerLoop:
     def __init__(self, engine: Engine, metrics: TriggerMetrics) -> None:
         self.engine = engine
         self.repo = engine.repo
+        self.triggers = TriggerStore(engine.repo)
         self.metrics = metrics
         self._wake = asyncio.Event()
         self._job: asyncio.Task[None] | None = None
@@ -95,7 +95,7 @@ class TriggerLoop:
         cap = IDLE_SECONDS if self.engine.sqlite else POLL_SECONDS
         if self.engine.stopping:
             return cap
-        groups = await self.repo.transact(trigger_store.pending_groups, GROUPS)
+        groups = await self.triggers.pending_groups(GROUPS)
         wait, acted, clock = cap, False, time.monotonic()
         for group in groups:
             if self._stopping:
@@ -139,9 +139,8 @@ class TriggerLoop:
         plan = Plan("wait", [])
         for _ in range(REPLACE_ROUNDS):
             now = datetime.now(timezone.utc)
-            answer = await self.repo.transact(
-                trigger_store.take_group, trigger_id, key,
-                lambda trigger, rows, running: decide(trigger, rows, running, now),
+            answer = await self.triggers.take_group(
+                trigger_id, key, lambda trigger, rows, running: decide(trigger, rows, running, now),
                 now_iso(), engine.instance_id, engine.lease_until(), tracing.stored_traceparent(None))
             plan, trigger = answer["plan"], answer["trigger"]
             if plan.action == "replace":
@@ -149,7 +148,7 @@ class TriggerLoop:
                 reason = (f"Replaced by a newer run: trigger {trigger_id} took event {newest} for key {key!r} "
                           f"(singleton: replace)")
                 await self._cancel_runs(plan.running, reason)
-                counted = await self.repo.transact(trigger_store.record_cancels, trigger_id, list(plan.running), reason)
+                counted = await self.triggers.record_cancels(trigger_id, list(plan.running), reason)
                 self.metrics.cancelled.inc(counted)
                 continue
             if plan.action == "skip":
@@ -173,12 +172,12 @@ class TriggerLoop:
 
     async def _cancel_on(self, trigger: dict[str, Any], key: str) -> None:
         """Carry out the waiting cancel_on events of a key: cancel the runs started before each."""
-        for cancel in await self.repo.transact(trigger_store.waiting_cancels, trigger["id"], key):
-            roots = await self.repo.transact(trigger_store.running_roots, trigger["id"], key, cancel["created_at"])
+        for cancel in await self.triggers.waiting_cancels(trigger["id"], key):
+            roots = await self.triggers.running_roots(trigger["id"], key, cancel["created_at"])
             reason = (f"Cancelled by event '{trigger['cancel_on']}' ({cancel['event_id']}) for key {key!r} "
                       f"(trigger {trigger['id']}, cancel_on)")
             await self._cancel_runs(roots, reason)
-            settled = await self.repo.transact(trigger_store.settle_cancel, cancel, roots, reason, now_iso())
+            settled = await self.triggers.settle_cancel(cancel, roots, reason, now_iso())
             if settled is not None:
                 self.metrics.cancelled.inc(settled["cancelled"])
                 self.metrics.counted("skipped", settled["dropped"])

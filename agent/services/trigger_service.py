@@ -29,6 +29,7 @@ from taskgrove.agent.foundations.requests_triggers import (CreateTrigger, ListTr
                                                            UpdateTrigger)
 from taskgrove.agent.foundations.trigger_metrics import TriggerMetrics
 from taskgrove.storage import jsonvalues, trigger_store
+from taskgrove.storage.trigger_store import TriggerStore
 from taskgrove.storage.clock import now_iso
 from taskgrove.storage.repository import TaskRepository
 
@@ -53,13 +54,14 @@ def public(row: Mapping[str, Any]) -> dict[str, Any]:
 class TriggerService:
     def __init__(self, repo: TaskRepository, loop: TriggerLoop, metrics: TriggerMetrics) -> None:
         self.repo = repo
+        self.triggers = TriggerStore(repo)
         self.loop = loop
         self.metrics = metrics
 
     # --- helpers --------------------------------------------------------------------------
 
     async def _trigger_for(self, trigger_id: str, caller: Caller, verb: str) -> dict[str, Any]:
-        row = await self.repo.transact(trigger_store.get_trigger, trigger_id)
+        row = await self.triggers.get(trigger_id)
         if row is None:
             raise invalid_params(f"trigger_id: trigger '{trigger_id}' not found")
         if not caller.can_access(row["user_id"]):
@@ -85,33 +87,33 @@ class TriggerService:
         stamp = now_iso()
         trigger_id = request.trigger_id or str(uuid.uuid4())
         taken = f"trigger_id: trigger '{trigger_id}' already exists; choose another id or update it"
-        if request.trigger_id is not None and await self.repo.transact(trigger_store.get_trigger, trigger_id):
+        if request.trigger_id is not None and await self.triggers.get(trigger_id):
             raise invalid_params(taken)
         row = {"id": trigger_id, "task_id": request.task_id, "user_id": template["user_id"], **spec,
                "matched": 0, "runs": 0, "debounced": 0, "batched": 0, "skipped": 0, "cancelled": 0,
                "last_run_at": None, "last_root_task_id": None, "created_at": stamp, "updated_at": stamp}
         try:
-            await self.repo.transact(trigger_store.insert_trigger, row)
+            await self.triggers.insert(row)
         except IntegrityError:  # created under the same id meanwhile
             raise invalid_params(taken) from None
         return public(row)
 
     async def get(self, request: TriggerRef, ctx: CallContext) -> dict[str, Any] | None:
-        row = await self.repo.transact(trigger_store.get_trigger, request.trigger_id)
+        row = await self.triggers.get(request.trigger_id)
         if row is None:
             return None
         if not ctx.caller.can_access(row["user_id"]):
             raise permission_denied(f"You may not access trigger '{request.trigger_id}'")
         answer = public(row)
-        answer["waiting"] = await self.repo.transact(trigger_store.waiting_count, row["id"])
+        answer["waiting"] = await self.triggers.waiting_count(row["id"])
         return answer
 
     async def list(self, request: ListTriggers, ctx: CallContext) -> list[dict[str, Any]]:
         user_id = request.user_id
         if user_id is None and ctx.caller.authenticated and not ctx.caller.unrestricted:
             user_id = ctx.caller.user_id
-        rows = await self.repo.transact(trigger_store.list_triggers, user_id, request.task_id, request.event,
-                                        request.limit, request.offset)
+        rows = await self.triggers.listing(user_id, request.task_id, request.event, request.limit,
+                                             request.offset)
         return [public(r) for r in rows if ctx.caller.can_access(r["user_id"])]
 
     async def update(self, request: UpdateTrigger, ctx: CallContext) -> dict[str, Any]:
@@ -119,7 +121,7 @@ class TriggerService:
         if "task_id" in request.fields and request.fields["task_id"] != row["task_id"]:
             raise invalid_params("task_id: a trigger's template cannot be changed; create another trigger")
         spec = spec_of(request.fields, row)
-        updated = await self.repo.transact(trigger_store.update_trigger, row["id"], {**spec, "updated_at": now_iso()})
+        updated = await self.triggers.update(row["id"], {**spec, "updated_at": now_iso()})
         if updated is None:
             raise invalid_params(f"trigger_id: trigger '{row['id']}' not found")
         self.loop.wake()  # a new debounce, batch or enabled changes what is due
@@ -127,14 +129,14 @@ class TriggerService:
 
     async def delete(self, request: TriggerRef, ctx: CallContext) -> dict[str, Any]:
         row = await self._trigger_for(request.trigger_id, ctx.caller, "delete")
-        deleted = await self.repo.transact(trigger_store.delete_trigger, row["id"], now_iso())
+        deleted = await self.triggers.delete(row["id"], now_iso())
         return {"success": deleted, "trigger_id": row["id"]}
 
     async def runs(self, request: TriggerRuns, ctx: CallContext) -> builtins.list[dict[str, Any]] | None:
         """The runs the trigger started, newest first; None for an unknown trigger, as triggers.get."""
         if await self.get(TriggerRef(request.trigger_id), ctx) is None:
             return None
-        return await self.repo.transact(trigger_store.runs_of, request.trigger_id, request.key, request.limit)
+        return await self.triggers.runs_of(request.trigger_id, request.key, request.limit)
 
     # --- events.emit ----------------------------------------------------------------------
 
@@ -145,7 +147,7 @@ class TriggerService:
         to cancel, for its `cancel_on`), and the loop is woken. Returns {"triggered": how many
         triggers took it in} for the emit's answer."""
         entries = []
-        for trigger in await self.repo.transact(trigger_store.matching, user_id, name):
+        for trigger in await self.triggers.matching(user_id, name):
             if trigger["event"] == name and matches({"match": trigger["match"]}, payload):
                 entries.append({"trigger_id": trigger["id"], "kind": "start",
                                 "group_key": trigger_store.group_key(trigger, payload)})
@@ -153,7 +155,7 @@ class TriggerService:
                 entries.append({"trigger_id": trigger["id"], "kind": "cancel",
                                 "group_key": trigger_store.group_key(trigger, payload)})
         if entries:
-            await self.repo.transact(trigger_store.take_in, entries, event_id, payload, stamp)
+            await self.triggers.take_in(entries, event_id, payload, stamp)
             self.metrics.counted("matched", len(entries))
             self.loop.wake()
         return {"triggered": len(entries)}
