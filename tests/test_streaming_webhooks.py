@@ -24,7 +24,6 @@ async def pending_tree(client: Client, *tasks: dict[str, Any]) -> None:
 
 
 async def test_sse_event_sequence(client: Client) -> None:
-    baseline = client.services.bus.subscriber_count  # the service's own listeners (remote questions)
     await client.result("tasks.create", [
         task("root", deps=["a"], method="aggregate_results_executor"),
         task("a", "root", method="sleep_executor", inputs={"seconds": 0.05}),
@@ -54,7 +53,7 @@ async def test_sse_event_sequence(client: Client) -> None:
     assert final["result"]["root_task_id"] == "root" and final["result"]["task_count"] == 3
     completed = next(e for e in events[1:] if e["type"] == "task_completed" and e["task_id"] == "a")
     assert completed["result"] == {"slept": 0.05}
-    assert client.services.bus.subscriber_count == baseline, "nothing left behind"
+    assert client.services.bus.subscriber_count == 0, "nothing left behind"
 
 
 async def test_webhook_delivery_and_payload(client: Client) -> None:
