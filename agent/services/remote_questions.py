@@ -6,17 +6,18 @@ runs for it, so the executor's own cancel hook cannot reach the remote task. Its
 what it waits on (`asking: true`, `remote_task_id`, `agent_url`, executors/a2a_questions.py). When
 such a task is cancelled (tasks.cancel, a cancelled tree) or fails (its `answer_timeout_seconds`
 passed), this listener, on the instance where that happened, sends tasks/cancel to the remote
-agent. It reads the bus: the engine publishes `task_cancelled` and `task_failed` there once.
+agent. It watches the bus for `task_cancelled` and `task_failed` (a watcher, not a subscriber: a plain
+run still builds no events nobody subscribed to).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from taskgrove.agent.engine.bus import TASK_CANCELLED, TASK_FAILED, BusSubscription, EventBus
+from taskgrove.agent.engine.bus import TASK_CANCELLED, TASK_FAILED, Event, EventBus
 from taskgrove.agent.foundations.settings import Settings
 from taskgrove.storage.repository import TaskRepository
 
@@ -42,32 +43,27 @@ class RemoteQuestionCancels:
         self.repo = repo
         self.bus = bus
         self.settings = settings
-        self._sub: BusSubscription | None = None
-        self._loop: asyncio.Task[None] | None = None
+        self._unwatch: Callable[[], None] | None = None
         self._jobs: set[asyncio.Task[Any]] = set()
         self.cancelled: list[str] = []  # remote task ids cancelled by this instance (tests, logs)
 
     def start(self) -> None:
-        self._sub = self.bus.subscribe(lambda e: e.get("type") in ENDED, maxsize=10_000)
-        self._loop = asyncio.create_task(self._listen(self._sub))
+        self._unwatch = self.bus.watch(ENDED, self._ended)
 
     async def stop(self) -> None:
-        if self._sub is not None:
-            self._sub.close()
-        if self._loop is not None:
-            self._loop.cancel()
+        if self._unwatch is not None:
+            self._unwatch()
+            self._unwatch = None
         for job in list(self._jobs):
             try:
                 await asyncio.wait_for(asyncio.shield(job), 5.0)
             except (TimeoutError, asyncio.CancelledError, Exception):  # noqa: BLE001 - shutting down
                 job.cancel()
 
-    async def _listen(self, sub: BusSubscription) -> None:
-        while True:
-            event = await sub.get()
-            job = asyncio.create_task(self.settle(str(event.get("task_id"))))
-            self._jobs.add(job)
-            job.add_done_callback(self._jobs.discard)
+    def _ended(self, event: Event) -> None:
+        job = asyncio.create_task(self.settle(str(event.get("task_id"))))
+        self._jobs.add(job)
+        job.add_done_callback(self._jobs.discard)
 
     async def settle(self, task_id: str) -> bool:
         """If `task_id` ended while parked on a remote question, cancel the remote task. True when
