@@ -39,11 +39,20 @@ log = logging.getLogger(__name__)
 POLL_SECONDS = 1.0
 
 
+class UnwrittenOutcomes(Protocol):
+    """The pass loop's tasks whose outcome waits in memory for the database (engine/passes.py)."""
+
+    unwritten: set[str]
+
+
 class LeaseRuns(Protocol):
     """What the lease keeper needs of the run keeper (engine/run_keeper.py `RunKeeper`)."""
 
     @property
     def runs(self) -> Mapping[str, TreeRun]: ...
+
+    @property
+    def passes(self) -> UnwrittenOutcomes: ...
 
     def drop(self, run: TreeRun, why: str) -> None: ...
 
