@@ -51,7 +51,9 @@ async def agent_server(settings: Settings) -> AsyncIterator[tuple[str, Starlette
 @asynccontextmanager
 async def a2a_client(url: str, *, streaming: bool, polling: bool = False,
                      card: AgentCard | None = None) -> AsyncIterator[Client]:
-    async with httpx.AsyncClient(timeout=30) as http:
+    # HEAVY_WORK_TIMEOUT: a send may plan a tree with the LLM (its first call imports litellm), slow on a busy
+    # machine (issue 46, item 6)
+    async with httpx.AsyncClient(timeout=HEAVY_WORK_TIMEOUT) as http:
         factory = ClientFactory(ClientConfig(streaming=streaming, polling=polling, httpx_client=http))
         client = factory.create(card) if card is not None else await factory.create_from_url(url)
         try:

@@ -40,6 +40,7 @@ from taskgrove.storage.clock import now_iso
 from taskgrove.storage.new_tree import TreeError
 from taskgrove.storage.task_view import public
 from taskgrove.storage.wait_store import read as read_wait
+from taskgrove.storage.outage import UNAVAILABLE
 
 UPDATABLE = {
     "status", "inputs", "name", "priority", "params", "schemas", "dependencies", "result", "error",
@@ -207,16 +208,22 @@ class TaskService:
         return task_view.nest(await self.repo.tree(root_id), root_id)
 
     async def _wait_while_up(self, run: Any, timeout: float) -> None:
-        """run_keeper.wait, cut short when the database goes away meanwhile (storage/outage.py):
+        """run_keeper.wait, cut short when the database is away meanwhile (storage/outage.py):
         the tree is stored and runs on by itself once the database is back, so holding the
         answer for the whole wait would only leave the client without one (issue 46: a create
         on a full disk answered after SERVICE_CREATE_WAIT_TIMEOUT)."""
         health = self.repo.connections.health
+        unwritten = self.engine.run_keeper.passes.unwritten
         deadline = time.monotonic() + timeout
-        while health.up:
+        while True:
             left = deadline - time.monotonic()
             if left <= 0 or await self.engine.run_keeper.wait(run, min(left, OUTAGE_CHECK_SECONDS),
                                                                until_waiting=True):
+                return
+            # Away for sure: outcomes of this tree wait in memory for the database, or it is full or
+            # read-only (a slow probe on a busy machine says `unavailable`, and is no reason to stop).
+            if not unwritten.isdisjoint(getattr(run, "rows", ())) or \
+                    (health.outage is not None and health.outage.reason != UNAVAILABLE):
                 return
 
     async def _resent(self, rows: list[dict[str, Any]], ctx: CallContext) -> Any:
