@@ -23,12 +23,14 @@ another writer changed, and the batch is tried again at the next sweep).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 from sqlalchemy import and_, case, delete, func, or_, select, tuple_
 from sqlalchemy.engine import Connection
 
+from taskgrove.storage import statements
 from taskgrove.storage.jsonvalues import read_stored
 from taskgrove.storage.status import FINISHED_STATUSES, TaskStatus
 from taskgrove.storage.models import events_table as E
@@ -36,6 +38,7 @@ from taskgrove.storage.models import executions_table as X
 from taskgrove.storage.models import idempotency_table as K
 from taskgrove.storage.models import schedules_table
 from taskgrove.storage.models import tasks_table as T
+from taskgrove.storage.repository import TaskRepository
 
 RUNNING = "running"  # an execution's status while it runs (storage/executions.py)
 # Statuses a task of an ended tree may have: finished, or pending where the tree was run (see above).
@@ -189,3 +192,66 @@ def _counted(event: Any, floors: dict[tuple[str | None, str], str]) -> bool:
     """Whether a wait parked now may count `event`: one of its user and name began at or before it."""
     floor = floors.get((event.user_id, event.name))
     return floor is not None and floor <= event.created_at
+
+
+class RetentionStore:
+    """Retention's named operations, each one transaction of its own (a batch's delete is one:
+    `delete_batch`), running the statement functions above: what the retention service calls
+    (issue 44: storage offers named operations; nothing above it hands functions to `transact`)."""
+
+    def __init__(self, repo: TaskRepository) -> None:
+        self._repo = repo
+        self._transact = repo.transact
+
+    async def old_roots(self, cutoff: str, after: tuple[str, str] | None, limit: int) -> list[tuple[str, str]]:
+        return await self._transact(old_roots, cutoff, after, limit)
+
+    async def surplus_runs(self, keep: int) -> list[str]:
+        return await self._transact(surplus_runs, keep)
+
+    async def delete_orphan_executions(self, tree_ids: Sequence[str]) -> int:
+        return await self._transact(delete_orphan_executions, tree_ids)
+
+    async def delete_idempotency(self, before: str, limit: int) -> int:
+        return await self._transact(delete_idempotency, before, limit)
+
+    async def event_floors(self) -> dict[tuple[str | None, str], str]:
+        return await self._transact(event_floors)
+
+    async def delete_events(self, before: str, floors: dict[tuple[str | None, str], str],
+                            after: tuple[str, str] | None, limit: int) -> tuple[int, tuple[str, str] | None]:
+        return await self._transact(delete_events, before, floors, after, limit)
+
+    async def delete_batch(self, tree_ids: Sequence[str], cutoff: str) -> tuple[list[str], int]:
+        """One transaction: the trees of `tree_ids` that ended before `cutoff`, checked with their
+        rows locked, then deleted with their executions. Returns the trees deleted, and how many tasks."""
+        repo = self._repo
+        async with repo.transaction() as conn:
+            # SQLite: the one write lock first, so the check below reads what no other writer can
+            # change before the delete (PostgreSQL: lock_ended locks the trees' rows).
+            await repo.serialise_tree(tree_ids[0], conn)
+            doomed = await repo.connections.transact(lock_ended, tree_ids, cutoff, conn=conn)
+            if not doomed:
+                return [], 0
+            tasks = await repo.delete([tid for ids in doomed.values() for tid in ids], conn)
+            await repo.connections.transact(delete_executions, list(doomed), conn=conn)
+        return list(doomed), tasks
+
+    @asynccontextmanager
+    async def sweep_lock(self) -> AsyncIterator[bool]:
+        """PostgreSQL: the sweeper's session lock, held on a connection of its own for the sweep
+        (True when this instance took it). SQLite: always True (one writer at a time anyway)."""
+        engine = self._repo.engine
+        if engine.dialect.name != "postgresql":
+            yield True
+            return
+        async with engine.connect() as conn:
+            lock = statements.SWEEP_LOCK.postgresql
+            taken = bool((await conn.exec_driver_sql(lock)).scalar())  # type: ignore[arg-type]
+            await conn.commit()
+            try:
+                yield taken
+            finally:
+                if taken:
+                    await conn.exec_driver_sql(statements.SWEEP_UNLOCK.postgresql)  # type: ignore[arg-type]
+                    await conn.commit()

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,9 +25,8 @@ from taskgrove.agent.foundations.metrics import Metrics
 from taskgrove.agent.foundations.requests import PurgeTasks
 from taskgrove.agent.foundations.calls import CallContext
 from taskgrove.agent.foundations.settings import Settings
-from taskgrove.storage import retention
-from taskgrove.storage import statements
 from taskgrove.storage.repository import TaskRepository
+from taskgrove.storage.retention import RetentionStore
 from taskgrove.storage.clock import iso_in, now_iso
 from taskgrove.storage.outage import recognise
 
@@ -61,6 +59,7 @@ class Swept:
 class Retention:
     def __init__(self, repo: TaskRepository, settings: Settings, metrics: Metrics) -> None:
         self.repo = repo
+        self.store = RetentionStore(repo)
         self.settings = settings
         self.metrics = metrics
         self._job: asyncio.Task[None] | None = None
@@ -84,17 +83,17 @@ class Retention:
 
     async def sweep(self, older_than: float) -> Swept:
         """Delete every tree that ended more than `older_than` seconds ago, a batch at a time."""
-        async with self._sweep_lock() as taken:
+        async with self.store.sweep_lock() as taken:
             if not taken:
                 return Swept(swept=False)
             swept = Swept()
             await self._late_executions()
             cutoff = iso_in(-older_than)
             await self._sweep_old(cutoff, swept)
-            surplus = await self.repo.transact(retention.surplus_runs, self.settings.schedule_keep_runs)
+            surplus = await self.store.surplus_runs(self.settings.schedule_keep_runs)
             await self._delete_in_batches(surplus, now_iso(), swept)
             before = max(cutoff, iso_in(-self.settings.idempotency_seconds))
-            while (n := await self.repo.transact(retention.delete_idempotency, before, IDEMPOTENCY_BATCH)) > 0:
+            while (n := await self.store.delete_idempotency(before, IDEMPOTENCY_BATCH)) > 0:
                 swept.idempotency_records += n
                 self.metrics.retention_deleted_records("idempotency_records", n)
                 await asyncio.sleep(BATCH_PAUSE_SECONDS)
@@ -106,16 +105,16 @@ class Retention:
         just before (it answered "not found"; its execution row came after the delete)."""
         deleted, self._deleted = self._deleted, []
         for start in range(0, len(deleted), 500):
-            await self.repo.transact(retention.delete_orphan_executions, deleted[start:start + 500])
+            await self.store.delete_orphan_executions(deleted[start:start + 500])
 
     async def _sweep_events(self, cutoff: str, swept: Swept) -> None:
         """The stored events emitted before `cutoff` that no parked wait can count, a batch at a
         time. The parked waits are read once, first: a wait that parks later began after the
         cutoff, so it never counts an event deleted here."""
-        floors = await self.repo.transact(retention.event_floors)
+        floors = await self.store.event_floors()
         after: tuple[str, str] | None = None
         while True:
-            deleted, after = await self.repo.transact(retention.delete_events, cutoff, floors, after, EVENTS_BATCH)
+            deleted, after = await self.store.delete_events(cutoff, floors, after, EVENTS_BATCH)
             swept.events += deleted
             self.metrics.retention_deleted_records("events", deleted)
             if after is None:
@@ -124,7 +123,7 @@ class Retention:
 
     async def _sweep_old(self, cutoff: str, swept: Swept) -> None:
         after: tuple[str, str] | None = None
-        while roots := await self.repo.transact(retention.old_roots, cutoff, after, SCAN_ROOTS):
+        while roots := await self.store.old_roots(cutoff, after, SCAN_ROOTS):
             after = roots[-1]
             await self._delete_in_batches([root_id for _, root_id in roots], cutoff, swept)
             if len(roots) < SCAN_ROOTS:
@@ -132,44 +131,12 @@ class Retention:
 
     async def _delete_in_batches(self, tree_ids: Sequence[str], cutoff: str, swept: Swept) -> None:
         for start in range(0, len(tree_ids), BATCH_TREES):
-            trees, tasks = await self._delete_batch(tree_ids[start:start + BATCH_TREES], cutoff)
+            trees, tasks = await self.store.delete_batch(tree_ids[start:start + BATCH_TREES], cutoff)
             swept.trees += len(trees)
             swept.tasks += tasks
             self.metrics.retention_deleted(len(trees), tasks)
             self._deleted = [*self._deleted, *trees][-REMEMBERED_TREES:]
             await asyncio.sleep(BATCH_PAUSE_SECONDS)
-
-    async def _delete_batch(self, tree_ids: Sequence[str], cutoff: str) -> tuple[list[str], int]:
-        """One transaction: the trees of `tree_ids` that ended before `cutoff`, checked with their
-        rows locked, then deleted with their executions. Returns the trees deleted, and how many tasks."""
-        async with self.repo.transaction() as conn:
-            # SQLite: the one write lock first, so the check below reads what no other writer can
-            # change before the delete (PostgreSQL: lock_ended locks the trees' rows).
-            await self.repo.serialise_tree(tree_ids[0], conn)
-            doomed = await self.repo.connections.transact(retention.lock_ended, tree_ids, cutoff, conn=conn)
-            if not doomed:
-                return [], 0
-            tasks = await self.repo.delete([tid for ids in doomed.values() for tid in ids], conn)
-            await self.repo.connections.transact(retention.delete_executions, list(doomed), conn=conn)
-        return list(doomed), tasks
-
-    @asynccontextmanager
-    async def _sweep_lock(self) -> AsyncIterator[bool]:
-        """PostgreSQL: the sweeper's session lock, held on a connection of its own for the sweep
-        (True when this instance took it). SQLite: always True (one writer at a time anyway)."""
-        if self.repo.engine.dialect.name != "postgresql":
-            yield True
-            return
-        async with self.repo.engine.connect() as conn:
-            lock = statements.SWEEP_LOCK.postgresql
-            taken = bool((await conn.exec_driver_sql(lock)).scalar())  # type: ignore[arg-type]
-            await conn.commit()
-            try:
-                yield taken
-            finally:
-                if taken:
-                    await conn.exec_driver_sql(statements.SWEEP_UNLOCK.postgresql)  # type: ignore[arg-type]
-                    await conn.commit()
 
     # --- the background loop (started when SERVICE_RETENTION is set) ------------------------
 
