@@ -13,6 +13,7 @@ from sqlalchemy import delete, insert, select, update
 from sqlalchemy.engine import Connection
 
 from taskgrove.storage.models import idempotency_table as K
+from taskgrove.storage.repository import TaskRepository
 
 Row = dict[str, Any]
 
@@ -44,3 +45,25 @@ def remember(c: Connection, owner: str, key: str, answer: Any) -> None:
 def release(c: Connection, owner: str, key: str) -> None:
     """The request failed: the key may be used again (a corrected resend is a new request)."""
     c.execute(delete(K).where(K.c.owner == owner, K.c.key == key, K.c.answer.is_(None)))
+
+
+class IdempotencyStore:
+    """The idempotency keys' named operations, each one transaction of its own running the
+    statement function above of the same name: what `Idempotency-Key` handling calls
+    (agent/services/idempotent.py; issue 44: nothing above storage hands functions to `transact`)."""
+
+    def __init__(self, repo: TaskRepository) -> None:
+        self._transact = repo.transact
+
+    async def reserve(self, owner: str, key: str, method: str, fingerprint: str, stamp: str,
+                      expired: str) -> Row | None:
+        return await self._transact(reserve, owner, key, method, fingerprint, stamp, expired)
+
+    async def lookup(self, owner: str, key: str) -> Row | None:
+        return await self._transact(lookup, owner, key)
+
+    async def remember(self, owner: str, key: str, answer: Any) -> None:
+        await self._transact(remember, owner, key, answer)
+
+    async def release(self, owner: str, key: str) -> None:
+        await self._transact(release, owner, key)

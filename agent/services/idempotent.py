@@ -18,7 +18,7 @@ from typing import Any
 from taskgrove.agent.foundations.errors import invalid_params
 from taskgrove.agent.foundations.calls import CallContext, Handler, StreamReply
 from taskgrove.agent.foundations.settings import Settings
-from taskgrove.storage import idempotency as keys
+from taskgrove.storage.idempotency import IdempotencyStore
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.clock import iso_in, now_iso
 
@@ -30,6 +30,7 @@ IN_FLIGHT_WAIT = 60.0  # seconds a resend waits for the first request's answer
 class IdempotentMethods:
     def __init__(self, repo: TaskRepository, settings: Settings) -> None:
         self.repo = repo
+        self.keys = IdempotencyStore(repo)
         self.settings = settings
 
     def wrap(self, method: str, handler: Handler) -> Handler:
@@ -50,9 +51,9 @@ class IdempotentMethods:
         stamp = now_iso()
         expired = iso_in(-self.settings.idempotency_seconds)
         try:
-            earlier = await self.repo.transact(keys.reserve, owner, key, method, fingerprint, stamp, expired)
+            earlier = await self.keys.reserve(owner, key, method, fingerprint, stamp, expired)
         except Exception:  # lost the race to reserve it: the other request's row is there now
-            earlier = await self.repo.transact(keys.lookup, owner, key)
+            earlier = await self.keys.lookup(owner, key)
             if earlier is None:
                 raise
         if earlier is not None:
@@ -60,10 +61,10 @@ class IdempotentMethods:
         try:
             answer = await handler(params, ctx)
         except BaseException:
-            await self.repo.transact(keys.release, owner, key)
+            await self.keys.release(owner, key)
             raise
         first = answer.first if isinstance(answer, StreamReply) else answer
-        await self.repo.transact(keys.remember, owner, key, first)
+        await self.keys.remember(owner, key, first)
         return answer
 
     async def _earlier_answer(self, earlier: dict[str, Any], owner: str, key: str, method: str,
@@ -71,15 +72,16 @@ class IdempotentMethods:
         if earlier["method"] != method or earlier["fingerprint"] != fingerprint:
             raise invalid_params("Idempotency-Key was already used for a different request; use a new key")
         deadline = time.monotonic() + IN_FLIGHT_WAIT
-        while earlier is not None and earlier["answer"] is None:  # the first request is still running
+        row: dict[str, Any] | None = earlier
+        while row is not None and row["answer"] is None:  # the first request is still running
             if time.monotonic() > deadline:
                 raise invalid_params("The request with this Idempotency-Key is still being carried out; "
                                      "send it again later")
             await asyncio.sleep(0.05)
-            earlier = await self.repo.transact(keys.lookup, owner, key)
-        if earlier is None:  # the first request failed meanwhile: this one is carried out afresh
+            row = await self.keys.lookup(owner, key)
+        if row is None:  # the first request failed meanwhile: this one is carried out afresh
             raise invalid_params("The first request with this Idempotency-Key failed; send it again")
-        return earlier["answer"]["value"]
+        return row["answer"]["value"]
 
 
 def _fingerprint(method: str, params: Any) -> str:
