@@ -9,9 +9,11 @@
         tree = client.create(report)            # a TaskTree, typed
         done = client.wait(tree.id)
 
-One module per job: `aio` (AsyncClient), `sync` (Client), `builder` (Tree), `answers` (the typed
-answers), `exceptions` (the exceptions and the one table mapping answers to them), `resend` (what
-is resent, when), `rpc` (the HTTP side), `watch` (live events over /ws). The manual: docs/client.md.
+One module per job: `aio` (AsyncClient), `sync` (Client), `automation` (`client.agents`,
+`client.triggers`), `builder` (Tree), `answers` and `answers_automation` (the typed answers),
+`reading` (an answer into its model), `exceptions` (the exceptions and the one table mapping
+answers to them), `resend` (what is resent, when), `rpc` (the HTTP side), `watch` (live events
+over /ws). The manual: docs/client.md.
 It imports nothing of the service: httpx, websockets, pydantic and anyio are all it needs.
 """
 
@@ -22,6 +24,9 @@ from taskgrove.client.answers import (Answer, AsyncEvent, Attempt, Budget, Cance
                                       RetryPolicy, RunningCount, RunningStatus, Schedule, ScheduleDeletion,
                                       ScheduleRun, SyncEvent, Task, TaskPage, TaskStatus, TaskTree, Usage,
                                       UsageDay, UsageTotals, Wait)
+from taskgrove.client.answers_automation import (Agent, AgentHealth, AgentInterface, AgentPage, AgentRemoval,
+                                                 AgentSkill, Generated, Trigger, TriggerBatch, TriggerDebounce,
+                                                 TriggerDeletion, TriggerRun)
 from taskgrove.client.builder import Needs, TaskSpec, Tree, optional
 from taskgrove.client.exceptions import (Conflict, InvalidParams, InvalidRequest, MethodNotFound, NotFound,
                                          PermissionDenied, ProtocolError, QuotaExceeded, ServerError,
@@ -31,6 +36,8 @@ from taskgrove.client.sync import Client, Watch
 from taskgrove.client.watch import TreeWatch, WatchedTask
 
 __all__ = [
+    "Agent", "AgentHealth", "AgentInterface", "AgentPage", "AgentRemoval", "AgentSkill", "Generated", "Trigger",
+    "TriggerBatch", "TriggerDebounce", "TriggerDeletion", "TriggerRun",
     "Answer", "AsyncClient", "AsyncEvent", "Attempt", "Budget", "Cancellation", "Client", "ClonePreview", "Conflict",
     "Deletion",
     "Dependency", "Emitted", "Event", "EventData", "Execution", "ExecutorInfo", "Executors", "Health",

@@ -18,22 +18,22 @@ import asyncio
 import builtins
 from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
-from pydantic import BaseModel, ValidationError
 
 from taskgrove.client.builder import TaskSpec
-from taskgrove.client.exceptions import INVALID_PARAMS, NotFound, ProtocolError
 from taskgrove.client.answers import (JSON, Answer, Attempt, Budget, Cancellation, ClonePreview, Deletion, Emitted,
                                      Execution, Executors, Health, LlmKeyDeleted, LlmKeyStatus, LlmKeyStored,
                                      LogLine, LogPage, Purge, RunningCount, RunningStatus, Schedule,
                                      ScheduleDeletion, ScheduleRun, Task, TaskPage, TaskStatus, TaskTree, Usage)
+from taskgrove.client.answers_automation import Generated
+from taskgrove.client.automation import AsyncAgents, AsyncTriggers
+from taskgrove.client.reading import not_found as _not_found, read_many as _many, read_one as _one
 from taskgrove.client.resend import Retry, Safety
 from taskgrove.client.rpc import Connection
 from taskgrove.client.watch import TreeWatch
 
-M = TypeVar("M", bound=BaseModel)
 AnswerCall = Coroutine[Any, Any, Answer]
 
 
@@ -46,26 +46,6 @@ class _Unset:
 
 UNSET: Any = _Unset()
 TreeInput = TaskSpec | Mapping[str, Any] | Sequence[Mapping[str, Any]]
-
-
-def _one(model: type[M], value: Any) -> M:
-    """The answer read into its model; ProtocolError when it does not fit (a service that speaks
-    another version of the interface), never pydantic's own exception."""
-    try:
-        return model.model_validate(value)
-    except ValidationError as exc:
-        raise ProtocolError(f"the service's answer does not fit {model.__name__}: {exc}"[:1000]) from None
-
-
-def _many(model: type[M], values: Any) -> builtins.list[M]:
-    if not isinstance(values, list):
-        raise ProtocolError(f"the service answered {type(values).__name__} where a list of {model.__name__} was due")
-    return [_one(model, value) for value in values]
-
-
-def _not_found(detail: str, method: str) -> NotFound:
-    """What the service says for a missing task everywhere but tasks.get, which answers null (SPEC.md)."""
-    return NotFound(detail, code=INVALID_PARAMS, data=detail, method=method)
 
 
 def tree_params(tree: TreeInput) -> dict[str, Any]:
@@ -96,6 +76,8 @@ class AsyncClient:
         self.schedules = AsyncSchedules(self._conn)
         self.keys = AsyncLlmKeys(self._conn)
         self.budgets = AsyncBudgets(self._conn)
+        self.agents = AsyncAgents(self._conn)
+        self.triggers = AsyncTriggers(self._conn)
 
     @property
     def url(self) -> str:
@@ -160,6 +142,24 @@ class AsyncClient:
         return _one(ClonePreview, await self._conn.call(
             "tasks.clone", _clone_params(task_id, origin_type, recursive, children, link_task_ids, reset_fields,
                                          save=False), safety=Safety.READ))
+
+    async def generate(self, requirement: str, *, save: bool = False, provider: str | None = None,
+                       model: str | None = None, temperature: float | None = None, max_tokens: int | None = None,
+                       user_id: str | None = None) -> Generated:
+        """A task tree planned by the service's LLM from a plain-language `requirement`
+        (tasks.generate): `tasks`, ready for `create`. `save=True` also stores it, pending (not
+        run): start it with `execute(answer.root_task_id)`. The LLM key is the caller's stored
+        one or the service's (an `X-LLM-API-KEY` header given to the client's `headers` wins).
+        Without `save` nothing is stored, so a lost answer is asked again (the LLM call and its
+        usage are then spent twice); with `save` it is not resent (the service does not honour
+        an Idempotency-Key for it): `Unreachable` with `maybe_sent=True`."""
+        params: dict[str, Any] = {"requirement": requirement, "save": save}
+        for name, value in (("provider", provider), ("model", model), ("temperature", temperature),
+                            ("max_tokens", max_tokens), ("user_id", user_id)):
+            if value is not None:
+                params[name] = value
+        return _one(Generated, await self._conn.call("tasks.generate", params,
+                                                     safety=Safety.ONCE if save else Safety.IDEMPOTENT))
 
     # --- reading -----------------------------------------------------------------------------------
 

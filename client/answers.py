@@ -322,6 +322,7 @@ class Purge(Model):
     tasks: int = 0
     idempotency_records: int = 0
     events: int = 0
+    trigger_events: int = 0  # handled inbox rows of triggers (docs/triggers.md)
     older_than: float | None = None
 
 

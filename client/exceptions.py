@@ -151,11 +151,14 @@ HTTP_STATUSES: dict[int, type[TaskgroveError]] = {
 }
 
 # -32602 sentences -> the narrower class. The service's own words (agent/foundations/errors.py
-# task_not_found, agent/services/wait_service.py, task_service.py, idempotent.py, storage/trees.py).
+# task_not_found, agent/services/wait_service.py, task_service.py, idempotent.py, storage/trees.py,
+# agent_service.py, trigger_service.py).
 REFINEMENTS: tuple[tuple[re.Pattern[str], type[TaskgroveError]], ...] = (
-    (re.compile(r"^Task '.*' not found$|schedule '.*' not found$|^task_id: task '.*' not found$", re.S), NotFound),
+    (re.compile(r"^Task '.*' not found$|schedule '.*' not found$|^task_id: task '.*' not found$|"
+                r"^trigger_id: trigger '.*' not found$|^name: no agent '.*' in the directory$", re.S), NotFound),
     (re.compile(r"already exists|already answered|is not waiting for input|^Cannot delete task|"
-                r"Idempotency-Key was already used", re.S), Conflict),
+                r"Idempotency-Key was already used|^name: an agent named '.*' is in the directory already",
+                re.S), Conflict),
 )
 
 # The idempotency-key answers that mean "send it again": the first request with this key is still

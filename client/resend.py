@@ -10,9 +10,11 @@ have done:
   or 504) is resent only for calls the service recognises when they come again (`Safety`): reads;
   the calls whose `Idempotency-Key` header the service honours, which answer a resend with the
   first answer (tasks.create, execute, copy, clone, events.emit; a builder tree also names all its
-  ids); and calls whose repetition changes nothing (update, cancel, setting a key or a budget).
-  Everything else (respond, delete, a new schedule) raises `Unreachable` with `maybe_sent=True`:
-  the caller decides, knowing the request may have been carried out.
+  ids); and calls whose repetition changes nothing (update, cancel, setting a key or a budget,
+  updating a schedule or trigger, agents.refresh, tasks.generate without save).
+  Everything else (respond, delete, a new schedule or trigger, agents.add and remove,
+  tasks.generate with save) raises `Unreachable` with `maybe_sent=True`: the caller decides,
+  knowing the request may have been carried out.
 
 Every write carries an `Idempotency-Key` all the same, so those calls become safe to resend as
 soon as the service honours the header for them.

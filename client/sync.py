@@ -29,6 +29,9 @@ from taskgrove.client.answers import (JSON, Answer, Attempt, Budget, Cancellatio
                                      Event, Execution, Executors, Health, LlmKeyDeleted, LlmKeyStatus, LlmKeyStored,
                                      LogLine, LogPage, Purge, RunningCount, RunningStatus, Schedule,
                                      ScheduleDeletion, ScheduleRun, Task, TaskPage, TaskStatus, TaskTree, Usage)
+from taskgrove.client.answers_automation import (Agent, AgentPage, AgentRemoval, Generated, Trigger, TriggerDeletion,
+                                                 TriggerRun)
+from taskgrove.client.automation import AsyncAgents, AsyncTriggers
 from taskgrove.client.resend import Retry
 from taskgrove.client.watch import TreeWatch, WatchedTask
 
@@ -103,6 +106,8 @@ class Client:
         self.schedules = Schedules(self._portal, self._async.schedules)
         self.keys = LlmKeys(self._portal, self._async.keys)
         self.budgets = Budgets(self._portal, self._async.budgets)
+        self.agents = Agents(self._portal, self._async.agents)
+        self.triggers = Triggers(self._portal, self._async.triggers)
         self._closed = False
 
     @property
@@ -163,6 +168,14 @@ class Client:
         return self._run(lambda: self._async.clone_preview(task_id, origin_type=origin_type, recursive=recursive,
                                                            children=children, link_task_ids=link_task_ids,
                                                            reset_fields=reset_fields))
+
+    def generate(self, requirement: str, *, save: bool = False, provider: str | None = None, model: str | None = None,
+                 temperature: float | None = None, max_tokens: int | None = None,
+                 user_id: str | None = None) -> Generated:
+        """A task tree planned from a plain-language requirement (AsyncClient.generate)."""
+        return self._run(lambda: self._async.generate(requirement, save=save, provider=provider, model=model,
+                                                      temperature=temperature, max_tokens=max_tokens,
+                                                      user_id=user_id))
 
     # --- reading -----------------------------------------------------------------------------------
 
@@ -320,6 +333,80 @@ class Schedules:
 
     def runs(self, schedule_id: str, *, limit: int | None = None) -> builtins.list[ScheduleRun]:
         return self._portal.run(lambda: self._async.runs(schedule_id, limit=limit))
+
+
+class Agents:
+    """`client.agents` (AsyncAgents without await)."""
+
+    def __init__(self, portal: _Portal, agents: AsyncAgents) -> None:
+        self._portal = portal
+        self._async = agents
+
+    def add(self, card_url: str, *, name: str | None = None, tags: Sequence[str] | None = None,
+            headers: Mapping[str, str] | None = None, credential: str | None = None, shared: bool = False,
+            concurrency: int | None = None) -> Agent:
+        return self._portal.run(lambda: self._async.add(card_url, name=name, tags=tags, headers=headers,
+                                                        credential=credential, shared=shared,
+                                                        concurrency=concurrency))
+
+    def get(self, name: str) -> Agent:
+        return self._portal.run(lambda: self._async.get(name))
+
+    def list(self, *, skill: str | None = None, tag: str | None = None, health: str | None = None,
+             page_size: int = 50) -> Iterator[Agent]:
+        """Every agent the caller sees, a page at a time as you iterate (AsyncAgents.list)."""
+        return self._portal.iterate(lambda: self._async.list(skill=skill, tag=tag, health=health,
+                                                             page_size=page_size))
+
+    def list_page(self, *, skill: str | None = None, tag: str | None = None, health: str | None = None,
+                  limit: int = 50, cursor: str | None = None) -> AgentPage:
+        return self._portal.run(lambda: self._async.list_page(skill=skill, tag=tag, health=health, limit=limit,
+                                                              cursor=cursor))
+
+    def refresh(self, name: str, *, accept: bool = False) -> Agent:
+        return self._portal.run(lambda: self._async.refresh(name, accept=accept))
+
+    def remove(self, name: str) -> AgentRemoval:
+        return self._portal.run(lambda: self._async.remove(name))
+
+
+class Triggers:
+    """`client.triggers` (AsyncTriggers without await)."""
+
+    def __init__(self, portal: _Portal, triggers: AsyncTriggers) -> None:
+        self._portal = portal
+        self._async = triggers
+
+    def create(self, task_id: str, event: str, *, match: Mapping[str, Any] | None = None, key: str | None = None,
+               debounce: Mapping[str, Any] | None = None, batch: Mapping[str, Any] | None = None,
+               singleton: str | None = None, cancel_on: str | None = None, enabled: bool = True,
+               trigger_id: str | None = None) -> Trigger:
+        return self._portal.run(lambda: self._async.create(
+            task_id, event, match=match, key=key, debounce=debounce, batch=batch, singleton=singleton,
+            cancel_on=cancel_on, enabled=enabled, trigger_id=trigger_id))
+
+    def get(self, trigger_id: str) -> Trigger:
+        return self._portal.run(lambda: self._async.get(trigger_id))
+
+    def list(self, *, task_id: str | None = None, event: str | None = None, user_id: str | None = None,
+             page_size: int = 100) -> Iterator[Trigger]:
+        """Every matching trigger, newest first, a page at a time as you iterate (AsyncTriggers.list)."""
+        return self._portal.iterate(lambda: self._async.list(task_id=task_id, event=event, user_id=user_id,
+                                                             page_size=page_size))
+
+    def list_page(self, *, task_id: str | None = None, event: str | None = None, user_id: str | None = None,
+                  limit: int = 100, offset: int = 0) -> builtins.list[Trigger]:
+        return self._portal.run(lambda: self._async.list_page(task_id=task_id, event=event, user_id=user_id,
+                                                              limit=limit, offset=offset))
+
+    def update(self, trigger_id: str, **changes: Any) -> Trigger:
+        return self._portal.run(lambda: self._async.update(trigger_id, **changes))
+
+    def delete(self, trigger_id: str) -> TriggerDeletion:
+        return self._portal.run(lambda: self._async.delete(trigger_id))
+
+    def runs(self, trigger_id: str, *, key: str | None = None, limit: int | None = None) -> builtins.list[TriggerRun]:
+        return self._portal.run(lambda: self._async.runs(trigger_id, key=key, limit=limit))
 
 
 class LlmKeys:

@@ -8,6 +8,7 @@ list of the fields a task shows (storage/models.py TASK_FIELDS).
 
 from __future__ import annotations
 
+import asyncio
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
@@ -15,9 +16,10 @@ from typing import Any
 from pydantic import BaseModel
 
 from taskgrove.client import AsyncClient, Event, Task, TaskStatus, Tree
-from taskgrove.client import answers as models
+from taskgrove.client import answers, answers_automation
 from taskgrove.storage.models import TASK_FIELDS
 from tests.client_helpers import served
+from tests.fakellm import FakeLLMServer
 
 # Fields no answer of this test carries, and why; every other declared field must be seen.
 NOT_PROVOKED: dict[str, set[str]] = {
@@ -61,7 +63,7 @@ def declared(cls: type[BaseModel]) -> set[str]:
 
 def test_the_task_model_declares_every_field_the_service_shows() -> None:
     assert set(TASK_FIELDS) <= declared(Task), sorted(set(TASK_FIELDS) - declared(Task))
-    extra = declared(models.TaskTree) - set(TASK_FIELDS)
+    extra = declared(answers.TaskTree) - set(TASK_FIELDS)
     # The fields a read adds to the stored ones (docs/jsonrpc.md, docs/waits.md, docs/costs.md).
     assert extra == {"waiting", "waiting_for", "tree_usage", "status_counts", "children"}, extra
 
@@ -72,8 +74,9 @@ def test_statuses_are_the_services() -> None:
     assert [s.value for s in TaskStatus] == [s.value for s in ServiceStatus]
 
 
-async def test_every_answer_fits_its_model(make_settings: Callable[..., Any]) -> None:
-    settings = make_settings({"SERVICE_SECRET_KEY": "client-answers-secret-key-of-some-length"})
+async def test_every_answer_fits_its_model(make_settings: Callable[..., Any], fake_llm: FakeLLMServer) -> None:
+    settings = make_settings({"SERVICE_SECRET_KEY": "client-answers-secret-key-of-some-length",
+                              "SERVICE_LLM_BASE_URL": fake_llm.base_url, "SERVICE_LLM_MAX_RETRIES": "0"})
     seen = Seen()
     async with served(settings) as (url, _app), AsyncClient(url) as client:
         report = Tree("report", "aggregate_results_executor", id="ans-root")
@@ -145,10 +148,46 @@ async def test_every_answer_fits_its_model(make_settings: Callable[..., Any]) ->
         seen.take(await client.schedules.runs(schedule.id), "schedules.runs")
         seen.take(await client.schedules.delete(schedule.id), "schedules.delete")
 
+        seen.take(await client.generate("[[tree:valid]] plan some work"), "generate")
+        saved = await client.generate("[[tree:valid]] plan and keep it", save=True)
+        seen.take(saved, "generate save")
+        assert saved.root_task_id and (await client.get(saved.root_task_id)).status == TaskStatus.PENDING
+
+        agent = await client.agents.add(url, name="ans-self", tags=["ans"], concurrency=2)  # the service's own card
+        seen.take(agent, "agents.add")
+        assert agent.skills and agent.interfaces and agent.health is not None and not agent.has_credentials
+        seen.take(await client.agents.get("ans-self"), "agents.get")
+        seen.take(await client.agents.list_page(limit=1), "agents.list_page")
+        seen.take([a async for a in client.agents.list(tag="ans", page_size=1)], "agents.list")
+        seen.take(await client.agents.refresh("ans-self", accept=True), "agents.refresh")
+        seen.take(await client.agents.remove("ans-self"), "agents.remove")
+
+        await client.create(Tree("trigger template", "noop_executor", id="ans-trig"))
+        trigger = await client.triggers.create("ans-trig", "ans.ticket", match={"queue": "support"}, key="ticket",
+                                               singleton="queue", cancel_on="ans.closed", trigger_id="ans-on-ticket")
+        seen.take(trigger, "triggers.create")
+        seen.take(await client.emit("ans.ticket", {"queue": "support", "ticket": "T-1"}), "emit to a trigger")
+        runs = []
+        for _ in range(100):  # the trigger loop starts the run soon after the emit
+            runs = await client.triggers.runs(trigger.id)
+            if runs:
+                break
+            await asyncio.sleep(0.1)
+        assert runs, "the trigger started no run"
+        seen.take(runs, "triggers.runs")
+        seen.take(await client.triggers.get(trigger.id), "triggers.get")
+        debounced = await client.triggers.create("ans-trig", "ans.message",
+                                                 debounce={"seconds": 5, "max_wait_seconds": 30})
+        seen.take(debounced, "triggers.create debounce")
+        seen.take(await client.triggers.update(debounced.id, debounce=None, batch={"size": 10}), "triggers.update")
+        seen.take(await client.triggers.list_page(task_id="ans-trig"), "triggers.list_page")
+        seen.take([t async for t in client.triggers.list(page_size=1)], "triggers.list")
+        seen.take(await client.triggers.delete(debounced.id), "triggers.delete")
+
     assert not seen.extras, "fields the models do not declare:\n" + "\n".join(seen.extras)
     never = {}
     for name in seen.fields:
-        cls = getattr(models, name)
+        cls = getattr(answers, name, None) or getattr(answers_automation, name)
         missing = declared(cls) - seen.fields[name] - NOT_PROVOKED.get(name, set())
         if missing:
             never[name] = sorted(missing)

@@ -60,6 +60,27 @@ async def test_not_found_conflict_and_invalid_params(make_settings: Callable[...
             await client.call("tasks.nothing_of_the_kind")
 
 
+async def test_triggers_and_agents_not_found_and_conflict(make_settings: Callable[..., Any]) -> None:
+    """The service's sentences for triggers and agents map to NotFound and Conflict; a null answer of
+    a get (triggers.get, triggers.runs, agents.get) is NotFound too."""
+    async with served(make_settings()) as (url, _app), AsyncClient(url) as client:
+        for call in (client.triggers.get("nope"), client.triggers.runs("nope"), client.triggers.update("nope"),
+                     client.triggers.delete("nope"), client.agents.get("nope"), client.agents.refresh("nope"),
+                     client.agents.remove("nope")):
+            with pytest.raises(NotFound):
+                await call
+        await client.create(Tree("template", "noop_executor", id="err-template"))
+        await client.triggers.create("err-template", "err.event", trigger_id="err-trigger")
+        with pytest.raises(Conflict, match="already exists"):
+            await client.triggers.create("err-template", "err.event", trigger_id="err-trigger")
+        await client.agents.add(url, name="err-self")
+        with pytest.raises(Conflict, match="in the directory already"):
+            await client.agents.add(url, name="err-self")
+        with pytest.raises(InvalidParams) as bad:  # a bad field: neither missing nor a clash
+            await client.triggers.create("err-template", "err.other", singleton="sometimes")
+        assert type(bad.value) is InvalidParams
+
+
 async def test_permission_denied_for_no_token_and_for_another_users_task(make_settings: Callable[..., Any]) -> None:
     async with served(make_settings({"SERVICE_JWT_SECRET": SECRET})) as (url, _app):
         async with AsyncClient(url) as anonymous:

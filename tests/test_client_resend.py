@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 import pytest
 
 from taskgrove.client import AsyncClient, QuotaExceeded, Retry, RetryEvent, Tree, Unreachable
@@ -85,6 +86,49 @@ async def test_an_answer_to_a_wait_is_not_resent_after_a_lost_answer(make_settin
             assert len([r for r in losing.sent if method_is("tasks.respond")(r)]) == 1  # not resent
             done = await client.wait("once-ask", timeout=60)
             assert done.result == "yes"  # the one answer the service took
+
+
+async def test_trigger_and_agent_writes_resend_only_what_repeats_harmlessly(make_settings: Callable[..., Any]) -> None:
+    """The service honours no Idempotency-Key for triggers.* and agents.*: a create, an add, a
+    delete or a remove whose answer was lost is not sent again (one trigger, one agent stored);
+    an update or a refresh, which leave the same state when repeated, is resent with the same key."""
+    creates = ("triggers.create", "triggers.delete", "agents.add", "agents.remove")
+    not_lost_yet = {*creates, "triggers.update", "agents.refresh"}
+
+    def first_of_each(request: httpx.Request) -> bool:  # each method's first answer is lost
+        for method in not_lost_yet:
+            if method_is(method)(request):
+                not_lost_yet.discard(method)
+                return True
+        return False
+
+    async with served(make_settings()) as (url, _app):
+        losing = LosingTransport(first_of_each, times=6)
+        async with AsyncClient(url, retry=FAST, transport=losing) as client:
+            await client.create(Tree("template", "noop_executor", id="once-template"))
+            with pytest.raises(Unreachable) as lost:
+                await client.triggers.create("once-template", "once.event")
+            assert lost.value.maybe_sent is True
+            (trigger,) = [t async for t in client.triggers.list(task_id="once-template")]  # stored once
+            updated = await client.triggers.update(trigger.id, enabled=False)
+            assert updated.enabled is False
+            with pytest.raises(Unreachable):
+                await client.agents.add(url, name="once-self")
+            assert [a.name async for a in client.agents.list()] == ["once-self"]
+            assert (await client.agents.refresh("once-self")).name == "once-self"
+            with pytest.raises(Unreachable):
+                await client.triggers.delete(trigger.id)
+            with pytest.raises(Unreachable):
+                await client.agents.remove("once-self")
+            assert [t async for t in client.triggers.list()] == [] and [a async for a in client.agents.list()] == []
+        sent: dict[str, list[str]] = {}
+        for request in losing.sent:
+            for method in (*creates, "triggers.update", "agents.refresh"):
+                if method_is(method)(request):
+                    sent.setdefault(method, []).append(request.headers["Idempotency-Key"])
+        assert {m: len(keys) for m, keys in sent.items() if m in creates} == dict.fromkeys(creates, 1)
+        for resent in ("triggers.update", "agents.refresh"):
+            assert len(sent[resent]) == 2 and len(set(sent[resent])) == 1  # resent, as the same request
 
 
 async def test_a_503_is_retried_after_retry_after(make_settings: Callable[..., Any]) -> None:
