@@ -8,7 +8,7 @@ so two instances counting calls of the same user on the same day add up instead 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import Connection, delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
@@ -101,3 +101,38 @@ def tree_budget_rows(c: Connection, tree_id: str) -> list[dict[str, Any]]:
     rows = c.execute(select(T.c.id, T.c.parent_id, T.c.budget, T.c.usage, T.c.lease_epoch)
                      .where(T.c.task_tree_id == tree_id))
     return [dict(row) for row in rows.mappings()]
+
+
+class Transacts(Protocol):
+    """What UsageStore needs of TaskRepository (which imports this module, so it is not imported here)."""
+
+    async def transact(self, fn: Callable[..., Any], *args: Any, inline: bool = False) -> Any: ...
+
+
+class UsageStore:
+    """LLM usage's and budgets' named operations, each one transaction of its own running the
+    statement function above of the same name: what the usage and budget services, an LLM
+    client's meter and tasks.get call (issue 44: nothing above storage hands functions to `transact`)."""
+
+    def __init__(self, repo: Transacts) -> None:
+        self._transact = repo.transact
+
+    async def record_call(self, user_id: str | None, day: str, amounts: Mapping[str, Any],
+                          task_id: str | None = None, call_usage: Mapping[str, Any] | None = None,
+                          add: Callable[[Any, Any], dict[str, Any]] | None = None) -> None:
+        await self._transact(record_call, user_id, day, amounts, task_id, call_usage, add)
+
+    async def tree_usages(self, tree_id: str) -> list[Any]:
+        return await self._transact(tree_usages, tree_id, inline=True)
+
+    async def daily(self, user_id: str | None, since: str, until: str) -> list[dict[str, Any]]:
+        return await self._transact(daily, user_id, since, until, inline=True)
+
+    async def get_budget(self, user_id: str) -> dict[str, Any] | None:
+        return await self._transact(get_budget, user_id, inline=True)
+
+    async def set_budget(self, user_id: str, max_tokens: int | None, max_cost_usd: float | None, stamp: str) -> None:
+        await self._transact(set_budget, user_id, max_tokens, max_cost_usd, stamp)
+
+    async def tree_budget_rows(self, tree_id: str) -> list[dict[str, Any]]:
+        return await self._transact(tree_budget_rows, tree_id, inline=True)

@@ -23,6 +23,7 @@ from taskgrove.llm.budget import Limit, LLMBudgetExhausted, remaining, subtree_l
 from taskgrove.llm.client import LLMError
 from taskgrove.llm.usage import CallUsage
 from taskgrove.storage import usage_store as stored_usage
+from taskgrove.storage.usage_store import UsageStore
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.clock import now_iso
 
@@ -43,6 +44,7 @@ class BudgetService:
 
     def __init__(self, repo: TaskRepository, settings: Settings, usage: UsageService) -> None:
         self.repo = repo
+        self.store = UsageStore(repo)
         self.settings = settings
         self.usage = usage
 
@@ -55,7 +57,7 @@ class BudgetService:
 
     async def user_limit(self, user_id: str | None) -> Limit | None:
         """The user's daily budget (their own, else the settings') with today's usage, or None."""
-        own = await self.repo.transact(stored_usage.get_budget, stored_usage.user_key(user_id), inline=True)
+        own = await self.store.get_budget(stored_usage.user_key(user_id))
         tokens, cost = ((own["max_tokens"], own["max_cost_usd"]) if own else
                         (self.settings.user_daily_budget_tokens, self.settings.user_daily_budget_usd))
         if tokens is None and cost is None:
@@ -73,8 +75,7 @@ class BudgetService:
         """An admin sets (or with both limits null removes) a user's daily budget."""
         if not ctx.caller.unrestricted:
             raise permission_denied("Only an admin may set a user's budget (config.budget.set)")
-        await self.repo.transact(stored_usage.set_budget, request.user_id, request.max_tokens, request.max_cost_usd,
-                            now_iso())
+        await self.store.set_budget(request.user_id, request.max_tokens, request.max_cost_usd, now_iso())
         return await self._answer(request.user_id)
 
     async def get(self, request: BudgetRef, ctx: CallContext) -> dict[str, Any]:
@@ -85,7 +86,7 @@ class BudgetService:
         return await self._answer(user_id)
 
     async def _answer(self, user_id: str | None) -> dict[str, Any]:
-        own = await self.repo.transact(stored_usage.get_budget, stored_usage.user_key(user_id), inline=True)
+        own = await self.store.get_budget(stored_usage.user_key(user_id))
         limit = await self.user_limit(user_id)
         used = await self.usage.today_of(user_id)
         answer: dict[str, Any] = {"user_id": user_id, "source": "user" if own else "settings",
@@ -120,7 +121,7 @@ class LlmMeter:
         the attempt's (another instance took the task over: it makes the calls now)."""
         found = []
         if self.tree_id is not None:
-            rows = await self.budgets.repo.transact(stored_usage.tree_budget_rows, self.tree_id, inline=True)
+            rows = await self.budgets.store.tree_budget_rows(self.tree_id)
             if fenced and self.epoch is not None:
                 own = next((row for row in rows if row["id"] == self.task_id), None)
                 if own is None or own["lease_epoch"] != self.epoch:

@@ -32,7 +32,7 @@ from taskgrove.executors.agent_delegation import breaker_wait
 from taskgrove.executors.registry import ExecutorRegistry
 from taskgrove.llm.budget import budget_remaining
 from taskgrove.storage import copy_plan, fields, jsonvalues, new_tree, task_view, tree_graph
-from taskgrove.storage import usage_store as stored_usage
+from taskgrove.storage.usage_store import UsageStore
 from taskgrove.storage.tree_insert import OverQuota
 from taskgrove.storage.models import UNFINISHED_STATUSES, TaskStatus
 from taskgrove.storage.repository import TaskRepository
@@ -63,6 +63,7 @@ class TaskService:
         admission: Admission,
     ) -> None:
         self.repo = repo
+        self.usage_store = UsageStore(repo)
         # Asked before every write that stores new tasks: SERVICE_MAX_PENDING_PER_USER.
         self.admission = admission
         self.engine = engine
@@ -250,7 +251,7 @@ class TaskService:
         if usages is not None:  # a root: what its whole tree's LLM calls used (docs/costs.md)
             answer["tree_usage"] = tree_total(usages)
         if row.get("budget"):  # what its budget still allows over its subtree
-            rows = await self.repo.transact(stored_usage.tree_budget_rows, row["task_tree_id"], inline=True)
+            rows = await self.usage_store.tree_budget_rows(row["task_tree_id"])
             answer["budget_remaining"] = budget_remaining(rows, task_id)
         if row["status"] == TaskStatus.PENDING:  # why it waits, as this instance's engine knows it
             reason = self.engine.why_waiting(task_id)

@@ -19,6 +19,7 @@ from taskgrove.agent.foundations.calls import CallContext
 from taskgrove.llm import usage as llm_usage
 from taskgrove.llm.usage import CallUsage
 from taskgrove.storage import usage_store as stored_usage
+from taskgrove.storage.usage_store import UsageStore
 from taskgrove.storage.repository import TaskRepository
 
 
@@ -55,6 +56,7 @@ class UsageService:
 
     def __init__(self, repo: TaskRepository, metrics: Metrics) -> None:
         self.repo = repo
+        self.store = UsageStore(repo)
         self.metrics = metrics
 
     async def record(self, user_id: str | None, call: CallUsage, task_id: str | None = None) -> None:
@@ -64,18 +66,17 @@ class UsageService:
         self.metrics.llm_call(call.provider, call.model, call.prompt_tokens, call.completion_tokens, call.cost_usd)
         amounts = {**call.as_usage(), "cost_usd": call.cost_usd or 0.0,
                    "unpriced_calls": 1 if call.cost_usd is None else 0}
-        await self.repo.transact(stored_usage.record_call, user_id, today(), amounts, task_id, call.as_usage(),
-                            llm_usage.add)
+        await self.store.record_call(user_id, today(), amounts, task_id, call.as_usage(), llm_usage.add)
 
     async def tree_usage(self, tree_id: str) -> dict[str, Any]:
         """The sum of a stored tree's usage (tasks.get on a root)."""
-        return tree_total(await self.repo.transact(stored_usage.tree_usages, tree_id, inline=True))
+        return tree_total(await self.store.tree_usages(tree_id))
 
     async def spent_today(self, user_id: str | None) -> dict[str, Any]:
         """What the user's calls used today (UTC), with the priced calls' dollars when the cost
         is unknown (what the daily budget is held to: agent/services/budget_service.py)."""
         day = today()
-        rows = await self.repo.transact(stored_usage.daily, user_id, day, day, inline=True)
+        rows = await self.store.daily(user_id, day, day)
         return daily_usage(rows[0]) if rows else llm_usage.empty()
 
     async def today_of(self, user_id: str | None) -> dict[str, Any]:
@@ -86,7 +87,7 @@ class UsageService:
         """The user's usage per day over the last `days` days (UTC), days without calls left out."""
         until = dt.datetime.now(dt.timezone.utc).date()
         since = (until - dt.timedelta(days=days - 1)).isoformat()
-        rows = await self.repo.transact(stored_usage.daily, user_id, since, until.isoformat(), inline=True)
+        rows = await self.store.daily(user_id, since, until.isoformat())
         return [{"day": row["day"], **stored_usage.shown(daily_usage(row))} for row in rows]
 
     async def get(self, request: UsageQuery, ctx: CallContext) -> dict[str, Any]:
