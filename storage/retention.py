@@ -5,7 +5,8 @@ A tree has ended when every task of it is completed, failed or cancelled, none i
 no execution of it is running, and its latest `updated_at` and `completed_at` are older than the
 cutoff. Pending tasks are allowed in a tree that was run (an execution of it ended): those are
 what a failed required dependency leaves behind (a root waiting on a failed task stays pending,
-and without this rule no failed tree would ever go). A tree never run (a stored copy) is kept. A schedule's template tree never ends for retention. The tasks themselves are deleted by
+and without this rule no failed tree would ever go). A tree never run (a stored copy) is kept. A schedule's or a trigger's template tree never ends
+for retention. The tasks themselves are deleted by
 `TaskRepository.delete` (the function `tasks.delete` uses), so whatever is attached to a task is
 deleted with it there; this module deletes the tree's executions and the idempotency records.
 
@@ -13,7 +14,8 @@ Stored events (`events.emit`) are not part of a tree: an event counts for a park
 its user and name that began at or before it (agent/engine/waits.py), and a wait's beginning is
 stamped when it parks. So an event older than the cutoff is needed only by a wait parked now, of
 its user and name, that began at or before it (`event_floors`); a wait that parks later began
-after the cutoff and can never count it. `delete_events` deletes the others.
+after the cutoff and can never count it. `delete_events` deletes the others. The triggers' inbox
+rows of events (`trigger_events`) go once handled before the cutoff (`delete_trigger_events`).
 
 Every function takes the caller's connection: one batch is one transaction (`lock_ended`, then the
 deletes), so a tree that starts again between the check and the delete is never half deleted
@@ -39,6 +41,8 @@ from taskgrove.storage.models import idempotency_table as K
 from taskgrove.storage.models import schedules_table
 from taskgrove.storage.models import tasks_table as T
 from taskgrove.storage.repository import TaskRepository
+from taskgrove.storage.trigger_models import trigger_events_table as TE
+from taskgrove.storage.trigger_models import triggers_table
 
 RUNNING = "running"  # an execution's status while it runs (storage/executions.py)
 # Statuses a task of an ended tree may have: finished, or pending where the tree was run (see above).
@@ -103,12 +107,15 @@ def lock_ended(c: Connection, tree_ids: Sequence[str], cutoff: str) -> dict[str,
 
 
 def _templates(c: Connection, tree_ids: set[str]) -> set[str]:
-    """Which of `tree_ids` hold a schedule's template: never deleted by retention."""
+    """Which of `tree_ids` hold a schedule's or a trigger's template: never deleted by retention."""
     if not tree_ids:
         return set()
-    query = (select(T.c.task_tree_id).join(schedules_table, schedules_table.c.task_id == T.c.id)
-             .where(T.c.task_tree_id.in_(list(tree_ids))))
-    return {row[0] for row in c.execute(query)}
+    found: set[str] = set()
+    for table in (schedules_table, triggers_table):
+        query = (select(T.c.task_tree_id).join(table, table.c.task_id == T.c.id)
+                 .where(T.c.task_tree_id.in_(list(tree_ids))))
+        found |= {row[0] for row in c.execute(query)}
+    return found
 
 
 def _ran(c: Connection, tree_ids: set[str]) -> set[str]:
@@ -154,6 +161,19 @@ def delete_idempotency(c: Connection, before: str, limit: int) -> int:
     if not keys:
         return 0
     return int(c.execute(delete(K).where(tuple_(K.c.owner, K.c.key).in_(keys))).rowcount)
+
+
+def delete_trigger_events(c: Connection, before: str, limit: int) -> int:
+    """Up to `limit` inbox rows of triggers (storage/trigger_models.py `trigger_events`) handled
+    before `before`: each went into a run, was skipped, dropped or cancelled, and is read again by
+    nothing (a waiting row, `handled_at` NULL, is never deleted here). The run keeps the event ids
+    in its root's extra. (ix_trigger_events_pending leads with handled_at.)"""
+    oldest = (select(TE.c.seq).where(TE.c.handled_at.is_not(None), TE.c.handled_at < before)
+              .order_by(TE.c.handled_at).limit(limit))
+    seqs = [row.seq for row in c.execute(oldest)]
+    if not seqs:
+        return 0
+    return int(c.execute(delete(TE).where(TE.c.seq.in_(seqs))).rowcount)
 
 
 def event_floors(c: Connection) -> dict[tuple[str | None, str], str]:
@@ -214,6 +234,9 @@ class RetentionStore:
 
     async def delete_idempotency(self, before: str, limit: int) -> int:
         return await self._transact(delete_idempotency, before, limit)
+
+    async def delete_trigger_events(self, before: str, limit: int) -> int:
+        return await self._transact(delete_trigger_events, before, limit)
 
     async def event_floors(self) -> dict[tuple[str | None, str], str]:
         return await self._transact(event_floors)

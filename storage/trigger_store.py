@@ -1,7 +1,9 @@
 """The statements of event triggers (tables in storage/trigger_models.py; docs/triggers.md).
 
-Two moments write here. `take_in`: an `events.emit` that a trigger matches leaves one inbox row
-per (trigger, event) (unique: a second insert of the same event for the same trigger fails).
+Two moments write here. `take_in_event`: an `events.emit` that a trigger matches leaves one inbox
+row per (trigger, event) (unique: a second insert of the same event for the same trigger fails),
+in the transaction that stores the event (storage/wait_store.store_event): an event is never
+stored without the rows of the triggers it matched, so none is lost to a crash in between.
 `take_group`: a trigger loop (any instance's) handles the waiting rows of one trigger and key in
 one transaction: it locks the trigger's row (PostgreSQL: `FOR UPDATE`, so instances decide for a
 trigger one at a time; SQLite has one writer anyway), reads the rows still waiting, lets the
@@ -31,6 +33,7 @@ from taskgrove.storage.repository import TaskRepository, read_tree
 from taskgrove.storage.trigger_models import trigger_events_table as E
 from taskgrove.storage.trigger_models import trigger_runs_table as R
 from taskgrove.storage.trigger_models import triggers_table as G
+from taskgrove.storage.wait_store import meets
 
 Row = dict[str, Any]
 PENDING_ROWS = 1000  # rows of one group read per decision (a batch is at most this size)
@@ -119,6 +122,20 @@ def take_in(c: Connection, entries: Sequence[Mapping[str, Any]], event_id: str, 
                                    group_key=entry["group_key"], payload=dict(payload), created_at=stamp))
         c.execute(update(G).where(G.c.id == entry["trigger_id"]).values(matched=G.c.matched + 1))
     return len(entries)
+
+
+def take_in_event(c: Connection, user_id: str | None, name: str, payload: Mapping[str, Any], event_id: str,
+                  stamp: str) -> int:
+    """What storing an event writes for triggers, in the event's own transaction (wait_store.store_event):
+    every enabled trigger of `user_id` listening to `name` takes it in: an inbox row to start when
+    its `match` is met, to cancel for its `cancel_on`. Returns how many triggers took it in."""
+    entries = []
+    for trigger in matching(c, user_id, name):
+        if trigger["event"] == name and meets(trigger["match"], payload):
+            entries.append({"trigger_id": trigger["id"], "kind": "start", "group_key": group_key(trigger, payload)})
+        elif trigger["cancel_on"] == name:
+            entries.append({"trigger_id": trigger["id"], "kind": "cancel", "group_key": group_key(trigger, payload)})
+    return take_in(c, entries, event_id, payload, stamp)
 
 
 def pending_groups(c: Connection, limit: int = 500) -> list[Row]:
@@ -338,13 +355,6 @@ class TriggerStore:
 
     async def waiting_count(self, trigger_id: str) -> int:
         return await self._transact(waiting_count, trigger_id)
-
-    async def matching(self, user_id: str | None, name: str) -> list[Row]:
-        return await self._transact(matching, user_id, name)
-
-    async def take_in(self, entries: Sequence[Mapping[str, Any]], event_id: str, payload: Mapping[str, Any],
-                      stamp: str) -> int:
-        return await self._transact(take_in, entries, event_id, payload, stamp)
 
     async def pending_groups(self, limit: int = 500) -> list[Row]:
         return await self._transact(pending_groups, limit)

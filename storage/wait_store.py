@@ -10,7 +10,7 @@ next wait of the same task (each park follows a claim, which raises the epoch).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import insert, select, update
@@ -95,6 +95,26 @@ def add_event(c: Connection, user_id: str | None, name: str, payload: Mapping[st
     event_id = uuid.uuid4().hex
     c.execute(insert(E).values(id=event_id, user_id=user_id, name=name, payload=dict(payload), created_at=stamp))
     return event_id
+
+
+# A statement that belongs to storing an event: (connection, user_id, name, payload, event_id, stamp)
+# -> what it answers (storage/trigger_store.take_in_event: the trigger rows of the event).
+WithEvent = Callable[[Connection, "str | None", str, Mapping[str, Any], str, str], Any]
+
+
+def store_event(c: Connection, user_id: str | None, name: str, payload: Mapping[str, Any], stamp: str,
+                alongside: Sequence[WithEvent] = ()) -> tuple[str, list[Any]]:
+    """Store an event and run `alongside` in the same transaction (each given the new event's id):
+    either the event and everything written for it are stored, or nothing is. Returns the event's
+    id and what each statement of `alongside` answered, in order."""
+    event_id = add_event(c, user_id, name, payload, stamp)
+    return event_id, [statement(c, user_id, name, payload, event_id, stamp) for statement in alongside]
+
+
+def meets(match: Mapping[str, Any] | None, payload: Any) -> bool:
+    """Whether an event's payload has every key of `match` with the same value (a wait's, a trigger's)."""
+    return isinstance(payload, dict) and all(key in payload and payload[key] == value
+                                             for key, value in (match or {}).items())
 
 
 def events_since(c: Connection, user_id: str | None, name: str, since: str, limit: int = 1000) -> list[Row]:

@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -250,6 +251,61 @@ def test_schedules_list_for_people_and_scripts(services: dict[str, Service]) -> 
 
     refused = cli(["schedules", "list"], services["jwt"])
     assert refused.returncode == 3 and "Traceback" not in refused.stderr
+
+
+def test_triggers_create_list_get_runs_delete_for_people_and_scripts(services: dict[str, Service]) -> None:
+    """`taskgrove triggers ...`: the triggers.* methods (docs/triggers.md); bad input is exit 2 before any call."""
+    service = services["plain"]
+    asyncio.run(service.rpc("tasks.create", {"tasks": [{"id": "tmpl-trig", "name": "on ticket [b]x[/b]",
+                                                        "schemas": {"method": "noop_executor"}}]}))
+    bad = cli(["triggers", "create", "tmpl-trig", "cli-ticket", "--match", "{queue: x}"], service)
+    assert bad.returncode == 2 and "--match is not valid JSON" in bad.stderr
+    lonely = cli(["triggers", "create", "tmpl-trig", "cli-ticket", "--max-wait", "5"], service)
+    assert lonely.returncode == 2 and "--max-wait goes with --debounce" in lonely.stderr
+    refused = cli(["triggers", "create", "tmpl-trig", "cli-ticket", "--debounce", "0"], service)
+    assert refused.returncode == 1 and "debounce.seconds" in refused.stderr and "Traceback" not in refused.stderr
+
+    made = cli(["triggers", "create", "tmpl-trig", "cli-ticket", "--id", "cli-trig", "--match", '{"queue": "support"}',
+                "--key", "ticket_id", "--debounce", "0.2", "--max-wait", "5", "--singleton", "queue", "--json"], service)
+    assert made.returncode == 0, made.stderr
+    trigger = json.loads(made.stdout)
+    assert trigger["id"] == "cli-trig" and trigger["match"] == {"queue": "support"}
+    assert trigger["debounce"] == {"seconds": 0.2, "max_wait_seconds": 5.0} and trigger["singleton"] == "queue"
+    plain = cli(["triggers", "create", "tmpl-trig", "cli-other"], service)
+    assert plain.returncode == 0 and "event cli-other runs tmpl-trig (every event)" in plain.stdout, plain.stderr
+
+    listed = cli(["triggers", "list", "--task-id", "tmpl-trig", "--event", "cli-ticket", "--json"], service)
+    assert listed.returncode == 0, listed.stderr
+    assert [r["id"] for r in json.loads(listed.stdout)] == ["cli-trig"]
+    table = cli(["triggers", "list", "--task-id", "tmpl-trig"], service)
+    assert table.returncode == 0, table.stderr
+    assert "cli-trig" in table.stdout and "debounce 0.2s (max 5s), singleton queue, key ticket_id" in table.stdout
+
+    emitted = cli(["events", "emit", "cli-ticket", "--payload", '{"queue": "support", "ticket_id": 7}', "--json"],
+                  service)
+    assert emitted.returncode == 0 and json.loads(emitted.stdout)["triggered"] == 1, emitted.stderr
+    deadline = time.monotonic() + 30
+    while not (runs := json.loads(cli(["triggers", "runs", "cli-trig", "--key", "7", "--json"], service).stdout)):
+        assert time.monotonic() < deadline, "no run of the trigger within 30 s"
+        time.sleep(0.1)
+    asyncio.run(service.wait_status(runs[0]["root_task_id"], ("completed",), 20))
+    shown = cli(["triggers", "runs", "cli-trig"], service)
+    assert shown.returncode == 0 and runs[0]["root_task_id"] in shown.stdout, shown.stderr
+    got = cli(["triggers", "get", "cli-trig", "--json"], service)
+    assert got.returncode == 0, got.stderr
+    assert {k: json.loads(got.stdout)[k] for k in ("matched", "runs", "waiting")} == {"matched": 1, "runs": 1,
+                                                                                      "waiting": 0}
+    detail = cli(["triggers", "get", "cli-trig"], service)
+    assert detail.returncode == 0 and "cli-ticket" in detail.stdout and "last_root_task_id" in detail.stdout
+
+    gone = cli(["triggers", "delete", "cli-trig"], service)
+    assert gone.returncode == 0 and "deleted trigger cli-trig" in gone.stdout, gone.stderr
+    for args in (["get", "cli-trig"], ["runs", "cli-trig"]):
+        missing = cli(["triggers", *args], service)
+        assert missing.returncode == 1 and "no trigger 'cli-trig'" in missing.stderr, (args, missing.stderr)
+    again = cli(["triggers", "delete", "cli-trig"], service)
+    assert again.returncode == 1 and "Traceback" not in again.stderr
+    assert cli(["triggers", "list"], services["jwt"]).returncode == 3
 
 
 @contextlib.contextmanager

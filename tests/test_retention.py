@@ -93,7 +93,7 @@ async def test_purge_deletes_ended_trees_and_nothing_else(make_settings: Callabl
         # Retention of 30 days: nothing is old enough; only the schedule's runs beyond the newest 2 go.
         answer = await client.result("tasks.purge", {"older_than": "30d"})
         assert answer == {"swept": True, "trees": 2, "tasks": 4, "idempotency_records": 0, "events": 0,
-                          "older_than": 30 * 86_400.0}
+                          "trigger_events": 0, "older_than": 30 * 86_400.0}
         assert await tree_ids(client) == before - set(runs[:2])
 
         await asyncio.sleep(0.05)  # everything that ended, ended more than 0.01 s ago

@@ -1,8 +1,8 @@
 """The trigger loop: start the runs that events of triggers call for, when their policy says so.
 
 The sibling of engine/schedule_loop.py, and as small. `events.emit` leaves inbox rows
-(storage/trigger_store.take_in) and wakes this loop; every instance runs it on the same rows.
-A look reads the (trigger, key) groups with waiting events; a group that is due (its debounce
+(storage/trigger_store.take_in_event, in the event's transaction) and wakes this loop; every
+instance runs it on the same rows. A look reads the (trigger, key) groups with waiting events; a group that is due (its debounce
 quiet, its batch full or old enough, at once without either) is decided and carried out in one
 transaction (trigger_store.take_group, with agent/engine/trigger_policy.decide), whose
 compare-and-set on the rows makes each event go into one run across instances. Cancelling (a

@@ -19,7 +19,7 @@ import asyncio
 import json
 import logging
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from taskgrove.agent.engine.background import Background
@@ -56,8 +56,7 @@ def stamped(wait: Mapping[str, Any], since: str) -> dict[str, Any]:
 
 def matches(wait: Mapping[str, Any], payload: Any) -> bool:
     """Whether an event's payload has every key of the wait's `match` with the same value."""
-    match = wait.get("match") or {}
-    return isinstance(payload, dict) and all(key in payload and payload[key] == value for key, value in match.items())
+    return stored.meets(wait.get("match"), payload)
 
 
 def _compiled(schema: Mapping[str, Any]) -> Any:
@@ -274,11 +273,14 @@ class Waits:
 
     # --- events ---------------------------------------------------------------------------
 
-    async def emit(self, user_id: str | None, name: str, payload: Mapping[str, Any]) -> dict[str, Any]:
-        """Store the event, then answer every parked wait of `user_id` for `name` that began at
-        or before it and whose match it meets. Returns {event_id, created_at, resumed}."""
+    async def emit(self, user_id: str | None, name: str, payload: Mapping[str, Any],
+                   alongside: Sequence[stored.WithEvent] = ()) -> dict[str, Any]:
+        """Store the event, with the statements `alongside` in the same transaction (the trigger
+        rows it makes: stored both or neither), then answer every parked wait of `user_id` for
+        `name` that began at or before it and whose match it meets. Returns {event_id,
+        created_at, resumed, task_ids, alongside: what each statement answered}."""
         stamp = now_iso()
-        event_id = await self.repo.transact(stored.add_event, user_id, name, payload, stamp)
+        event_id, done = await self.repo.transact(stored.store_event, user_id, name, payload, stamp, alongside)
         resumed: list[str] = []
         for row in await self.repo.transact(stored.parked_of_user, user_id):
             wait = read(row["waiting"])
@@ -290,7 +292,8 @@ class Waits:
                 resumed.append(row["id"])
             except (NotWaiting, AlreadyAnswered):
                 continue
-        return {"event_id": event_id, "created_at": stamp, "resumed": len(resumed), "task_ids": resumed}
+        return {"event_id": event_id, "created_at": stamp, "resumed": len(resumed), "task_ids": resumed,
+                "alongside": done}
 
     # --- monitoring -----------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ SURFACES = {"tasks": "tasks", "system": "system", "graphql": "graphql", "ws": "w
             "readyz": "operations"}
 HTTP_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
 REFUSAL_REASONS = ("pending", "rate")
-RETENTION_KINDS = ("trees", "tasks", "events", "idempotency_records")
+RETENTION_KINDS = ("trees", "tasks", "events", "idempotency_records", "trigger_events")
 MAX_LLM_MODELS = 50  # models named in the taskgrove_llm_* series; later ones are counted as `other`
 TOP_USERS = 20  # users named in taskgrove_user_tasks; the rest are summed as `other`
 # (path, method, status) triples whose HTTP series are remembered (Metrics.http_series): the
@@ -85,7 +85,8 @@ class Metrics:
                                     "(created, dependencies done, retry due, wait answered) to started",
                                     registry=r, buckets=(.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60, 300, 1800))
         self.retention = Counter("taskgrove_retention_deleted", "What retention deleted (SERVICE_RETENTION, "
-                                 "tasks.purge), by kind: trees, tasks, events, idempotency_records", ["kind"], registry=r)
+                                 "tasks.purge), by kind: trees, tasks, events, idempotency_records, trigger_events", ["kind"],
+                                 registry=r)
         for kind in RETENTION_KINDS:  # every series exists from the start, at 0
             self.retention.labels(kind)
         self.llm_tokens = Counter("taskgrove_llm_tokens", "LLM tokens used, by provider, model (the first "
@@ -184,8 +185,9 @@ class Metrics:
             self.child(self.retention, "tasks").inc(tasks)
 
     def retention_deleted_records(self, kind: str, count: int) -> None:
-        """One retention batch deleted `count` rows of `kind`: `events` (stored events) or
-        `idempotency_records` (agent/services/retention_service.py)."""
+        """One retention batch deleted `count` rows of `kind`: `events` (stored events),
+        `idempotency_records` or `trigger_events` (handled inbox rows of triggers)
+        (agent/services/retention_service.py)."""
         if count:
             self.child(self.retention, kind).inc(count)
 

@@ -22,11 +22,12 @@ from taskgrove.agent.remote.events import GROUP as EVENTS
 from taskgrove.agent.remote.llm_usage import GROUP as USAGE
 from taskgrove.agent.remote.schedules import GROUP as SCHEDULES
 from taskgrove.agent.remote.tasks import GROUP as TASKS
+from taskgrove.agent.remote.triggers import GROUP as TRIGGERS
 
 if TYPE_CHECKING:  # pragma: no cover
     from taskgrove.client import AsyncClient
 
-GROUPS: tuple[Group, ...] = (TASKS, SCHEDULES, EVENTS, USAGE)
+GROUPS: tuple[Group, ...] = (TASKS, SCHEDULES, TRIGGERS, EVENTS, USAGE)
 
 
 def add_groups(sub: argparse._SubParsersAction) -> None:

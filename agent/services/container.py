@@ -133,7 +133,7 @@ class Services:
         services.task_methods.update(services.agents.methods())
         trigger_metrics = TriggerMetrics(metrics.registry)
         services.triggers = TriggerService(repo, TriggerLoop(engine, trigger_metrics), trigger_metrics)
-        waits.on_emit.append(services.triggers.event_emitted)
+        waits.on_emit.append(services.triggers.emit_hook())
         services.task_methods.update(trigger_methods(services.triggers))
         services.system_methods = {
             "system.health": without_params(system.health),

@@ -7,7 +7,8 @@ uses), its executions, and the idempotency records older than the cutoff. A sche
 its newest SERVICE_SCHEDULE_KEEP_RUNS are deleted once ended, whatever their age; its template
 never is. Nothing running or parked on a wait is touched. Stored events (`events.emit`) older than
 the cutoff go too, but those a task parked on an event wait can still count (storage/retention.py
-says the rule). On PostgreSQL one instance sweeps at a
+says the rule), and so do the triggers' inbox rows of events handled before the cutoff (a row still
+waiting in a debounce, a batch or a queue is kept whatever its age). On PostgreSQL one instance sweeps at a
 time (a session advisory lock held for the sweep); another instance's sweep finds it taken and
 does nothing. docs/retention.md says it for operators.
 """
@@ -37,6 +38,7 @@ SCAN_ROOTS = 500  # roots read per step of the walk over the oldest trees
 BATCH_PAUSE_SECONDS = 0.05  # between two transactions: the engine's writes go first
 IDEMPOTENCY_BATCH = 500
 EVENTS_BATCH = 500
+TRIGGER_EVENTS_BATCH = 500
 REMEMBERED_TREES = 10_000  # deleted trees whose late executions the next sweep looks for
 MIN_EVERY_SECONDS, MAX_EVERY_SECONDS = 0.5, 300.0  # how often the background loop sweeps
 
@@ -49,11 +51,13 @@ class Swept:
     tasks: int = 0
     idempotency_records: int = 0
     events: int = 0
+    trigger_events: int = 0  # handled inbox rows of triggers (docs/triggers.md)
     swept: bool = True  # False: another instance was sweeping (PostgreSQL), nothing was done here
 
     def as_dict(self) -> dict[str, Any]:
         return {"swept": self.swept, "trees": self.trees, "tasks": self.tasks,
-                "idempotency_records": self.idempotency_records, "events": self.events}
+                "idempotency_records": self.idempotency_records, "events": self.events,
+                "trigger_events": self.trigger_events}
 
 
 class Retention:
@@ -98,6 +102,10 @@ class Retention:
                 self.metrics.retention_deleted_records("idempotency_records", n)
                 await asyncio.sleep(BATCH_PAUSE_SECONDS)
             await self._sweep_events(cutoff, swept)
+            while (n := await self.store.delete_trigger_events(cutoff, TRIGGER_EVENTS_BATCH)) > 0:
+                swept.trigger_events += n
+                self.metrics.retention_deleted_records("trigger_events", n)
+                await asyncio.sleep(BATCH_PAUSE_SECONDS)
         return swept
 
     async def _late_executions(self) -> None:

@@ -20,7 +20,6 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 
 from taskgrove.agent.engine.trigger_loop import TriggerLoop
-from taskgrove.agent.engine.waits import matches
 from taskgrove.agent.foundations import params as rpc_params
 from taskgrove.agent.foundations.auth import Caller
 from taskgrove.agent.foundations.calls import CallContext, Handler, typed
@@ -28,6 +27,7 @@ from taskgrove.agent.foundations.errors import invalid_params, permission_denied
 from taskgrove.agent.foundations.requests_triggers import (CreateTrigger, ListTriggers, TriggerRef, TriggerRuns,
                                                            UpdateTrigger)
 from taskgrove.agent.foundations.trigger_metrics import TriggerMetrics
+from taskgrove.agent.services.wait_service import EmitHook
 from taskgrove.storage import jsonvalues, trigger_store
 from taskgrove.storage.trigger_store import TriggerStore
 from taskgrove.storage.clock import now_iso
@@ -140,25 +140,19 @@ class TriggerService:
 
     # --- events.emit ----------------------------------------------------------------------
 
-    async def event_emitted(self, user_id: str | None, name: str, payload: Mapping[str, Any], event_id: str,
-                            stamp: str) -> dict[str, Any]:
-        """What `events.emit` does for triggers, once the event is stored: every enabled trigger of
-        `user_id` listening to `name` takes it in (an inbox row: to start, when its `match` is met;
-        to cancel, for its `cancel_on`), and the loop is woken. Returns {"triggered": how many
-        triggers took it in} for the emit's answer."""
-        entries = []
-        for trigger in await self.triggers.matching(user_id, name):
-            if trigger["event"] == name and matches({"match": trigger["match"]}, payload):
-                entries.append({"trigger_id": trigger["id"], "kind": "start",
-                                "group_key": trigger_store.group_key(trigger, payload)})
-            elif trigger["cancel_on"] == name:
-                entries.append({"trigger_id": trigger["id"], "kind": "cancel",
-                                "group_key": trigger_store.group_key(trigger, payload)})
-        if entries:
-            await self.triggers.take_in(entries, event_id, payload, stamp)
-            self.metrics.counted("matched", len(entries))
+    def emit_hook(self) -> EmitHook:
+        """What `events.emit` does for triggers: in the transaction that stores the event, every
+        enabled trigger of its user listening to its name takes it in (trigger_store.take_in_event:
+        an inbox row to start, when its `match` is met; to cancel, for its `cancel_on`), so an
+        event is never stored without them; after the commit the loop is woken. The emit's
+        answer gets {"triggered": how many triggers took it in}."""
+        return EmitHook(trigger_store.take_in_event, self._taken_in)
+
+    def _taken_in(self, taken: int) -> dict[str, Any]:
+        if taken:
+            self.metrics.counted("matched", taken)
             self.loop.wake()
-        return {"triggered": len(entries)}
+        return {"triggered": taken}
 
 
 def spec_of(params: Mapping[str, Any], base: Mapping[str, Any]) -> dict[str, Any]:

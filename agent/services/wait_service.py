@@ -12,8 +12,8 @@ resumes the task wherever its tree runs.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from taskgrove.agent.engine.engine import AlreadyAnswered, Engine, NotWaiting
 from taskgrove.agent.engine.waits import schema_problem
@@ -24,7 +24,14 @@ from taskgrove.agent.foundations.settings import Settings
 from taskgrove.storage import jsonvalues
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.results import Unstorable, storable
-from taskgrove.storage.wait_store import public_wait, read
+from taskgrove.storage.wait_store import WithEvent, public_wait, read
+
+class EmitHook(NamedTuple):
+    """What another concern does when an event is stored (triggers: agent/services/trigger_service.py)."""
+
+    statement: WithEvent  # runs in the transaction that stores the event: stored with it or not at all
+    after: Callable[[Any], dict[str, Any]]  # after the commit, with what the statement answered: keys of the answer
+
 
 # The waits tasks.respond answers: a person's input, and a question of another agent (agent_input:
 # a remote A2A task's input-required, whose answer the task sends back to it).
@@ -36,9 +43,9 @@ class WaitService:
         self.repo = repo
         self.engine = engine
         self.settings = settings
-        # Called with (user_id, name, payload, event_id, created_at) once an event is stored; each
-        # answers keys added to the emit's answer (TriggerService.event_emitted).
-        self.on_emit: list[Callable[..., Awaitable[dict[str, Any]]]] = []
+        # What else storing an event does (TriggerService.emit_hook): each hook's statement runs in
+        # the event's own transaction, its `after` once that committed.
+        self.on_emit: list[EmitHook] = []
 
     # --- the service API ------------------------------------------------------------------
 
@@ -80,11 +87,11 @@ class WaitService:
             raise permission_denied("Only an admin may emit events for another user")
         owner = request.user_id if request.user_id is not None else caller.user_id
         payload = self._storable(dict(request.payload), what="payload")
-        answer = await self.engine.waits.emit(owner, request.name, payload)
+        answer = await self.engine.waits.emit(owner, request.name, payload, [hook.statement for hook in self.on_emit])
         emitted = {"event_id": answer["event_id"], "name": request.name, "user_id": owner,
                    "created_at": answer["created_at"], "resumed": answer["resumed"], "task_ids": answer["task_ids"]}
-        for hook in self.on_emit:  # triggers (agent/services/trigger_service.py): {"triggered": n}
-            emitted.update(await hook(owner, request.name, payload, answer["event_id"], answer["created_at"]))
+        for hook, done in zip(self.on_emit, answer["alongside"]):  # triggers: {"triggered": n}
+            emitted.update(hook.after(done))
         return emitted
 
     def _storable(self, value: Any, what: str = "value") -> Any:

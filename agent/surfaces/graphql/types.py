@@ -141,10 +141,11 @@ class PurgeResult:
     tasks: int
     idempotency_records: int
     events: int
+    trigger_events: int = strawberry.field(description="Handled inbox rows of triggers (docs/triggers.md)")
     older_than: float = strawberry.field(description="The age in seconds a tree had to have ended at")
 
     @classmethod
     def from_wire(cls, answer: Mapping[str, Any]) -> "PurgeResult":
         return cls(swept=answer["swept"], trees=answer["trees"], tasks=answer["tasks"],
                    idempotency_records=answer["idempotency_records"], events=answer["events"],
-                   older_than=answer["older_than"])
+                   trigger_events=answer["trigger_events"], older_than=answer["older_than"])
