@@ -29,6 +29,7 @@ from taskgrove.storage.connections import Connections
 from taskgrove.storage.jsonvalues import read_stored
 from taskgrove.storage.models import tasks_table as T
 from taskgrove.storage.models import with_defaults
+from taskgrove.storage.outage import write_probe
 from taskgrove.storage.status import TASK_STATUSES
 
 Row = dict[str, Any]
@@ -104,6 +105,14 @@ class TaskRepository:
         if time.monotonic() - self.connections.answered_at < fresh_within:
             return
         await self.connections.transact(lambda c: c.execute(select(1)))
+
+    async def probe_read(self) -> None:
+        """Readiness's read (storage/outage.py DatabaseHealth.check): one statement, no table."""
+        await self.connections.transact(lambda c: c.execute(select(1)))
+
+    async def probe_write(self) -> None:
+        """Readiness's write that stores nothing (outage.write_probe): a full or read-only database fails it."""
+        await self.connections.transact(write_probe)
 
     # --- reads ----------------------------------------------------------------------------
     # A read outside a caller's transaction is one plain prepared statement: on SQLite (a file)

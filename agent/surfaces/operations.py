@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from sqlalchemy import select
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -27,7 +26,7 @@ from taskgrove.agent.foundations.settings import Settings
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.agent.surfaces.edge import unauthorized
 from taskgrove.agent.foundations.metrics import CONTENT_TYPE
-from taskgrove.storage.outage import DatabaseOutage, write_probe
+from taskgrove.storage.outage import DatabaseOutage
 
 
 class OperationsServices(Protocol):
@@ -54,15 +53,8 @@ READY_DB_FRESH_SECONDS = 1.0
 
 async def database_outage(services: OperationsServices) -> DatabaseOutage | None:
     """The database's outage as readiness and /metrics see it, None when it is up."""
-    connections = services.repo.connections
-
-    async def read() -> None:
-        await connections.transact(lambda c: c.execute(select(1)))
-
-    async def write() -> None:
-        await connections.transact(write_probe)
-
-    return await connections.health.check(READY_DB_FRESH_SECONDS, read, write)
+    repo = services.repo
+    return await repo.connections.health.check(READY_DB_FRESH_SECONDS, repo.probe_read, repo.probe_write)
 
 
 def database_metrics(services: OperationsServices, outage: DatabaseOutage | None) -> str:

@@ -51,7 +51,7 @@ from taskgrove.agent.engine.follow_final import follow_execution, stored_final
 from taskgrove.agent.foundations.errors import RpcError
 from taskgrove.agent.foundations.requests import RespondToTask
 from taskgrove.agent.services.task_service import never_executed
-from taskgrove.storage.executions import latest_execution
+from taskgrove.storage.execution_store import ExecutionStore
 from taskgrove.storage.status import FINISHED_STATUSES, TaskStatus
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -66,6 +66,7 @@ OUTCOME_DESCRIPTION = "The outcome of the task tree: the root result and every t
 class TaskTreeAgentExecutor(AgentExecutor):
     def __init__(self, services: "A2AServices", task_store: TaskStore, push_targets: PushTargets) -> None:
         self._services = services
+        self._executions = ExecutionStore(services.repo)
         self._task_store = task_store
         self._push = push_targets
         # Agent task id -> set once cancel() has reported the canceled state.
@@ -245,7 +246,7 @@ class TaskTreeAgentExecutor(AgentExecutor):
                 datetime.now(timezone.utc) - task.status.timestamp.ToDatetime(timezone.utc) < SETTLE_AFTER:
             return task  # just started here or elsewhere: its own follower reports it
         repo = self._services.repo
-        execution = await repo.transact(latest_execution, task.context_id)
+        execution = await self._executions.latest(task.context_id)
         if execution is None or execution["status"] == "running":
             return task  # still being carried out (resumed): stays working
         rows = await repo.tree(task.context_id)
