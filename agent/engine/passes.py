@@ -34,6 +34,7 @@ from taskgrove.agent.foundations.settings import Settings
 from taskgrove.executors.registry import ExecutorRegistry
 from taskgrove.storage import executions
 from taskgrove.storage.connections import is_transient
+from taskgrove.storage.outage import recognise
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.clock import now_iso, seconds_until
 
@@ -43,6 +44,8 @@ log = logging.getLogger(__name__)
 # each write is tried on its own. The wait between tries doubles up to the max.
 WRITE_ATTEMPTS = 5
 WRITE_RETRY_MAX_SECONDS = 2.0
+# How long a loop waits before trying again while the database is away (storage/outage.py).
+OUTAGE_BACKOFF_SECONDS = 1.0
 # How often a task waiting for a concurrency key looks again when no task of the key ends here
 # (one may end on another instance, which tells nobody here).
 KEY_RECHECK_SECONDS = 0.5
@@ -102,6 +105,10 @@ class PassLoop:
         self.waiting_for: dict[str, str] = {}  # task id -> why it waits (tasks.get shows it)
         self.capped = 0  # ready tasks held back by SERVICE_EXECUTOR_CONCURRENCY in the last pass
         self.reserved = 0  # slots held for tasks claimed with their tree's insert, until they start
+        # Tasks whose attempt ended and whose outcome waits in memory for the database (a write
+        # retried through an outage): their leases are still ours to renew (leases.py renew),
+        # or the lease keeper would settle them as interrupted and their outcome would be lost.
+        self.unwritten: set[str] = set()
         # Deadlines of parked tasks (engine/waits.py): (monotonic time, id, tree_id), and each
         # task's latest, so a rebuild that finds it parked again adds no second timer.
         self._wakes: list[tuple[float, str, str]] = []
@@ -134,9 +141,11 @@ class PassLoop:
             try:
                 await self.run_pass()
                 self.metrics.engine_pass(time.perf_counter() - began)
-            except Exception:  # never let one bad pass stop the engine
-                log.exception("engine pass failed")
-                await asyncio.sleep(0.1)
+            except Exception as exc:  # never let one bad pass stop the engine
+                outage = recognise(exc) is not None  # logged once by storage/outage.py: back off quietly
+                if not outage:
+                    log.exception("engine pass failed")
+                await asyncio.sleep(OUTAGE_BACKOFF_SECONDS if outage else 0.1)
                 self.wake.set()
 
     async def run_pass(self) -> None:
@@ -519,19 +528,28 @@ class PassLoop:
         if not (writes or claims or ends):
             return set(), {}, {}
         attempt = 0
-        while True:
-            attempt += 1
-            try:
-                return await self.repo.write_pass(writes, claims, self.instance_id, self.lease_until(), stamp, ends,
-                                                  rows, later or ())
-            except Exception as exc:
-                if not is_transient(exc) or (self.stopping and attempt >= WRITE_ATTEMPTS):
-                    log.warning("engine write failed (%s); writing its parts one by one", type(exc).__name__,
-                                exc_info=True)
-                    break
-                if attempt <= WRITE_ATTEMPTS or attempt % 30 == 0:
-                    log.warning("engine write failed (attempt %d, %s), retrying", attempt, type(exc).__name__)
-                await asyncio.sleep(min(0.05 * 2 ** attempt, WRITE_RETRY_MAX_SECONDS))
+        # Only once a write has failed: a write that goes through is not kept waiting.
+        waiting: set[str] = set()
+        try:
+            while True:
+                attempt += 1
+                try:
+                    return await self.repo.write_pass(writes, claims, self.instance_id, self.lease_until(), stamp,
+                                                      ends, rows, later or ())
+                except Exception as exc:
+                    if not is_transient(exc) or (self.stopping and attempt >= WRITE_ATTEMPTS):
+                        log.warning("engine write failed (%s); writing its parts one by one", type(exc).__name__,
+                                    exc_info=True)
+                        break
+                    if not waiting:
+                        waiting = {tid for tid, _, _ in writes} - self.unwritten
+                        self.unwritten |= waiting
+                    # An outage is logged once by storage/outage.py; anything else here.
+                    if recognise(exc) is None and (attempt <= WRITE_ATTEMPTS or attempt % 30 == 0):
+                        log.warning("engine write failed (attempt %d, %s), retrying", attempt, type(exc).__name__)
+                    await asyncio.sleep(min(0.05 * 2 ** attempt, WRITE_RETRY_MAX_SECONDS))
+        finally:
+            self.unwritten -= waiting
         accepted: set[str] = set()
         for tid, epoch, values in writes:
             accepted |= await self._write_alone(tid, epoch, values, stamp, rows.pop(tid, None))
