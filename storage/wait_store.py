@@ -20,6 +20,7 @@ from taskgrove.storage.jsonvalues import Unreadable, read_stored
 from taskgrove.storage.models import TaskStatus
 from taskgrove.storage.models import events_table as E
 from taskgrove.storage.models import tasks_table as T
+from taskgrove.storage.repository import TaskRepository
 
 Row = dict[str, Any]
 
@@ -123,3 +124,28 @@ def events_since(c: Connection, user_id: str | None, name: str, since: str, limi
     query = (select(E).where(owner, E.c.name == name, E.c.created_at >= since)
              .order_by(E.c.created_at, E.c.id).limit(limit))
     return [dict(row._mapping) for row in c.execute(query)]
+
+
+class WaitStore:
+    """The durable waits' named operations, each one transaction of its own running the statement
+    function above of the same name: what the engine's waits call (agent/engine/waits.py; issue
+    44: nothing above storage hands functions to `transact`)."""
+
+    def __init__(self, repo: TaskRepository) -> None:
+        self._transact = repo.transact
+
+    async def events_since(self, user_id: str | None, name: str, since: str) -> list[Row]:
+        return await self._transact(events_since, user_id, name, since)
+
+    async def answer(self, task_id: str, epoch: int, answers: str, stamp: str) -> Row | None:
+        return await self._transact(answer, task_id, epoch, answers, stamp)
+
+    async def fail(self, task_id: str, epoch: int, error: str, stamp: str) -> bool:
+        return await self._transact(fail, task_id, epoch, error, stamp)
+
+    async def store_event(self, user_id: str | None, name: str, payload: Mapping[str, Any], stamp: str,
+                          alongside: Sequence[WithEvent] = ()) -> tuple[str, list[Any]]:
+        return await self._transact(store_event, user_id, name, payload, stamp, alongside)
+
+    async def parked_of_user(self, user_id: str | None) -> list[Row]:
+        return await self._transact(parked_of_user, user_id)

@@ -41,7 +41,7 @@ from taskgrove.agent.engine.waits import AlreadyAnswered, NotWaiting, Waits
 from taskgrove.agent.foundations.metrics import Metrics
 from taskgrove.agent.foundations.settings import Settings
 from taskgrove.executors.registry import ExecutorRegistry
-from taskgrove.storage import executions
+from taskgrove.storage.execution_store import ExecutionStore
 from taskgrove.storage.models import UNFINISHED_STATUSES
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.status import TaskStatus
@@ -160,8 +160,8 @@ class Engine:
         await attempts.logbook.stop()  # the lines of attempts cut off are kept
         try:
             stamp = now_iso()
-            await self.repo.transact(executions.release, self.instance_id, [r.execution_id for r in self.runs.values()],
-                                stamp, SHUTDOWN_ERROR, self.settings.max_interruptions)
+            await ExecutionStore(self.repo).release(self.instance_id, [r.execution_id for r in self.runs.values()],
+                                                    stamp, SHUTDOWN_ERROR, self.settings.max_interruptions)
         except Exception:  # the database may be what is going away
             log.warning("could not hand back running executions at shutdown", exc_info=True)
         await asyncio.gather(*self._tasks, return_exceptions=True)

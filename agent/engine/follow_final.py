@@ -16,7 +16,7 @@ import asyncio
 
 from taskgrove.agent.engine.bus import FINAL
 from taskgrove.agent.engine.bus import BusSubscription
-from taskgrove.storage import executions
+from taskgrove.storage.execution_store import ExecutionStore
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.status import FINISHED_STATUSES, TaskStatus
 from taskgrove.storage.clock import now_iso
@@ -40,7 +40,7 @@ async def follow_execution(repo: TaskRepository, subscription: BusSubscription, 
                 async with asyncio.timeout(check_every):
                     event = await subscription.get()
             except TimeoutError:
-                if await repo.transact(executions.running_execution, tree_id) is None:
+                if await ExecutionStore(repo).running(tree_id) is None:
                     yield await stored_final(repo, tree_id)
                     return
                 continue
@@ -53,7 +53,7 @@ async def follow_execution(repo: TaskRepository, subscription: BusSubscription, 
 
 async def stored_final(repo: TaskRepository, tree_id: str) -> dict[str, Any]:
     """A `final` engine event for the tree's latest execution, as the database has it."""
-    execution = await repo.transact(executions.latest_execution, tree_id)
+    execution = await ExecutionStore(repo).latest(tree_id)
     rows = await repo.tree(tree_id)
     return final_event(tree_id, execution, rows)
 

@@ -29,7 +29,7 @@ from taskgrove.agent.engine.webhooks import WebhookConfig, deliver_webhooks
 from taskgrove.agent.foundations.metrics import Metrics
 from taskgrove.agent.foundations.settings import Settings
 from taskgrove.executors.registry import ExecutorRegistry
-from taskgrove.storage import executions
+from taskgrove.storage.execution_store import ExecutionStore
 from taskgrove.storage.outage import recognise
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.status import TaskStatus
@@ -81,6 +81,7 @@ class LeaseKeeper:
                  bus: EventBus, publisher: Publisher, background: Background, run_keeper: LeaseRuns,
                  attempts: LeaseAttempts, instance_id: str, lease_until: Callable[[], str], sqlite: bool) -> None:
         self.repo = repo
+        self.executions = ExecutionStore(repo)
         self.settings = settings
         self.metrics = metrics
         self.registry = registry
@@ -122,8 +123,8 @@ class LeaseKeeper:
         asked = list(self.run_keeper.runs.values())  # only these were renewed: runs started meanwhile were not
         if not (task_ids or asked):
             return
-        tasks, renewed = await self.repo.transact(executions.renew, self.instance_id, task_ids,
-                                               [run.execution_id for run in asked], self.lease_until())
+        tasks, renewed = await self.executions.renew(self.instance_id, task_ids,
+                                                     [run.execution_id for run in asked], self.lease_until())
         for run in asked:
             # Lost: still this instance's run, not ending by itself (an execution that ended while
             # we asked is no longer `running`), and its execution not renewed.
@@ -142,10 +143,9 @@ class LeaseKeeper:
     async def sweep(self, *, everything: bool) -> None:
         """Settle attempts whose lease ran out, then take over executions whose owner is gone."""
         stamp = now_iso()
-        for row in await self.repo.transact(executions.expired_tasks, None if everything else stamp):
+        for row in await self.executions.expired_tasks(None if everything else stamp):
             await self._interrupt(row, stamp, restarted=everything)
-        taken = await self.repo.transact(executions.take_over, self.instance_id, self.lease_until(), stamp,
-                                      not everything)
+        taken = await self.executions.take_over(self.instance_id, self.lease_until(), stamp, not everything)
         for execution in taken:
             log.warning("continuing the execution of tree %s (previous owner %s)", execution["task_tree_id"],
                         execution["previous_owner"])
@@ -182,12 +182,13 @@ class LeaseKeeper:
                           error=f"{why}; the task was interrupted {interruptions} times, more than "
                                 f"SERVICE_MAX_INTERRUPTIONS ({limit}) allows, so it is not run again")
             message, kind, status, outcome = values["error"], TASK_FAILED, TaskStatus.FAILED.value, "interrupted"
-        if not await self.repo.transact(executions.interrupt, row, values):
+        if not await self.executions.interrupt(row, values):
             return  # settled meanwhile (it ended, or another instance got there first)
         self.metrics.attempt_ended(self.registry.wanted(row), outcome, None)
         if tracing.ENABLED and row.get("execution_id"):
-            execution = await self.repo.transact(executions.get_execution, row["execution_id"])
-            tracing.interrupted(row, execution and execution.get("traceparent"), self.registry.wanted(row), outcome)
+            execution = await self.executions.get(row["execution_id"])
+            tracing.interrupted(row, execution.get("traceparent") if execution else None, self.registry.wanted(row),
+                                outcome)
         log.warning("task %s: %s", row["id"], values["error"],
                     extra={"task_id": row["id"], "root_task_id": row["task_tree_id"]})
         running = self.attempts.detach(row["id"], settled=True) \

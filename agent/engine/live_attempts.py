@@ -33,7 +33,7 @@ from taskgrove.agent.foundations.settings import Settings
 from taskgrove.executors.base import ExecutionContext, Executor, ExecutorError, Waiting
 from taskgrove.executors.registry import ExecutorRegistry
 from taskgrove.llm import usage as llm_usage
-from taskgrove.storage import executions
+from taskgrove.storage.execution_store import ExecutionStore
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.status import FINISHED_STATUSES
 from taskgrove.storage.clock import iso_in, now_iso
@@ -135,6 +135,7 @@ class Attempts:
                  services: dict[str, Any], instance_id: str, default_retry: RetryPolicy, publisher: Publisher,
                  background: Background, wake: asyncio.Event) -> None:
         self.repo = repo
+        self.executions = ExecutionStore(repo)
         self.registry = registry
         self.settings = settings
         self.metrics = metrics
@@ -368,9 +369,9 @@ class Attempts:
                              max_bytes=self.settings.max_checkpoint_bytes, what="checkpoint")
         except Unstorable as exc:
             raise ExecutorError(f"The checkpoint cannot be stored: {exc}", retryable=False) from None
-        written = await self.repo.transact(executions.fenced_writes, [(running.task_id, running.epoch,
-                                                                  {"checkpoint": value, "updated_at": now_iso()})],
-                                      self.instance_id)
+        written = await self.executions.fenced_writes([(running.task_id, running.epoch,
+                                                         {"checkpoint": value, "updated_at": now_iso()})],
+                                                       self.instance_id)
         if not written:
             await self._until_stopped(running)
             raise ExecutorError("This attempt no longer holds its task (cancelled, or taken over)")

@@ -29,6 +29,7 @@ from taskgrove.agent.engine.schemas import compiled_schema
 from taskgrove.agent.engine.tree_run import TreeRun
 from taskgrove.agent.foundations.metrics import Metrics
 from taskgrove.storage import wait_store as stored
+from taskgrove.storage.wait_store import WaitStore
 from taskgrove.storage.wait_store import public_wait, read
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.status import TaskStatus
@@ -133,6 +134,7 @@ class Waits:
     def __init__(self, repo: TaskRepository, metrics: Metrics, publisher: Publisher, background: Background,
                  run_keeper: WaitRuns, passes: WaitPasses) -> None:
         self.repo = repo
+        self.store = WaitStore(repo)
         self.metrics = metrics
         self.publisher = publisher
         self.background = background
@@ -160,7 +162,7 @@ class Waits:
 
     async def _look_for_event(self, tid: str, user_id: str | None, epoch: int, wait: Mapping[str, Any]) -> None:
         try:
-            found = await self.repo.transact(stored.events_since, user_id, wait["event"], wait["since"])
+            found = await self.store.events_since(user_id, wait["event"], wait["since"])
             for event in found:
                 if matches(wait, event["payload"]):
                     row = await self.repo.get(tid)
@@ -182,8 +184,7 @@ class Waits:
             raise NotWaiting(row["id"])
         answers = read(row.get("wait_answers")) or []
         answers = [*answers[: wait.get("index", len(answers))], value]
-        values = await self.repo.transact(stored.answer, row["id"], row.get("lease_epoch") or 0, json.dumps(answers),
-                                     now_iso())
+        values = await self.store.answer(row["id"], row.get("lease_epoch") or 0, json.dumps(answers), now_iso())
         if values is None:
             raise AlreadyAnswered(row["id"])
         self.resume(row, values, f"Task '{row.get('name')}' got its answer; resuming")
@@ -250,7 +251,7 @@ class Waits:
 
     async def _fail(self, row: Mapping[str, Any], error: str) -> None:
         stamp = now_iso()
-        if not await self.repo.transact(stored.fail, row["id"], row.get("lease_epoch") or 0, error, stamp):
+        if not await self.store.fail(row["id"], row.get("lease_epoch") or 0, error, stamp):
             return
         tid, tree_id = row["id"], row["task_tree_id"]
         self._looked.pop(tid, None)
@@ -280,9 +281,9 @@ class Waits:
         `name` that began at or before it and whose match it meets. Returns {event_id,
         created_at, resumed, task_ids, alongside: what each statement answered}."""
         stamp = now_iso()
-        event_id, done = await self.repo.transact(stored.store_event, user_id, name, payload, stamp, alongside)
+        event_id, done = await self.store.store_event(user_id, name, payload, stamp, alongside)
         resumed: list[str] = []
-        for row in await self.repo.transact(stored.parked_of_user, user_id):
+        for row in await self.store.parked_of_user(user_id):
             wait = read(row["waiting"])
             if not isinstance(wait, dict) or wait.get("kind") != "event" or wait.get("event") != name \
                     or (wait.get("since") or "") > stamp or not matches(wait, payload):
