@@ -39,6 +39,20 @@ MAX_RUNS = 2**31 - 1
 MASK = "***"  # what a read shows of a webhook header's value
 
 
+async def template_root(repo: TaskRepository, task_id: str, caller: Caller, runner: str) -> dict[str, Any]:
+    """The stored tree that `runner` ("a schedule", "a trigger") runs copies of: a root the caller
+    may access. One rule for every kind of stored template."""
+    row = await repo.get(task_id)
+    if row is None:
+        raise invalid_params(f"task_id: task '{task_id}' not found")
+    if not caller.can_access(row["user_id"]):
+        raise permission_denied(f"You may not access task '{task_id}'")
+    if row["parent_id"] is not None:
+        raise invalid_params(f"task_id: task '{task_id}' is not the root of its tree (its root is "
+                             f"'{row['task_tree_id']}'); {runner} runs a copy of a whole tree")
+    return row
+
+
 class ScheduleService:
     def __init__(self, repo: TaskRepository, schedule_loop: ScheduleLoop, settings: Settings) -> None:
         self.repo = repo
@@ -54,17 +68,6 @@ class ScheduleService:
             raise invalid_params(f"schedule_id: schedule '{schedule_id}' not found")
         if not caller.can_access(row["user_id"]):
             raise permission_denied(f"You may not {verb} schedule '{schedule_id}'")
-        return row
-
-    async def _template(self, task_id: str, caller: Caller) -> dict[str, Any]:
-        row = await self.repo.get(task_id)
-        if row is None:
-            raise invalid_params(f"task_id: task '{task_id}' not found")
-        if not caller.can_access(row["user_id"]):
-            raise permission_denied(f"You may not access task '{task_id}'")
-        if row["parent_id"] is not None:
-            raise invalid_params(f"task_id: task '{task_id}' is not the root of its tree (its root is "
-                                 f"'{row['task_tree_id']}'); a schedule runs a copy of a whole tree")
         return row
 
     async def _spec(self, params: Mapping[str, Any], base: Mapping[str, Any]) -> dict[str, Any]:
@@ -136,7 +139,7 @@ class ScheduleService:
 
     async def create(self, request: CreateSchedule, ctx: CallContext) -> dict[str, Any]:
         task_id = request.task_id
-        template = await self._template(task_id, ctx.caller)
+        template = await template_root(self.repo, task_id, ctx.caller, "a schedule")
         spec = await self._spec(request.fields, {})
         now = datetime.now(timezone.utc)
         stamp = slots.iso(now)

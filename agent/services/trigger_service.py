@@ -27,6 +27,7 @@ from taskgrove.agent.foundations.errors import invalid_params, permission_denied
 from taskgrove.agent.foundations.requests_triggers import (CreateTrigger, ListTriggers, TriggerRef, TriggerRuns,
                                                            UpdateTrigger)
 from taskgrove.agent.foundations.trigger_metrics import TriggerMetrics
+from taskgrove.agent.services.schedule_service import template_root
 from taskgrove.agent.services.wait_service import EmitHook
 from taskgrove.storage import jsonvalues, trigger_store
 from taskgrove.storage.trigger_store import TriggerStore
@@ -68,22 +69,11 @@ class TriggerService:
             raise permission_denied(f"You may not {verb} trigger '{trigger_id}'")
         return row
 
-    async def _template(self, task_id: str, caller: Caller) -> dict[str, Any]:
-        row = await self.repo.get(task_id)
-        if row is None:
-            raise invalid_params(f"task_id: task '{task_id}' not found")
-        if not caller.can_access(row["user_id"]):
-            raise permission_denied(f"You may not access task '{task_id}'")
-        if row["parent_id"] is not None:
-            raise invalid_params(f"task_id: task '{task_id}' is not the root of its tree (its root is "
-                                 f"'{row['task_tree_id']}'); a trigger runs a copy of a whole tree")
-        return row
-
     # --- methods --------------------------------------------------------------------------
 
     async def create(self, request: CreateTrigger, ctx: CallContext) -> dict[str, Any]:
         spec = spec_of(request.fields, {})  # bad fields first: they need no database
-        template = await self._template(request.task_id, ctx.caller)
+        template = await template_root(self.repo, request.task_id, ctx.caller, "a trigger")
         stamp = now_iso()
         trigger_id = request.trigger_id or str(uuid.uuid4())
         taken = f"trigger_id: trigger '{trigger_id}' already exists; choose another id or update it"
