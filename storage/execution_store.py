@@ -10,7 +10,7 @@ storage/repository.py imports storage/executions.py, so the latter cannot import
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from taskgrove.storage import executions
@@ -40,8 +40,9 @@ class ExecutionStore:
     async def expired_tasks(self, now: str | None) -> list[Row]:
         return await self._repo.transact(executions.expired_tasks, now)
 
-    async def take_over(self, owner: str, until: str, stamp: str, only_expired: bool) -> list[Row]:
-        return await self._repo.transact(executions.take_over, owner, until, stamp, only_expired)
+    async def take_over(self, owner: str, until: str, stamp: str, only_expired: bool,
+                        driven: Collection[str] = ()) -> list[Row]:
+        return await self._repo.transact(executions.take_over, owner, until, stamp, only_expired, driven)
 
     async def interrupt(self, row: Mapping[str, Any], values: Mapping[str, Any]) -> bool:
         return await self._repo.transact(executions.interrupt, row, values)

@@ -24,7 +24,7 @@ import json
 import operator
 import sqlite3
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -459,22 +459,28 @@ def interrupt(c: Connection, row: Mapping[str, Any], values: Mapping[str, Any]) 
     return True
 
 
-def take_over(c: Connection, owner: str, until: str, stamp: str, only_expired: bool) -> list[Row]:
-    """Executions whose owner's lease ran out (or every running one), now owned by `owner`."""
+def take_over(c: Connection, owner: str, until: str, stamp: str, only_expired: bool,
+              driven: Collection[str] = ()) -> list[Row]:
+    """Executions whose owner's lease ran out (or every running one), now owned by `owner`.
+
+    `driven`: the executions `owner` has a run of in memory. One of its own whose lease ran out
+    is taken (adopted) only when not among them: stored for it with no run (a tree's insert
+    whose commit's answer was lost), nobody else would ever take it."""
     now = stamp if only_expired else None
     query = select(X).where(X.c.status == "running")
     if now is not None:
         query = query.where((X.c.lease_expires_at.is_(None)) | (X.c.lease_expires_at < now))
     taken: list[Row] = []
     for found in [dict(row._mapping) for row in c.execute(query)]:
-        if found["owner"] == owner and now is not None:
+        if found["owner"] == owner and now is not None and found["id"] in driven:
             continue  # our own lease lapsed while we were busy: the heartbeat deals with it
         changed = c.execute(update(X).where(X.c.id == found["id"], X.c.status == "running",
                                             X.c.epoch == found["epoch"])
                             .values(owner=owner, epoch=found["epoch"] + 1, lease_expires_at=until,
                                     updated_at=stamp)).rowcount
         if changed:
-            taken.append({**found, "previous_owner": found["owner"], "owner": owner, "epoch": found["epoch"] + 1})
+            taken.append({**found, "previous_owner": found["owner"], "owner": owner, "epoch": found["epoch"] + 1,
+                          "lease_expires_at": until, "updated_at": stamp})  # as stored: the run's version
     return taken
 
 

@@ -145,11 +145,15 @@ class LeaseKeeper:
         stamp = now_iso()
         for row in await self.executions.expired_tasks(None if everything else stamp):
             await self._interrupt(row, stamp, restarted=everything)
-        taken = await self.executions.take_over(self.instance_id, self.lease_until(), stamp, not everything)
+        driven = {run.execution_id for run in self.run_keeper.runs.values()}
+        taken = await self.executions.take_over(self.instance_id, self.lease_until(), stamp, not everything, driven)
         for execution in taken:
+            ours = execution["previous_owner"] == self.instance_id and not everything
             log.warning("continuing the execution of tree %s (previous owner %s)", execution["task_tree_id"],
-                        execution["previous_owner"])
-            for config in execution["webhooks"] or ():
+                        "this instance, which had no run of it: its opening met a database outage" if ours
+                        else execution["previous_owner"])
+            # Its webhooks: followed here already, or (ours) never asked for by a request that failed.
+            for config in () if ours else execution["webhooks"] or ():
                 self._deliver(execution["task_tree_id"], config,
                               tracing.execution_header(execution.get("traceparent"), execution["id"]))
             await self.run_keeper.take_over(execution)

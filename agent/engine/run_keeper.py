@@ -121,6 +121,8 @@ class RunKeeper:
                             call: dict[str, Any], webhook: Mapping[str, Any] | None) -> TreeRun:
         rows = {row["id"]: dict(row) for row in fresh_rows or await self.repo.tree(tree_id)}
         execution = await self.repo.transact(executions.running_execution, tree_id, inline=MAY_USE_LOOP_THREAD)
+        if execution is not None and self._orphaned(execution):  # ours with no run here (its opening lost its answer): run it first
+            await self.rebuild(execution, adopt=True)
         live_ids = self._live_ids(rows, execution)
         if task_id in live_ids:
             raise AlreadyRunning(task_id)
@@ -199,22 +201,27 @@ class RunKeeper:
     # --- rebuilding from the database -----------------------------------------------------
 
     async def rebuild(self, execution: Mapping[str, Any], *, calls: Mapping[str, Mapping[str, Any]] | None = None,
-                      fresh_rows: list[dict[str, Any]] | None = None) -> TreeRun:
+                      fresh_rows: list[dict[str, Any]] | None = None, adopt: bool = False) -> TreeRun:
         """The run of `execution` as the database has it now (caller holds `lock`).
 
         Used to start, join, take over and resynchronise alike. Attempts running in this process
         under a token the database still honours stay active; every other in-progress member
         is someone else's (about to be settled by the lease keeper) and is waited for.
+        `adopt`: an execution of ours that had no run here (see `_orphaned`): the tasks claimed
+        with its insert and never started are started now, with the tokens the insert stored.
         """
         async with self.passes.lock:  # no pass may claim or settle an attempt between our read and our view
-            return await self._read_run(execution, calls, fresh_rows, execution.get("claimed") or {})
+            return await self._read_run(execution, calls, fresh_rows, execution.get("claimed") or {}, adopt)
 
     async def _read_run(self, execution: Mapping[str, Any], calls: Mapping[str, Mapping[str, Any]] | None,
-                        fresh_rows: list[dict[str, Any]] | None, claimed: Mapping[str, Mapping[str, Any]]) -> TreeRun:
+                        fresh_rows: list[dict[str, Any]] | None, claimed: Mapping[str, Mapping[str, Any]],
+                        adopt: bool = False) -> TreeRun:
         """`claimed`: tokens of the tasks claimed with the tree's insert (tree_insert.insert_tree),
         started here (`fresh_rows` still show them pending, as a pass's claim finds them)."""
         tree_id = execution["task_tree_id"]
         rows = {row["id"]: dict(row) for row in fresh_rows or await self.repo.tree(tree_id)}
+        if adopt and not claimed:
+            claimed = self._never_started(execution, rows)
         outside = {d["id"] for row in rows.values() for d in row["dependencies"]} - set(rows)
         if outside:
             rows.update(await self.repo.get_many(outside))
@@ -273,10 +280,31 @@ class RunKeeper:
         self.wake.set()
         return run
 
+    def _never_started(self, execution: Mapping[str, Any], rows: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+        """The tokens of tasks claimed for this instance with the tree's insert (in progress since
+        the execution's creation, first attempt, leased to us) whose attempt never started here:
+        the insert committed but its answer was lost, so nobody started them."""
+        running, unwritten = self.attempts.running, self.passes.unwritten
+        return {tid: tree_insert.token_of(row) for tid, row in rows.items()
+                if row["status"] == TaskStatus.IN_PROGRESS and row.get("waiting") is None
+                and row.get("execution_id") == execution["id"] and row.get("lease_owner") == self.instance_id
+                and row.get("started_at") == execution["created_at"] and row.get("attempt") == 1
+                and tid not in running and tid not in unwritten}
+
+    def _orphaned(self, execution: Mapping[str, Any]) -> bool:
+        """Whether `execution` is running, ours, and has no run here (sure only under `lock`).
+
+        Every way of making an execution ours builds its run under `lock` right after its write,
+        except one: a tree's insert (create_and_execute) whose commit's answer was lost (the
+        database went away at COMMIT). The create then failed, the tree and its execution are
+        stored, leased to this instance, and nobody would run them: whoever finds one adopts it."""
+        return execution["status"] == "running" and execution["owner"] == self.instance_id and execution["task_tree_id"] not in self.runs
+
     async def take_over(self, execution: Mapping[str, Any]) -> None:
-        """Drive an execution this instance just took over (or recovered at start) from the database."""
+        """Drive an execution this instance just took over (or recovered at start, or found as
+        its own with no run: `_orphaned`) from the database."""
         async with self.lock:
-            await self.rebuild(execution)
+            await self.rebuild(execution, adopt=True)
 
     async def refresh(self, tree_id: str) -> None:
         """Re-read a run of ours from the database (a join by another instance, a change by hand,
@@ -383,9 +411,22 @@ class RunKeeper:
         run = self.runs.get(tree_id)
         if run is not None:
             return run
-        if await self.executions.running(tree_id) is not None:
-            return RemoteRun(tree_id)
-        return None
+        execution = await self.executions.running(tree_id)
+        if execution is None:
+            return None
+        if self._orphaned(execution):  # e.g. a resent create whose first insert lost its answer
+            async with self.lock:
+                execution = await self.executions.running(tree_id)  # as it is now that no one else opens it
+                if execution is not None and self._orphaned(execution):
+                    log.warning("running the execution of tree %s: stored for this instance, but its "
+                                "opening met a database outage and nothing here ran it", tree_id)
+                    return await self.rebuild(execution, adopt=True)
+                if execution is None:
+                    return None
+            run = self.runs.get(tree_id)
+            if run is not None:
+                return run
+        return RemoteRun(tree_id)
 
     async def wait(self, run: TreeRun, timeout: float | None, until_waiting: bool = False) -> bool:
         """Whether the execution of `run` ended within `timeout` seconds; `until_waiting`: or
