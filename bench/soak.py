@@ -94,7 +94,27 @@ async def watcher(url: str, record: Record, until: float) -> None:
         await record.timed("ws session", session())
 
 
-async def soak(server: wire.Server, minutes: float, clients: int) -> None:
+async def vacuum(database_url: str | None, every: float, until: float) -> None:
+    """Stand in for autovacuum, which this machine's test server has switched off (`SHOW autovacuum`).
+
+    A production PostgreSQL vacuums the hot rows' dead versions on its own; without it the soak would
+    measure a server nobody runs. Plain VACUUM ANALYZE of the scratch database every `every` seconds
+    (0: never, to see what growth alone does)."""
+    if database_url is None or every <= 0:
+        return
+    import asyncpg
+
+    while time.monotonic() + every < until:
+        await asyncio.sleep(every)
+        conn = await asyncpg.connect(database_url)
+        try:
+            await conn.execute("VACUUM ANALYZE")
+        finally:
+            await conn.close()
+
+
+async def soak(server: wire.Server, minutes: float, clients: int, database_url: str | None = None,
+               vacuum_every: float = 0) -> None:
     record = Record()
     until = time.monotonic() + minutes * 60
     rss: list[float] = []
@@ -105,7 +125,8 @@ async def soak(server: wire.Server, minutes: float, clients: int) -> None:
             await asyncio.sleep(60)
 
     await asyncio.gather(*(client(server.url, record, until) for _ in range(clients)),
-                         watcher(server.url, record, until), memory())
+                         watcher(server.url, record, until), memory(),
+                         vacuum(database_url, vacuum_every, until))
     report(record, rss)
 
 
@@ -135,11 +156,13 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=30)
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--postgres", help="a PostgreSQL server URL (a scratch database is made on it)")
+    parser.add_argument("--vacuum-every", type=float, default=60,
+                        help="PostgreSQL: seconds between VACUUM ANALYZE runs standing in for autovacuum (0: none)")
     args = parser.parse_args()
     with fresh_postgres(args.postgres) as database_url:
         server, _ = wire.start_taskgrove(tempfile.mkdtemp(prefix="taskgrove-soak-"), database_url)
         try:
-            asyncio.run(soak(server, args.minutes, args.clients))
+            asyncio.run(soak(server, args.minutes, args.clients, database_url, args.vacuum_every))
         finally:
             server.stop()
 
