@@ -41,6 +41,20 @@ SMALL_PASS = 64
 # /metrics counts each status up to this many tasks (count_by_status): exact on a small database,
 # bounded in cost on a large one (a scrape within 2x of its time at 1,000 tasks: bench/README.md).
 STATUS_COUNT_CAP = 1_000
+# A search (tasks.list `search`) examines at most this many tasks of its other filters, newest
+# first, for one page: a part of the name matches no index, so without a bound a rare word read
+# the whole table (1.4 s at a million tasks). A page by cursor continues below the window's last
+# task (Listing.window_end), so paging still reaches every match; docs/jsonrpc.md says so.
+SEARCH_WINDOW = 5_000
+
+
+class Listing(builtins.list[Row]):
+    """The rows of TaskRepository.list, and for a search whose shape holds more tasks than its
+    window, the (created_at, id) of the window's last task (`window_end`): where the next page by
+    cursor starts when this one did not fill. None: the search examined every task of its shape
+    (or it is no search)."""
+
+    window_end: Row | None = None
 
 
 def _chunks(ids: Sequence[str]) -> Iterable[Sequence[str]]:
@@ -172,21 +186,23 @@ class TaskRepository:
         search: str | None = None,
         waiting: bool | None = None,
         after: tuple[str, str] | None = None,
-    ) -> list[Row]:
+    ) -> Listing:
         """Newest first. `root_only`: only tasks without a parent (one per tree); `search`: a
-        case-insensitive part of the name, or the start of the id (the dashboard's search box);
-        `waiting`: only tasks parked on a wait (True), or only the others (False); `after`: the
-        (created_at, id) of the previous page's last row (keyset pagination: the page starts below
-        it through ix_tasks_user_created, ix_tasks_roots_* or ix_tasks_created_at, whatever came before)."""
+        case-insensitive part of the name, or the start of the id (the dashboard's search box),
+        among the newest SEARCH_WINDOW tasks of the other filters (below `after`); `waiting`: only
+        tasks parked on a wait (True), or only the others (False); `after`: the (created_at, id)
+        of the previous page's last row (keyset pagination: the page starts below it through
+        ix_tasks_user_created, ix_tasks_roots_* or ix_tasks_created_at, whatever came before)."""
         if not root_only and search is None and waiting is None:
             filters = tuple(value for value in (user_id, status, *(after or ())) if value is not None)
             listing = statements.task_listing(user_id is not None, status is not None, after is not None)
             found = await self.connections.fast(listing, (*filters, limit, offset))
             if found is not None:
-                return found
-        query = list_query(user_id=user_id, status=status, limit=limit, offset=offset, root_only=root_only,
-                           search=search, waiting=waiting, after=after)
-        return await self.connections.read_run(_rows, query)
+                return Listing(found)
+        shape: dict[str, Any] = dict(user_id=user_id, status=status, root_only=root_only, waiting=waiting, after=after)
+        if search is not None:
+            return await self.connections.read_run(_searched, shape, search, limit, offset)
+        return Listing(await self.connections.read_run(_rows, list_query(**shape, limit=limit, offset=offset)))
 
     async def status_counts(self, tree_ids: Sequence[str]) -> dict[str, dict[str, int]]:
         """Tasks per status of each tree in `tree_ids`: one grouped query over the tree index."""
@@ -409,21 +425,54 @@ class TaskRepository:
 
 def list_query(*, user_id: str | None = None, status: str | None = None, limit: int = 100, offset: int = 0,
                root_only: bool = False, search: str | None = None, waiting: bool | None = None,
-               after: tuple[str, str] | None = None) -> Any:
-    """The statement of TaskRepository.list (tests/test_task_pages.py reads its plans)."""
-    query = _filtered(select(T), user_id=user_id, status=status)
+               after: tuple[str, str] | None = None, until: tuple[str, str] | None = None) -> Any:
+    """The statement of TaskRepository.list (tests/test_task_pages.py reads its plans). `until`:
+    the (created_at, id) of the last task a search may examine (window_end_query), so that a
+    word no task near the top holds reads a bounded range of the shape's index, not the table."""
+    query = _shaped(user_id, status, root_only, waiting, after)
+    if until is not None:
+        query = query.where(tuple_(T.c.created_at, T.c.id) >= tuple_(*until))
+    if search is not None:
+        pattern = search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        query = query.where(or_(func.lower(T.c.name).like(f"%{pattern.lower()}%", escape="\\"),
+                                T.c.id.like(f"{pattern}%", escape="\\")))
+    return _in_order(query).limit(limit).offset(offset)
+
+
+def window_end_query(*, user_id: str | None = None, status: str | None = None, root_only: bool = False,
+                     waiting: bool | None = None, after: tuple[str, str] | None = None) -> Any:
+    """The SEARCH_WINDOW-th task of a list's shape, newest first, and the one below it, if the
+    shape has that many: the same range of the same index as the list, its keys only."""
+    keys = _shaped(user_id, status, root_only, waiting, after, columns=(T.c.created_at, T.c.id))
+    return _in_order(keys).limit(2).offset(SEARCH_WINDOW - 1)
+
+
+def _shaped(user_id: str | None, status: str | None, root_only: bool, waiting: bool | None,
+            after: tuple[str, str] | None, columns: Sequence[Any] = (T,)) -> Any:
+    """The tasks of a list's filters but `search`, unordered."""
+    query = _filtered(select(*columns), user_id=user_id, status=status)
     if root_only:
         query = query.where(T.c.parent_id.is_(None))
     if after is not None:
         query = query.where(tuple_(T.c.created_at, T.c.id) < tuple_(*after))
     if waiting is not None:
         query = query.where(T.c.waiting.is_not(None) if waiting else T.c.waiting.is_(None))
-    if search is not None:
-        pattern = search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        query = query.where(or_(func.lower(T.c.name).like(f"%{pattern.lower()}%", escape="\\"),
-                                T.c.id.like(f"{pattern}%", escape="\\")))
-    query = query.order_by(T.c.created_at.desc(), T.c.id.desc()).limit(limit).offset(offset)
     return query
+
+
+def _in_order(query: Any) -> Any:
+    return query.order_by(T.c.created_at.desc(), T.c.id.desc())
+
+
+def _searched(c: Connection, shape: dict[str, Any], search: str, limit: int, offset: int) -> Listing:
+    """A search's page within its window, on one connection (on SQLite one read transaction):
+    where the window ends if a task lies below it, then the page no further down than that."""
+    keys = list(c.execute(window_end_query(**shape)))
+    until = (keys[0][0], keys[0][1]) if len(keys) == 2 else None
+    rows = Listing(_rows(c, list_query(**shape, search=search, until=until, limit=limit, offset=offset)))
+    if until is not None:
+        rows.window_end = {"created_at": until[0], "id": until[1]}
+    return rows
 
 
 def _capped_count(status: str, at_most: int) -> Any:

@@ -17,8 +17,9 @@ from taskgrove.agent.foundations.errors import INVALID_PARAMS, RpcError
 from taskgrove.agent.foundations.auth import Caller
 from taskgrove.agent.foundations.requests import ListTasks, NewTree
 from taskgrove.agent.foundations.settings import Settings
+from taskgrove.storage import repository
 from taskgrove.storage.models import tasks_table
-from taskgrove.storage.repository import list_query
+from taskgrove.storage.repository import list_query, window_end_query
 from tests.conftest import Client, running_app
 
 SHAPES: list[dict[str, Any]] = [{}, {"user_id": "alice"}, {"root_only": True}, {"root_only": True, "user_id": "bob"},
@@ -146,6 +147,69 @@ async def test_each_page_reads_its_index_in_order(backend: str, db_url: str, mak
         plan = await explain(backend, db_url, query)
         assert index in plan, plan
         assert "TEMP B-TREE" not in plan and not re.search(r"Sort  \(", plan), plan
+
+
+SEARCH_PLANS = [({}, "ix_tasks_created_at"), ({"root_only": True}, "ix_tasks_roots_created"),
+                ({"user_id": "u"}, "ix_tasks_user_created"), ({"root_only": True, "user_id": "u"}, "ix_tasks_roots_user")]
+
+
+@pytest.mark.parametrize("shape,index", SEARCH_PLANS)
+async def test_a_search_reads_a_bounded_range_of_its_shapes_index(backend: str, db_url: str,
+                                                                  make_settings: Callable[..., Settings],
+                                                                  shape: dict[str, Any], index: str) -> None:
+    """A search's window end is a range of the shape's index, and its page that same range down to
+    the window's end, newest first: no sort, and never the table."""
+    async with running_app(make_settings()) as client:
+        await client.result("tasks.create", [{"id": "one", "name": "one"}])  # the row PostgreSQL's fill copies
+    until = ("2025-01-01T00:00:00.000000+00:00", "x")
+    for after in (None, ("2026-01-01T00:00:00.000000+00:00", "x")):
+        for query in (window_end_query(**shape, after=after), list_query(**shape, search="ste", until=until, after=after)):
+            plan = await explain(backend, db_url, query)
+            assert index in plan, plan
+            assert "TEMP B-TREE" not in plan and not re.search(r"Sort  \(", plan), plan
+
+
+def matching(task: dict[str, Any], search: str) -> bool:
+    return search.lower() in task["name"].lower() or task["id"].startswith(search)
+
+
+async def pages_of_a_search(client: Client, params: dict[str, Any], limit: int) -> list[str]:
+    """Every page by cursor: pages may hold fewer than `limit` tasks (a window with few matches),
+    none more; an empty page is never the last one unless it is the first."""
+    ids: list[str] = []
+    page = await client.result("tasks.list", {**params, "limit": limit, "cursor": None})
+    for _ in range(1000):
+        assert len(page["tasks"]) <= limit
+        ids.extend(task["id"] for task in page["tasks"])
+        if page["next_cursor"] is None:
+            return ids
+        page = await client.result("tasks.list", {**params, "limit": limit, "cursor": page["next_cursor"]})
+    raise AssertionError("no last page")
+
+
+SEARCHES = [{"search": "tree 1"}, {"search": "tree 1", "root_only": True}, {"search": "t00"},
+            {"search": "STEP", "user_id": "bob"}, {"search": "no such task"}]
+
+
+@pytest.mark.parametrize("window", [4, 5_000])
+async def test_a_search_examines_a_window_and_pages_by_cursor_reach_every_match(
+        make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch, window: int) -> None:
+    """A search examines the newest SEARCH_WINDOW tasks of its other filters: without a cursor it
+    answers their matches; by cursor each page continues below the last task examined, so the pages
+    together list every match, newest first, as an unbounded search would."""
+    monkeypatch.setattr(repository, "SEARCH_WINDOW", window)
+    async with running_app(make_settings()) as client:
+        await store_trees(client, 14)
+        for params in SEARCHES:
+            shape = {key: value for key, value in params.items() if key != "search"}
+            everything = await client.result("tasks.list", {**shape, "limit": 1000})
+            wanted = [task["id"] for task in everything if matching(task, params["search"])]
+            for limit in (1, 3, 100):
+                assert await pages_of_a_search(client, params, limit) == wanted, (params, limit)
+            newest = [task["id"] for task in everything[:window] if matching(task, params["search"])]
+            assert [task["id"] for task in await client.result("tasks.list", {**params, "limit": 1000})] == newest
+        first = await client.result("tasks.list", {"search": "t00", "limit": 100, "cursor": None})
+        assert (first["next_cursor"] is None) == (window > 42)  # 42 tasks stored: the window held them all
 
 
 async def test_children_still_read_the_parent_index(backend: str, db_url: str,

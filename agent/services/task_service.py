@@ -273,11 +273,11 @@ class TaskService:
             return {"tasks": [], "next_cursor": None} if request.paged else []
         # A page by cursor reads one row more: whether another page follows (next_cursor null on the last).
         wanted = request.limit + 1 if request.paged else request.limit
-        rows = await self.repo.list(user_id=user_id, status=request.status, limit=wanted,
-                                    offset=request.offset, root_only=request.root_only, search=request.search,
-                                    waiting=request.waiting, after=request.after)
-        more = len(rows) > request.limit
-        rows = rows[:request.limit]
+        found = await self.repo.list(user_id=user_id, status=request.status, limit=wanted,
+                                     offset=request.offset, root_only=request.root_only, search=request.search,
+                                     waiting=request.waiting, after=request.after)
+        more = len(found) > request.limit
+        rows = found[:request.limit]
         listed = [public(r) for r in rows if ctx.caller.can_access(r["user_id"])]
         if request.root_only:  # one row per tree: say what its tree holds (the dashboard's tree list)
             counts = await self.repo.status_counts([r["task_tree_id"] for r in listed])
@@ -285,7 +285,8 @@ class TaskService:
                 row["status_counts"] = counts.get(row["task_tree_id"], {})
         if not request.paged:
             return listed
-        last = rows[-1] if more else None  # the page's last row read, shown or not
+        # the page's last row read, shown or not; or where a search's window ended (TaskRepository.list)
+        last = rows[-1] if more else found.window_end
         return {"tasks": listed, "next_cursor": cursor.encode(last["created_at"], last["id"]) if last else None}
 
     async def children(self, request: ListChildren, ctx: CallContext) -> builtins.list[dict[str, Any]]:
