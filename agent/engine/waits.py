@@ -282,6 +282,15 @@ class Waits:
         created_at, resumed, task_ids, alongside: what each statement answered}."""
         stamp = now_iso()
         event_id, done = await self.store.store_event(user_id, name, payload, stamp, alongside)
+        resumed = await self.resume_for_event(user_id, name, payload, stamp)
+        return {"event_id": event_id, "created_at": stamp, "resumed": len(resumed), "task_ids": resumed,
+                "alongside": done}
+
+    async def resume_for_event(self, user_id: str | None, name: str, payload: Mapping[str, Any],
+                               stamp: str) -> list[str]:
+        """Answer every parked wait of `user_id` for event `name` stored at `stamp` (began at or
+        before it, its match met); the ids of the tasks resumed. Also what completes an emit whose
+        event was stored but whose request was cut before this (agent/services/wait_service.py)."""
         resumed: list[str] = []
         for row in await self.store.parked_of_user(user_id):
             wait = read(row["waiting"])
@@ -293,8 +302,7 @@ class Waits:
                 resumed.append(row["id"])
             except (NotWaiting, AlreadyAnswered):
                 continue
-        return {"event_id": event_id, "created_at": stamp, "resumed": len(resumed), "task_ids": resumed,
-                "alongside": done}
+        return resumed
 
     # --- monitoring -----------------------------------------------------------------------
 

@@ -21,7 +21,8 @@ from taskgrove.agent.foundations.errors import invalid_params, permission_denied
 from taskgrove.agent.foundations.requests import EmitEvent, RespondToTask
 from taskgrove.agent.foundations.calls import CallContext, Handler, typed
 from taskgrove.agent.foundations.settings import Settings
-from taskgrove.storage import jsonvalues
+from taskgrove.agent.services import idempotent
+from taskgrove.storage import idempotency, jsonvalues
 from taskgrove.storage.repository import TaskRepository
 from taskgrove.storage.results import Unstorable, storable
 from taskgrove.storage.wait_store import WithEvent, public_wait, read
@@ -87,7 +88,18 @@ class WaitService:
             raise permission_denied("Only an admin may emit events for another user")
         owner = request.user_id if request.user_id is not None else caller.user_id
         payload = self._storable(dict(request.payload), what="payload")
-        answer = await self.engine.waits.emit(owner, request.name, payload, [hook.statement for hook in self.on_emit])
+        statements = [hook.statement for hook in self.on_emit]
+        key = idempotent.current()
+        if key is not None and key.stored is not None:  # resent with its key: the first stored the event
+            stored = key.stored
+            resumed = await self.engine.waits.resume_for_event(owner, request.name, payload, stored["created_at"])
+            answer = {**stored, "resumed": len(resumed), "task_ids": resumed}
+        elif key is not None:  # the key marked in the event's transaction: stored once, whatever is cut
+            answer = await self.engine.waits.emit(owner, request.name, payload,
+                                                  [idempotency.marked(statements, key.owner, key.key, key.reserved_at)])
+            answer["alongside"] = answer["alongside"][0]
+        else:
+            answer = await self.engine.waits.emit(owner, request.name, payload, statements)
         emitted = {"event_id": answer["event_id"], "name": request.name, "user_id": owner,
                    "created_at": answer["created_at"], "resumed": answer["resumed"], "task_ids": answer["task_ids"]}
         for hook, done in zip(self.on_emit, answer["alongside"]):  # triggers: {"triggered": n}
