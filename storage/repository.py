@@ -441,9 +441,13 @@ def list_query(*, user_id: str | None = None, status: str | None = None, limit: 
 
 def window_end_query(*, user_id: str | None = None, status: str | None = None, root_only: bool = False,
                      waiting: bool | None = None, after: tuple[str, str] | None = None) -> Any:
-    """The SEARCH_WINDOW-th task of a list's shape, newest first, and the one below it, if the
-    shape has that many: the same range of the same index as the list, its keys only."""
-    keys = _shaped(user_id, status, root_only, waiting, after, columns=(T.c.created_at, T.c.id))
+    """The SEARCH_WINDOW-th entry of the index range a list's shape reads, newest first, and the
+    one below it, if the range has that many: its keys only, no row of the table. The range is
+    that of the filters an index holds: `user_id` and `status`, and `root_only` where no `status`
+    is given (ix_tasks_roots_*); `waiting`, and `root_only` beside a status, filter within it, as
+    they do in the page's own plan, so a window costs SEARCH_WINDOW entries whatever they select."""
+    del waiting  # a filter within the window (see above)
+    keys = _shaped(user_id, status, root_only and status is None, None, after, columns=(T.c.created_at, T.c.id))
     return _in_order(keys).limit(2).offset(SEARCH_WINDOW - 1)
 
 
