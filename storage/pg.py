@@ -22,6 +22,12 @@ deserializer, as SQLAlchemy's do, so a row is the same dict the SQLAlchemy path 
   back (no session state is ever set on them): the reset would cost a round trip per read. A read
   that fails returns None and takes the SQLAlchemy path, which raises what it always did. A new
   tree's insert (one statement, `value`) uses the same pool; its failure is raised.
+- A connection the server ended while nobody used it (pg_terminate_backend, a restart) may be
+  taken before asyncpg has seen its socket close: it read the server's last words (a FATAL
+  error) while idle, which leaves its protocol refusing the next statement before sending it
+  (InternalClientError "another operation is in progress"). A statement refused so, or cut off
+  before it was sent to run, runs again on another connection (`ReadPool.run`, and the pass
+  connection once reopened): nothing of it reached the server.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import asyncio
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 from sqlalchemy.exc import DBAPIError, DisconnectionError, IntegrityError, OperationalError
@@ -52,6 +58,7 @@ PASS_SETTINGS = {"plan_cache_mode": "force_generic_plan", "enable_seqscan": "off
 _LOST = (asyncpg.PostgresConnectionError, asyncpg.exceptions.OperatorInterventionError)
 # A pass normally takes milliseconds; one that gets no answer for this long is on a dead connection.
 PASS_TIMEOUT_SECONDS = 30.0
+T = TypeVar("T")
 
 
 def _still_usable(conn: asyncpg.Connection, exc: BaseException) -> bool:
@@ -59,6 +66,14 @@ def _still_usable(conn: asyncpg.Connection, exc: BaseException) -> bool:
     about a statement (autocommit: nothing is left open). After anything else (a cut, a cancel
     mid-statement, a timeout) nobody knows the protocol's state."""
     return isinstance(exc, asyncpg.PostgresError) and not isinstance(exc, _LOST) and not conn.is_closed()
+
+
+def _sent(conn: asyncpg.Connection) -> int:
+    """How many statements `conn` has sent to run (asyncpg's own count, the one its Pool reads for
+    `max_queries`): the same before and after a failed call means nothing of it ran. -1 once
+    asyncpg has let go of the protocol (terminated): nobody can say then."""
+    protocol = conn._protocol
+    return -1 if protocol is None else int(protocol.queries_count)
 
 
 def closed_on_checkout(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
@@ -101,6 +116,42 @@ class ReadPool:
             self._give_back(conn, usable=_still_usable(conn, exc))
             raise
         self._give_back(conn, usable=True)
+
+    async def run(self, sql: str, operation: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+        """`operation(conn)` (one statement, `sql`) on a lent connection.
+
+        A connection found dead before `operation` sent anything to run (see the module's
+        docstring: killed while idle, its end not seen yet) is dropped and `operation` runs on
+        another, at most once for each connection the pool can hold and once more: each try drops
+        one connection that was open before. Any other failure is raised as it came, except that
+        one which left its connection dead after the statement was sent is raised as a lost
+        connection (OperationalError, connection_invalidated: storage/outage.py reads it as the
+        database unavailable): whether it ran is unknown, so it is not run again here.
+        """
+        failure: Exception | None = None
+        for _ in range(self._size + 1):
+            conn = await self._take()
+            sent = _sent(conn)
+            try:
+                result = await operation(conn)
+            except Exception as exc:
+                usable = _still_usable(conn, exc)
+                dead = not usable and conn.is_closed()  # closed by the server, or aborted by asyncpg
+                unsent = _sent(conn) == sent
+                self._give_back(conn, usable=usable)
+                if not dead:
+                    raise  # the statement's own error, or the call's (a bad argument): not the connection's
+                if not unsent:
+                    raise OperationalError(sql, None, exc, connection_invalidated=True) from exc
+                failure = exc
+                continue
+            except BaseException:
+                self._give_back(conn, usable=False)  # a cancel: whatever it left is unknown
+                raise
+            self._give_back(conn, usable=True)
+            return result
+        assert failure is not None
+        raise OperationalError(sql, None, failure, connection_invalidated=True) from failure
 
     async def _take(self) -> asyncpg.Connection:
         while self._idle:
@@ -204,16 +255,23 @@ class PgPool:
         new one, and the error comes out as a lost connection, which the engine retries.
         """
         async with self._passing:
-            conn = await self._passes_or_lost(sql)
-            try:
-                return await conn.fetchmany(sql, rows, timeout=PASS_TIMEOUT_SECONDS)
-            except BaseException as exc:
-                if _still_usable(conn, exc):
-                    raise DBAPIError(sql, None, exc) from exc
-                lost = self._lost(conn, sql, exc)
-                if isinstance(exc, Exception):
-                    raise lost from exc
-                raise  # a cancel: the connection is dropped all the same
+            for attempt in (1, 2):
+                conn = await self._passes_or_lost(sql)
+                sent = _sent(conn)
+                try:
+                    return await conn.fetchmany(sql, rows, timeout=PASS_TIMEOUT_SECONDS)
+                except BaseException as exc:
+                    if _still_usable(conn, exc):
+                        raise DBAPIError(sql, None, exc) from exc
+                    # Dead before the pass was sent (killed while idle): once more on a new connection.
+                    again = attempt == 1 and isinstance(exc, Exception) and conn.is_closed() and _sent(conn) == sent
+                    lost = self._lost(conn, sql, exc)
+                    if again:
+                        continue
+                    if isinstance(exc, Exception):
+                        raise lost from exc
+                    raise  # a cancel: the connection is dropped all the same
+            raise AssertionError("unreachable")
 
     async def _passes_or_lost(self, sql: str) -> asyncpg.Connection:
         try:
@@ -232,12 +290,12 @@ class PgPool:
         """The one value of a statement that writes, run alone (autocommit) on a connection of
         the read pool: a new tree's insert, which through SQLAlchemy's transaction paid about as
         much again in the server's CPU and twice its wall time (bench/README.md, tenth round).
-        Unlike `rows`, a failure is raised, never retried elsewhere: the statement may have been
-        applied. A unique key taken comes out as SQLAlchemy's IntegrityError (what the
-        SQLAlchemy path raises), any other error as asyncpg raises it."""
+        Unlike `rows`, a failure is raised, never retried elsewhere, once the statement was sent
+        (it may have been applied; ReadPool.run runs again only one that was not). A unique key
+        taken comes out as SQLAlchemy's IntegrityError (what the SQLAlchemy path raises), a
+        connection lost as an OperationalError (ReadPool.run), any other error as asyncpg raises it."""
         try:
-            async with self._reads().connection() as conn:
-                return await conn.fetchval(sql, *args)
+            return await self._reads().run(sql, lambda conn: conn.fetchval(sql, *args))
         except asyncpg.IntegrityConstraintViolationError as exc:
             raise IntegrityError(sql, None, exc) from exc
 
@@ -245,8 +303,7 @@ class PgPool:
         """The rows of a read (a statement's PostgreSQL form); None when it failed (the caller
         takes the SQLAlchemy path)."""
         try:
-            async with self._reads().connection() as conn:
-                found = await conn.fetch(sql, *args)
+            found = await self._reads().run(sql, lambda conn: conn.fetch(sql, *args))
         except Exception:
             return None
         return [dict(record) for record in found]

@@ -5,6 +5,7 @@ each. No I/O.
 
 from __future__ import annotations
 
+import logging
 import math
 import operator
 from collections.abc import Iterator, Mapping, Sequence
@@ -12,6 +13,7 @@ from typing import Any
 
 from taskgrove.storage.jsonvalues import Unreadable
 from taskgrove.storage.models import JSON_COLUMNS, TASK_FIELDS
+from taskgrove.storage.outage import UNAVAILABLE, DatabaseOutage
 from taskgrove.storage.usage_store import shown as shown_usage
 from taskgrove.storage.wait_store import public_wait
 from taskgrove.storage.wait_store import read as read_wait
@@ -22,6 +24,8 @@ SHOWN_JSON = tuple(field for field in (*TASK_FIELDS, "extra") if field in JSON_C
 # Float columns on the wire: a stored NaN or infinity is reported like an unreadable JSON value.
 FLOAT_COLUMNS = ("progress", "timeout_seconds")
 _TASK_VALUES = operator.itemgetter(*TASK_FIELDS)
+
+log = logging.getLogger(__name__)
 
 
 def public(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -94,15 +98,25 @@ def nest(rows: Sequence[Mapping[str, Any]], root_id: str) -> dict[str, Any]:
 
     Built without recursion: each node is made once and appended to its parent's list, so a
     parent_id chain as long as the largest accepted tree nests as well as a flat one.
+
+    Every caller knows the root is stored (tasks.create has just stored it, tasks.tree found it),
+    so rows read back without it are a read that did not see what the database acknowledged: a
+    restart, a failover or a backend cut off around the read (issue 46). That is answered as
+    the database unavailable, retryable (storage/outage.py), not as an internal error: resent,
+    the create finds its tree stored or stores it once.
     """
     by_parent: dict[str | None, list[Mapping[str, Any]]] = {}
     by_id: dict[str, Mapping[str, Any]] = {}
     for row in sorted(rows, key=lambda r: (r["created_at"], r["id"])):
         by_id[row["id"]] = row
         by_parent.setdefault(row["parent_id"], []).append(row)
-    top = public(by_id[root_id])
+    root = by_id.get(root_id)
+    if root is None:
+        log.warning("the tree of task %s was read back without it (%d rows)", root_id, len(by_id))
+        raise DatabaseOutage(UNAVAILABLE, f"the tree of task '{root_id}' was read back without it")
+    top = public(root)
     top["children"] = []
-    stack = [(by_id[root_id]["id"], top["children"])]
+    stack = [(root_id, top["children"])]
     while stack:
         parent_id, siblings = stack.pop()
         for child in by_parent.get(parent_id, ()):

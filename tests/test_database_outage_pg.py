@@ -30,14 +30,6 @@ pytestmark = [pytest.mark.xdist_group("test_database_outage_pg"),
               pytest.mark.skipif(why_not() is not None, reason=why_not() or "")]
 
 CLIENTS = 4
-# Failures of tasks.create seen in some runs (about one in four), open in issue 46 and named by
-# what the service log shows; any other -32603 fails the test.
-KNOWN_CREATE_FAILURES = {
-    "a tree read back without its root right after its insert (storage/task_view.py nest: KeyError)":
-        ("in nest", "KeyError"),
-    "a pooled asyncpg connection handed out while an operation of its own is still in progress after the "
-    "restart (storage/pg.py ReadPool; InternalClientError)": ("another operation", "InternalClientError"),
-}
 
 
 def tree(root: str) -> list[dict[str, Any]]:
@@ -176,10 +168,6 @@ async def test_postgresql_crashed_under_load_is_a_retryable_503_and_everything_c
             await asyncio.gather(*jobs)
 
         problems = [p for a in load.answers if (p := problem(a)) is not None]
-        log = service.log()
-        known = [why for why, marks in KNOWN_CREATE_FAILURES.items() if all(mark in log for mark in marks)]
-        if problems and known and all("-32603" in p and p.startswith("create:") for p in problems):
-            pytest.xfail(f"issue 46, open: {'; '.join(known)}: {problems[:3]}")
         assert not problems, problems[:10]
         during = [a for a in load.answers if a.sent >= down_seen and a.answered <= restart_at]
         assert during and all(a.status == 503 for a in during), [(a.kind, a.status) for a in during][:10]
