@@ -10,6 +10,7 @@ again, and what is stored is what one request stores.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -51,21 +52,22 @@ def stored_or_refused(response: Any) -> bool:
 
 async def at_every_point(client: Client, cut: DatabaseCut, send: Callable[[int, bool], Awaitable[Any]],
                          check: Callable[[int, bool], Awaitable[None]]) -> int:
-    """Cut at the n-th point for n = 1.. (before, then after commits) until a send meets no cut;
-    resend after each; `check` what is stored. Returns how many cuts were met."""
+    """Cut at the n-th point for n = 1.. (before, then after commits) until a send is over before
+    its n-th point (after commits: a point that is a statement is passed uncut, the next n goes
+    on); resend after each; `check` what is stored. Returns how many cuts were met."""
     met = 0
     for after_commit in (False, True):
         for n in range(1, MAX_POINTS):
             cut.at(n, after_commit=after_commit)
             first = await send(n, after_commit)
-            hit = cut.failed
+            hit, seen = cut.failed, cut.count
             cut.up()
             stored_or_refused(first)
             again = await send(n, after_commit)
             assert stored_or_refused(again), again.text
             await check(n, after_commit)
             met += bool(hit)
-            if not hit:
+            if not hit and seen < n:  # the send is over before its n-th point: every point was cut
                 break
     return met
 
@@ -143,3 +145,39 @@ async def test_an_emit_cut_anywhere_is_stored_once_when_resent_with_its_key(
 
             monkeypatch.setattr(idempotent, "IN_FLIGHT_WAIT", 2.0)  # how long a resend waits for a first answer
             assert await at_every_point(client, cut, send, check) >= 1
+
+
+async def test_a_respond_cut_anywhere_is_answered_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """tasks.respond is a compare-and-set on the wait (storage/wait_store.answer): cut anywhere, the
+    answer is stored once or not at all. A resend gives the result when the first stored nothing,
+    else the documented -32602 "not waiting for input" (the wait is answered, as for any second
+    answer, also when the first's caller saw the outage); either way the task completes with that
+    answer, once, in its first attempt."""
+    path = tmp_path / "cut.db"
+    with database_cut(monkeypatch) as cut:
+        async with running_app(settings(path)) as client:
+            met = 0
+            for after_commit in (False, True):
+                for n in range(1, MAX_POINTS):
+                    tid = f"w{n}{'x' if after_commit else ''}"
+                    await client.result("tasks.create", [task(tid, method="human_input_executor",
+                                                              inputs={"prompt": "go?"})])
+                    while not (await client.result("tasks.get", {"task_id": tid}))["waiting"]:
+                        await asyncio.sleep(0.02)
+                    cut.at(n, after_commit=after_commit)
+                    first = await post(client, "tasks.respond", {"task_id": tid, "value": n})
+                    hit, seen = cut.failed, cut.count
+                    cut.up()
+                    stored_or_refused(first)
+                    again = (await post(client, "tasks.respond", {"task_id": tid, "value": n})).json()
+                    if "error" in again:  # the first answer was stored (seen by its caller or not)
+                        assert again["error"]["code"] == -32602, again
+                        assert "not waiting for input" in again["error"]["message"], again
+                    else:  # the first was refused and stored nothing: this one answers
+                        assert again["result"]["status"] == "resumed", again
+                    done = await client.wait_status(tid, ("completed", "failed"), timeout=60)
+                    assert done["status"] == "completed" and done["result"] == n and done["attempt"] == 1, done
+                    met += bool(hit)
+                    if not hit and seen < n:
+                        break
+            assert met >= 1

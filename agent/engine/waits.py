@@ -184,7 +184,11 @@ class Waits:
             raise NotWaiting(row["id"])
         answers = read(row.get("wait_answers")) or []
         answers = [*answers[: wait.get("index", len(answers))], value]
-        values = await self.store.answer(row["id"], row.get("lease_epoch") or 0, json.dumps(answers), now_iso())
+        try:
+            values = await self.store.answer(row["id"], row.get("lease_epoch") or 0, json.dumps(answers), now_iso())
+        except Exception:  # perhaps stored, its commit's answer lost (an outage): its driver reads it again
+            self._read_again(row["task_tree_id"])
+            raise
         if values is None:
             raise AlreadyAnswered(row["id"])
         self.resume(row, values, f"Task '{row.get('name')}' got its answer; resuming")
@@ -210,6 +214,13 @@ class Waits:
         self.publisher.emit({"type": PROGRESS, "task_id": tid, "root_task_id": tree_id, "name": row.get("name"),
                              "user_id": row.get("user_id"), "timestamp": now_iso(), **event})
         if run is not None:  # ours, but our view lags (the park not seen yet): read the database
+            self.run_keeper.refresh_later(tree_id)
+        elif self.publisher.notifier is not None:
+            self.publisher.notifier.refresh(tree_id)
+
+    def _read_again(self, tree_id: str) -> None:
+        """The driver of `tree_id` reads it from the database (retried while that is away)."""
+        if tree_id in self.run_keeper.runs:
             self.run_keeper.refresh_later(tree_id)
         elif self.publisher.notifier is not None:
             self.publisher.notifier.refresh(tree_id)
