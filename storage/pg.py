@@ -96,7 +96,8 @@ class ReadPool:
     connection back, rearms a timer for idle connections and runs timeouts), more than an indexed
     read costs PostgreSQL; a use here is a pop and an append. After an error a connection comes
     back only if `_still_usable`; otherwise it is terminated and a new one opened when next
-    needed. One the server closed meanwhile is noticed when it is next taken.
+    needed. One the server closed meanwhile is noticed when it is next taken, or, its close not
+    read yet, when it refuses the next statement (`run` then runs it on another).
     """
 
     def __init__(self, connect: Callable[[], Awaitable[asyncpg.Connection]], size: int) -> None:
