@@ -103,6 +103,39 @@ async def test_a_create_cut_anywhere_is_stored_once_when_resent(tmp_path: Path,
             assert await at_every_point(client, cut, send, check) >= 1
 
 
+async def test_a_create_without_ids_cut_anywhere_is_stored_once_when_resent_with_its_key(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No ids to find the tree by: the key's request gets ids derived from the key
+    (agent/services/idempotent.with_ids), so a resend carried out afresh names the same tree."""
+    path = tmp_path / "cut.db"
+    with database_cut(monkeypatch) as cut:
+        async with running_app(settings(path)) as client:
+            roots: dict[str, str] = {}
+
+            def name(n: int, after: bool) -> str:
+                return f"k{n}{'x' if after else ''}"
+
+            async def send(n: int, after: bool) -> Any:
+                root = name(n, after)
+                tree = {"name": root, "schemas": {"method": "noop_executor"},
+                        "children": [{"name": f"{root}-a", "schemas": {"method": "noop_executor"}},
+                                     {"name": f"{root}-b", "schemas": {"method": "noop_executor"}}]}
+                response = await post(client, "tasks.create", {"tasks": [tree]}, key=root)
+                if response.status_code == 200 and "result" in response.json():
+                    assert roots.setdefault(root, response.json()["result"]["id"]) == response.json()["result"]["id"]
+                return response
+
+            async def check(n: int, after: bool) -> None:
+                root = name(n, after)
+                stored = rows(path, "SELECT id, status FROM tasks WHERE name LIKE ? || '%'", root)
+                assert len(stored) == 3 and {tid for tid, _ in stored} >= {roots[root]}, stored
+                for tid, _ in stored:
+                    assert (await client.wait_status(tid, ("completed", "failed"), timeout=60))["status"] == "completed"
+
+            monkeypatch.setattr(idempotent, "IN_FLIGHT_WAIT", 2.0)
+            assert await at_every_point(client, cut, send, check) >= 1
+
+
 async def test_an_update_cut_anywhere_is_applied_once_when_resent(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "cut.db"

@@ -23,7 +23,9 @@ import hashlib
 import json
 import logging
 import time
+import uuid
 from collections import OrderedDict
+from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -98,6 +100,8 @@ class IdempotentMethods:
             raise invalid_params(f"Idempotency-Key must be 1 to {MAX_KEY} printable characters")
         owner = ctx.caller.user_id or ""
         fingerprint = _fingerprint(method, params)
+        if method == "tasks.create":
+            params = with_ids(params, f"{owner}\n{key}\n{fingerprint}")
         for _ in range(3):  # a reservation released as we looked is reserved afresh
             stamp = now_iso()
             earlier = await self._reserve(owner, key, method, fingerprint, stamp)
@@ -222,6 +226,31 @@ class IdempotentMethods:
                 self._ended.pop((owner, key, ended.reserved_at), None)
             return
         log.warning("Idempotency-Key %r: could not settle its reservation within its retention", key)
+
+
+def with_ids(params: Any, seed: str) -> Any:
+    """tasks.create's params (SPEC.md's shapes: an array of tasks, one task, {"tasks": ...},
+    tasks nested in `children`) with an id for every task given none, the same ones for the same
+    `seed` (the caller, key and request). A resend that is carried out afresh (its first attempt
+    failed, perhaps after its tree was stored) then names the same tree, and a tree is stored once
+    as a create with ids is: the resend is answered with the stored tree (TaskService._resent)."""
+    numbers = iter(range(1 << 62))
+    top = {**params, "tasks": params["tasks"]} if isinstance(params, Mapping) and "tasks" in params \
+        else {"tasks": params}
+    stack: list[tuple[Any, Any]] = [(top, "tasks")]  # (container, index): no recursion over nesting depth
+    while stack:
+        holder, at = stack.pop()
+        value = holder[at]
+        if isinstance(value, list):
+            holder[at] = value = list(value)
+            stack.extend((value, index) for index in range(len(value)))
+        elif isinstance(value, Mapping):
+            holder[at] = task = dict(value)
+            if task.get("id") is None:
+                task["id"] = str(uuid.uuid5(uuid.NAMESPACE_URL, f"taskgrove:{seed}\n{next(numbers)}"))
+            if isinstance(task.get("children"), list):
+                stack.append((task, "children"))
+    return top if isinstance(params, Mapping) and "tasks" in params else top["tasks"]
 
 
 def _fingerprint(method: str, params: Any) -> str:
