@@ -160,6 +160,9 @@ async def shapes(http: httpx.AsyncClient) -> dict[str, tuple[str, Any]]:
     return {
         "list by user_id (10)": ("tasks.list", {"user_id": "user7", "limit": 10}),
         "by user_id, page 2 by cursor": ("tasks.list", {"user_id": "user7", "limit": 10, "cursor": by_user["next_cursor"]}),
+        # SPEC.md's default limit: user7 has 20 tasks at 1,000, so the page is 20 rows there and 100 at a million
+        "list by user_id, limit 100 (20 rows at 1,000)": ("tasks.list", {"user_id": "user7"}),
+        "search 'step' by user_id, limit 100 (20 rows at 1,000)": ("tasks.list", {"user_id": "user7", "search": "step"}),
         "root_only (20)": ("tasks.list", {"root_only": True, "limit": 20}),
         "root_only, page 2 by cursor": ("tasks.list", {"root_only": True, "limit": 20, "cursor": roots["next_cursor"]}),
         "root_only by user_id (2)": ("tasks.list", {"user_id": "user7", "root_only": True, "limit": 2}),
@@ -178,6 +181,8 @@ async def shapes(http: httpx.AsyncClient) -> dict[str, tuple[str, Any]]:
         "search 'step' (20; most tasks)": ("tasks.list", {"search": "step", "limit": 20}),
         "search 'tree' root_only (20; every root)": ("tasks.list", {"search": "tree", "root_only": True, "limit": 20}),
         "search 'tree 42' root_only (20)": ("tasks.list", {"search": "tree 42", "root_only": True, "limit": 20}),
+        "search 'tree 42' root_only status failed (20)": ("tasks.list", {"search": "tree 42", "root_only": True,
+                                                                          "status": "failed", "limit": 20}),
         "search 'tree 42' by user_id (10)": ("tasks.list", {"search": "tree 42", "user_id": "user42", "limit": 10}),
         "search id 't000004' (20)": ("tasks.list", {"search": "t000004", "limit": 20}),
         "search 'no such name' (20)": ("tasks.list", {"search": "no such name", "limit": 20}),

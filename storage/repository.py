@@ -41,11 +41,14 @@ SMALL_PASS = 64
 # /metrics counts each status up to this many tasks (count_by_status): exact on a small database,
 # bounded in cost on a large one (a scrape within 2x of its time at 1,000 tasks: bench/README.md).
 STATUS_COUNT_CAP = 1_000
-# A search (tasks.list `search`) examines at most this many tasks of its other filters, newest
-# first, for one page: a part of the name matches no index, so without a bound a rare word read
-# the whole table (1.4 s at a million tasks). A page by cursor continues below the window's last
-# task (Listing.window_end), so paging still reaches every match; docs/jsonrpc.md says so.
-SEARCH_WINDOW = 5_000
+# A search (tasks.list `search`) examines at most this many entries of the index its other
+# filters read, newest first, for one page: a part of the name matches no index, so without a
+# bound a rare word read the whole table (1.4 s on SQLite, 2.6 s on PostgreSQL at a million
+# tasks). 2,000: one search costs about what reading a whole store of 2,000 tasks does (within
+# 2x of a store of 1,000 tasks at any size, bench/README.md, issue 48). A page by cursor
+# continues below the window's last entry (Listing.window_end), so paging still reaches every
+# match; docs/jsonrpc.md says so.
+SEARCH_WINDOW = 2_000
 
 
 class Listing(builtins.list[Row]):
