@@ -51,13 +51,16 @@ def stored_or_refused(response: Any) -> bool:
 
 
 async def at_every_point(client: Client, cut: DatabaseCut, send: Callable[[int, bool], Awaitable[Any]],
-                         check: Callable[[int, bool], Awaitable[None]]) -> int:
+                         check: Callable[[int, bool], Awaitable[None]],
+                         prepare: Callable[[int, bool], Awaitable[None]] | None = None) -> int:
     """Cut at the n-th point for n = 1.. (before, then after commits) until a send is over before
     its n-th point (after commits: a point that is a statement is passed uncut, the next n goes
     on); resend after each; `check` what is stored. Returns how many cuts were met."""
     met = 0
     for after_commit in (False, True):
         for n in range(1, MAX_POINTS):
+            if prepare is not None:
+                await prepare(n, after_commit)
             cut.at(n, after_commit=after_commit)
             first = await send(n, after_commit)
             hit, seen = cut.failed, cut.count
@@ -214,3 +217,32 @@ async def test_a_respond_cut_anywhere_is_answered_once(tmp_path: Path, monkeypat
                     if not hit and seen < n:
                         break
             assert met >= 1
+
+
+async def test_an_emit_cut_anywhere_resumes_its_waiting_task_once(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """An emit cut after its event was stored, before the waits it answers were resumed: the
+    resend with its key completes it (resumes them) instead of emitting again."""
+    path = tmp_path / "cut.db"
+    with database_cut(monkeypatch) as cut:
+        async with running_app(settings(path)) as client:
+            def name(n: int, after: bool) -> str:
+                return f"go{n}{'x' if after else ''}"
+
+            async def prepare(n: int, after: bool) -> None:
+                waiter = task(name(n, after), method="event_wait_executor", inputs={"event": name(n, after)})
+                await client.result("tasks.create", [waiter])
+                while not (await client.result("tasks.get", {"task_id": name(n, after)}))["waiting"]:
+                    await asyncio.sleep(0.02)
+
+            async def send(n: int, after: bool) -> Any:
+                return await post(client, "events.emit", {"name": name(n, after), "payload": {"n": n}},
+                                  key=name(n, after))
+
+            async def check(n: int, after: bool) -> None:
+                assert rows(path, "SELECT count(*) FROM events WHERE name = ?", name(n, after)) == [(1,)]
+                done = await client.wait_status(name(n, after), ("completed", "failed"), timeout=60)
+                assert done["status"] == "completed" and done["result"] == {"n": n} and done["attempt"] == 1, done
+
+            monkeypatch.setattr(idempotent, "IN_FLIGHT_WAIT", 2.0)
+            assert await at_every_point(client, cut, send, check, prepare) >= 1
