@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -25,6 +26,7 @@ import httpx
 import websockets
 
 import wire  # bench/wire.py, beside this script
+from cpu import cpu_seconds  # bench/cpu.py
 from run import fresh_postgres  # bench/run.py
 
 NOOP = {"method": "noop_executor"}
@@ -118,36 +120,66 @@ async def soak(server: wire.Server, minutes: float, clients: int, database_url: 
     record = Record()
     until = time.monotonic() + minutes * 60
     rss: list[float] = []
+    cpu: list[float] = []  # server + its database backends, CPU seconds so far, at each minute's start
+    database = database_url.rsplit("/", 1)[1] if database_url else None
 
     async def memory() -> None:
-        while time.monotonic() < until:
+        while time.monotonic() < until + 60:
             rss.append(server.rss_mb())
-            await asyncio.sleep(60)
+            cpu.append(cpu_seconds(server.proc.pid) + backend_seconds(database))
+            await asyncio.sleep(max(0.0, record.started + 60 * len(rss) - time.monotonic()))
 
+    sampler = asyncio.create_task(memory())
     await asyncio.gather(*(client(server.url, record, until) for _ in range(clients)),
-                         watcher(server.url, record, until), memory(),
-                         vacuum(database_url, vacuum_every, until))
-    report(record, rss)
+                         watcher(server.url, record, until), vacuum(database_url, vacuum_every, until))
+    await asyncio.sleep(max(0.0, record.started + 60 * len(rss) - time.monotonic()) + 0.1)
+    sampler.cancel()
+    report(record, rss, cpu)
 
 
-def report(record: Record, rss: list[float]) -> None:
+def backend_seconds(database: str | None) -> float:
+    """CPU of the PostgreSQL backends serving `database` (their process titles name it), 0 on SQLite.
+
+    CPU per operation is the soak's load-proof measure: on a shared machine another job's burst moves
+    p50 and throughput, but what wears down (dead row versions, grown indexes, longer histories) shows
+    as more CPU for the same operation on the server's or the database's side."""
+    if database is None:
+        return 0.0
+    total = 0.0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            title = open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace")
+            if title.startswith("postgres:") and f" {database} " in title:
+                total += cpu_seconds(pid)
+        except OSError:
+            continue  # a backend that ended between the listing and the read
+    return total
+
+
+def report(record: Record, rss: list[float], cpu: list[float]) -> None:
     minutes: dict[int, list[tuple[float, str, float, bool]]] = {}
     for op in record.ops:
         minutes.setdefault(int(op[0] // 60), []).append(op)
     rows = []
     for minute, ops in sorted(minutes.items()):
         creates = [lat for _, kind, lat, ok in ops if kind == "create" and ok]
+        spent = cpu[minute + 1] - cpu[minute] if minute + 1 < len(cpu) else float("nan")
         rows.append((minute, statistics.median(creates) * 1000 if creates else float("nan"), len(ops) / 60,
-                     sum(1 for op in ops if not op[3]), rss[minute] if minute < len(rss) else float("nan")))
+                     sum(1 for op in ops if not op[3]), rss[minute] if minute < len(rss) else float("nan"),
+                     spent * 1000 / len(ops)))
     first = rows[0]
-    print("minute  create p50 ms  ops/s   failed  RSS MB   p50/first  ops/first")
-    for minute, p50, rate, failed, mb in rows:
-        print(f"{minute:>6}  {p50:12.2f}  {rate:6.1f}  {failed:6d}  {mb:6.1f}  {p50 / first[1]:9.2f}  {rate / first[2]:9.2f}")
+    print("minute  create p50 ms  ops/s   failed  RSS MB  CPU ms/op   p50/first  ops/first  cpu/first")
+    for minute, p50, rate, failed, mb, per_op in rows:
+        print(f"{minute:>6}  {p50:12.2f}  {rate:6.1f}  {failed:6d}  {mb:6.1f}  {per_op:9.3f}  {p50 / first[1]:9.2f}"
+              f"  {rate / first[2]:9.2f}  {per_op / first[5]:9.2f}")
     full = rows[:-1] if len(rows) > 1 else rows  # the last minute is cut short
-    worst_p50 = max(p50 / first[1] for _, p50, _, _, _ in full)
-    worst_rate = min(rate / first[2] for _, _, rate, _, _ in full)
+    worst_p50 = max(row[1] / first[1] for row in full)
+    worst_rate = min(row[2] / first[2] for row in full)
+    worst_cpu = max(row[5] / first[5] for row in full)
     print(json.dumps({"worst_p50_vs_first": round(worst_p50, 3), "worst_ops_vs_first": round(worst_rate, 3),
+                      "worst_cpu_per_op_vs_first": round(worst_cpu, 3),
                       "within_10_percent": worst_p50 <= 1.1 and worst_rate >= 0.9,
+                      "cpu_within_10_percent": worst_cpu <= 1.1,
                       "failed": sum(1 for op in record.ops if not op[3])}))
 
 
