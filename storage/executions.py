@@ -238,15 +238,27 @@ def sqlite_pass(c: Connection, writes: Sequence[Write], claims: Sequence[str], o
     The statements, their arguments and their order are those of the three functions. PostgreSQL's
     pass is pg_pass (the repository's _pg_write_pass): this function is never given its connection.
     `later`: fenced writes after the claims (the outcomes of pure tasks claimed here: agent/engine/inline.py),
-    their history in `history` too; the returned accepted ids hold both kinds."""
+    their history in `history` too; the returned accepted ids hold both kinds. A later write of a
+    task being claimed is done with its claim in one UPDATE when the claim gives the epoch and
+    attempt predicted (_sqlite_claim_and_write), before the other claims: neither can depend on
+    the other, both being runnable at once."""
     cursor = c.connection.driver_connection.cursor()
     accepted = _sqlite_fenced_writes(cursor, _by_shape(writes), owner) if writes else set()
     if history and accepted:
         history_rows.insert_on_cursor(cursor, history_rows.rows_for(accepted, history))
-    claimed = _sqlite_claim(cursor, claims, owner, until, stamp) if claims else {}
+    done: set[str] = set()
+    if later and history:  # claimed and written in one row write each where the prediction holds
+        done, claimed = _sqlite_claim_and_write(cursor, later, set(claims), history, owner, until, stamp)
+        claims = [tid for tid in claims if tid not in claimed]
+        later = [write for write in later if write[0] not in claimed]
+    else:
+        claimed = {}
+    if claims:
+        claimed.update(_sqlite_claim(cursor, claims, owner, until, stamp))
     if later:
-        done = _sqlite_fenced_writes(cursor, _by_shape(later), owner)
-        if history and done:
+        done |= _sqlite_fenced_writes(cursor, _by_shape(later), owner)
+    if done:
+        if history:
             history_rows.insert_on_cursor(cursor, history_rows.rows_for(done, history))
         accepted |= done
     ended = {eid: _sqlite_end(cursor, eid, owner, version, stamp) for eid, version in ends}
@@ -311,6 +323,31 @@ def _sqlite_fenced_writes(cursor: sqlite3.Cursor, groups: Mapping[tuple[str, ...
             if cursor.rowcount:
                 accepted.add(tid)
     return accepted
+
+
+def _sqlite_claim_and_write(cursor: sqlite3.Cursor, later: Sequence[Write], claims: Collection[str],
+                            history: Mapping[str, Attempt], owner: str, until: str, stamp: str,
+                            ) -> tuple[set[str], dict[str, Row]]:
+    """Pure tasks (sqlite_pass's `later` writes of tasks in its `claims`): each claimed and its
+    outcome written in one UPDATE (statements.claim_and_write) when the claim gives the epoch of
+    its write and the attempt of its history row, as predicted from the run's memory. The ids done and their claims; the
+    rest take the two steps (claim, then the fenced write), which decide as they always did."""
+    done: set[str] = set()
+    claimed: dict[str, Row] = {}
+    for tid, epoch, values in later:
+        row = history.get(tid)
+        if row is None or tid not in claims:
+            continue
+        keys = tuple(values)
+        _, getter, json_at = _sqlite_write_shape(keys)
+        params = [stamp, owner, until, tid, epoch, row.attempt, *getter(values)]
+        for i in json_at:
+            params[6 + i] = json_text(params[6 + i])
+        for _, lease_epoch, attempt, checkpoint in cursor.execute(statements.claim_and_write(keys).sqlite, params):
+            done.add(tid)
+            claimed[tid] = {"lease_epoch": lease_epoch, "attempt": attempt,
+                            "checkpoint": None if checkpoint in (None, "null") else read_stored(checkpoint)}
+    return done, claimed
 
 
 def _sqlite_claim(cursor: sqlite3.Cursor, ids: Sequence[str], owner: str, until: str, stamp: str) -> dict[str, Row]:

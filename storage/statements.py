@@ -172,11 +172,19 @@ def claim(count: int) -> Statement:
     return Statement(
         "Claim the pending tasks of these ids that may run now: a new lease and epoch each.",
         f"""
-        UPDATE tasks SET status = 'in_progress', progress = 0.0, result = NULL, error = NULL,
-               started_at = ?1, completed_at = NULL, updated_at = ?1, next_attempt_at = NULL,
-               lease_owner = ?2, lease_expires_at = ?3, lease_epoch = lease_epoch + 1,
-               attempt = attempt + 1
-        WHERE id IN ({_marks('sqlite', 4, count)}) AND (status = 'pending') IS TRUE
+        UPDATE tasks SET {", ".join(f"{key} = {value}" for key, value in _SQLITE_CLAIM_SETS.items())}
+        WHERE id IN ({_marks('sqlite', 4, count)}) AND {_SQLITE_CLAIMABLE}
+        RETURNING id, lease_epoch, attempt, checkpoint""",
+        None)
+
+
+# What a claim sets (SQLite; ?1 stamp, ?2 owner, ?3 until) and when a task may be claimed (SQLite;
+# ?1 stamp, ?2 owner): shared by claim and claim_and_write, so the two cannot drift apart.
+_SQLITE_CLAIM_SETS: dict[str, str] = {
+    "status": "'in_progress'", "progress": "0.0", "result": "NULL", "error": "NULL", "started_at": "?1",
+    "completed_at": "NULL", "updated_at": "?1", "next_attempt_at": "NULL", "lease_owner": "?2",
+    "lease_expires_at": "?3", "lease_epoch": "lease_epoch + 1", "attempt": "attempt + 1"}
+_SQLITE_CLAIMABLE = """(status = 'pending') IS TRUE
           AND (next_attempt_at IS NULL OR next_attempt_at <= ?1)
           AND (SELECT e.status = 'running' AND e.owner = ?2 FROM executions AS e
                WHERE e.id = tasks.execution_id)
@@ -185,7 +193,24 @@ def claim(count: int) -> Statement:
               JOIN tasks AS x ON x.id = json_extract(d.value, '$.id')
               WHERE x.status = 'in_progress'
                  OR (coalesce(json_extract(d.value, '$.required'), 1) AND x.status <> 'completed')
-                 OR (x.status = 'pending' AND x.execution_id = tasks.execution_id))
+                 OR (x.status = 'pending' AND x.execution_id = tasks.execution_id))"""
+
+
+@functools.lru_cache(maxsize=64)
+def claim_and_write(keys: tuple[str, ...]) -> Statement:
+    """SQLite: claim one task and write its outcome in one UPDATE (a pure task completed inline,
+    agent/engine/inline.py): the claim's conditions and lease, and `keys` set as a fenced write
+    right after that claim would set them, only if the claim gives exactly the epoch and attempt
+    the caller predicted. The row ends as claim and fenced_write leave it, one row write instead
+    of two. Args: stamp, owner, until, id, the predicted epoch and attempt, then the values of
+    `keys` (PostgreSQL: rows of pass_statement)."""
+    sets = {**_SQLITE_CLAIM_SETS, **{key: f"?{n}" for n, key in enumerate(keys, 7)}}
+    return Statement(
+        "Claim a pending task that may run now with the epoch and attempt predicted, and store the "
+        "outcome decided for it.",
+        f"""
+        UPDATE tasks SET {", ".join(f"{key} = {value}" for key, value in sets.items())}
+        WHERE id = ?4 AND lease_epoch + 1 = ?5 AND attempt + 1 = ?6 AND {_SQLITE_CLAIMABLE}
         RETURNING id, lease_epoch, attempt, checkpoint""",
         None)
 
