@@ -20,9 +20,10 @@ from starlette.routing import Route
 from taskgrove.agent.surfaces.a2a.front import LazySurface, a2a_routes
 from taskgrove.agent.surfaces.bodylimit import BodyLimit
 from taskgrove.agent.services.container import Services
-from taskgrove.agent.surfaces.edge import DATABASE_ERRORS, DirectRoutes, database_error, internal_error, rpc_endpoint
+from taskgrove.agent.surfaces.edge import DATABASE_ERRORS, database_error, internal_error, rpc_endpoint
 from taskgrove.agent.foundations.metrics import HttpMetrics
 from taskgrove.agent.surfaces.operations import operations_routes
+from taskgrove.agent.surfaces.rpc_front import RpcApp, RpcFront
 from taskgrove.agent.foundations.settings import Settings
 from taskgrove.agent.foundations import tracing
 from taskgrove.agent.surfaces.ws import ws_route
@@ -68,13 +69,14 @@ def build_app(settings: Settings, *, registry: ExecutorRegistry | None = None) -
     routes.extend(operations_routes(services))
     routes.extend(a2a_routes(agent))
     handlers: dict[Any, Any] = {Exception: internal_error, **{kind: database_error for kind in DATABASE_ERRORS}}
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
-    # Innermost: POST /tasks and /system past Starlette's ExceptionMiddleware and router (edge.DirectRoutes).
-    app.add_middleware(DirectRoutes, router=app.router, routes=rpc_routes)
+    app = RpcApp(routes=routes, lifespan=lifespan, exception_handlers=handlers)
     # In front of every route, ours and the A2A SDK's: body size and JSON depth.
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes, max_depth=settings.max_json_depth)
     # Outermost: every request counted and timed, refused ones included.
     app.add_middleware(HttpMetrics, metrics=services.metrics)
+    # POST /tasks and /system: the same steps in one frame, in front of the stack (surfaces/rpc_front.py).
+    app.front = RpcFront(app, rpc_routes, services.metrics,
+                         BodyLimit(app, max_bytes=settings.max_request_bytes, max_depth=settings.max_json_depth))
     app.state.services = services
     return app
 

@@ -70,3 +70,8 @@ def configure(log_format: str, level: str) -> None:
         logger = logging.getLogger(name)
         logger.handlers[:] = []
         logger.propagate = True
+    # uvicorn builds each request's access line (client address, path with query) and calls
+    # info() whenever its access logger has a handler anywhere (hasHandlers, checked per
+    # connection); above INFO the line is dropped after all. So it has none then: the same log,
+    # without that work on every request (about 3 % of a tasks.get, bench/README.md, issue 48).
+    logging.getLogger("uvicorn.access").propagate = root.getEffectiveLevel() <= logging.INFO

@@ -50,33 +50,40 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        body = await self.take_body(scope, receive, send)
+        if type(body) is bytes:
+            await self.app(scope, replaying(body, receive), send)
+
+    async def take_body(self, scope: Scope, receive: Receive, send: Send) -> bytes | int | None:
+        """The whole body of an HTTP request within the limits (what this middleware hands on),
+        for a caller in front of it that answers the request itself (agent/surfaces/rpc_front.py);
+        else the HTTP status of the refusal answered here (413, or -32700's 200 or 400), or None
+        when the client left before sending its body (nobody to answer)."""
         announced = _content_length(scope)
         if announced is not None and announced > self.max_bytes * DRAIN_FACTOR:
-            await self._too_large(scope, send)  # not worth reading: the connection is cut
-            return
+            return await self._too_large(scope, send)  # not worth reading: the connection is cut
         chunks: list[bytes] = []
         size = 0
         more = True
         while more:
             message = await receive()
             if message["type"] == "http.disconnect":
-                return  # the client left before sending its body: nobody to answer
+                return None  # the client left before sending its body: nobody to answer
             chunk = message.get("body", b"")
             more = message.get("more_body", False)
             size += len(chunk)
             if size > self.max_bytes:
                 await self._drain(receive, size, more)
-                await self._too_large(scope, send)
-                return
+                return await self._too_large(scope, send)
             chunks.append(chunk)
-        body = b"".join(chunks)
+        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         if jsonvalues.too_deep(body, self.max_depth):
             detail = (f"body is not valid JSON: it is nested deeper than {self.max_depth} levels "
                       "(the limit is SERVICE_MAX_JSON_DEPTH)")
             status = 400 if scope["path"].startswith(GRAPHQL_PREFIX) else 200
             await _answer(send, status, refusal(scope["path"], PARSE_ERROR, "Parse error", detail))
-            return
-        await self.app(scope, replaying(body, receive), send)
+            return status
+        return body
 
     async def _drain(self, receive: Receive, size: int, more: bool) -> None:
         """Read and discard the rest of an oversized body, up to DRAIN_FACTOR times the limit."""
@@ -87,10 +94,11 @@ class BodyLimit:
             size += len(message.get("body", b""))
             more = message.get("more_body", False)
 
-    async def _too_large(self, scope: Scope, send: Send) -> None:
+    async def _too_large(self, scope: Scope, send: Send) -> int:
         detail = (f"request body larger than {self.max_bytes} bytes (the limit is SERVICE_MAX_REQUEST_BYTES); "
                   "send less, e.g. split a large tree")
         await _answer(send, 413, refusal(scope["path"], INVALID_REQUEST, "Invalid Request", detail), close=True)
+        return 413
 
 
 async def _answer(send: Send, status: int, payload: bytes, close: bool = False) -> None:

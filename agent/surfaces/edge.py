@@ -291,12 +291,12 @@ class _RpcEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive, send)
-        response = await self.answer(request)
+        response = await self.answer(request, await read_body(request))
         await response(scope, receive, send)
 
-    async def answer(self, request: Request) -> Response:
+    async def answer(self, request: Request, body: bytes) -> Response:
+        """The response to the request whose whole `body` was read (read_body, or RpcFront)."""
         services, surface = self.services, self.surface
-        body = await read_body(request)
         headers = request_headers(request.scope)
         refused = content_type_problem(headers)
         if refused is not None:
@@ -360,16 +360,27 @@ class DirectRoutes:
                        if not route.param_convertors and _routed_first(router, route)}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        route = self.routes.get(scope["path"]) if scope["type"] == "http" else None
-        if route is None or scope["method"] != "POST" or scope.get("root_path"):
+        route = self.direct_route(scope)
+        if route is None:
             await self.app(scope, receive, send)
             return
+        self.enter(route, scope)
+        await route.app(scope, receive, send)
+
+    def direct_route(self, scope: Scope) -> Route | None:
+        """The route a request goes straight to, or None: the router's way."""
+        route = self.routes.get(scope["path"]) if scope["type"] == "http" else None
+        if route is None or scope["method"] != "POST" or scope.get("root_path"):
+            return None
+        return route
+
+    def enter(self, route: Route, scope: Scope) -> None:
+        """The scope keys the router and the route would have set."""
         if "router" not in scope:
             scope["router"] = self.router
         scope["route"] = route
         scope["endpoint"] = route.endpoint
         scope["path_params"] = dict(scope.get("path_params", {}))  # what Route.matches hands on
-        await route.app(scope, receive, send)
 
 
 def _routed_first(router: Router, route: Route) -> bool:
