@@ -21,6 +21,7 @@ import pytest
 
 from taskgrove.agent.app import build_app
 from taskgrove.agent.foundations.settings import Settings
+from tests.deadlines import EVENT_WAIT
 from tests.processes import IN_PROCESS_SLEEPS
 
 pytest_plugins = ["tests.fakellm"]  # the fake OpenAI-compatible server fixtures
@@ -179,7 +180,7 @@ class Client:
         assert "error" in answer, answer
         return answer["error"]
 
-    async def wait_status(self, task_id: str, statuses: tuple[str, ...], timeout: float = 10.0) -> dict[str, Any]:
+    async def wait_status(self, task_id: str, statuses: tuple[str, ...], timeout: float = EVENT_WAIT) -> dict[str, Any]:
         """Poll tasks.get until the task reaches one of `statuses` (for asynchronous executions)."""
         deadline = asyncio.get_running_loop().time() + timeout
         while True:
@@ -191,7 +192,7 @@ class Client:
             await asyncio.sleep(0.02)
 
 
-    async def runs_ended(self, timeout: float = 5.0) -> bool:
+    async def runs_ended(self, timeout: float = EVENT_WAIT) -> bool:
         """True once this instance drives no execution (ending one is a last database write)."""
         deadline = asyncio.get_running_loop().time() + timeout
         while self.services.engine.runs and asyncio.get_running_loop().time() < deadline:
@@ -217,9 +218,6 @@ async def running_app(settings: Settings, **kw: Any) -> AsyncIterator[Client]:
 
 
 HANG_REPORT_SECONDS = 240.0  # pyproject's pytest timeout is 300
-# Read timeout of test clients whose request may start heavy work (the first LLM call imports
-# litellm; a busy machine shares its cores): never httpx's default 5 s (issue 46, item 6).
-HEAVY_WORK_TIMEOUT = 120.0
 
 
 def _print_tasks() -> None:

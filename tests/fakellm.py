@@ -242,7 +242,7 @@ class FakeLLMServer(FakeLLM):
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, daemon=True)
         self._thread.start()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60  # tests/deadlines.py's EVENT_WAIT (this file also runs standalone)
         while not self._server.started:
             if time.monotonic() > deadline or not self._thread.is_alive():
                 raise RuntimeError("fake LLM server did not start")
@@ -257,6 +257,14 @@ class FakeLLMServer(FakeLLM):
 
 @pytest.fixture(scope="session")
 def fake_llm_server() -> Iterator[FakeLLMServer]:
+    # The first LLM call of a process imports litellm: seconds of CPU, tens of seconds on a busy
+    # machine, inside whatever the test measured or waited for (a tasks.create waits 30 s for its
+    # tree). Tests of LLM work start with it imported; that the import stays lazy, off the start-up
+    # path and off the network is proven in subprocesses (tests/test_llm_client.py,
+    # tests/test_generate_rpc.py).
+    import taskgrove.llm.client  # noqa: F401  (first: it keeps litellm off the network)
+    import litellm  # noqa: F401
+
     server = FakeLLMServer().start()
     try:
         yield server

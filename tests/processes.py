@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 
+from tests.deadlines import EVENT_WAIT
 from tests.servers import free_port
 
 BIN = Path(sys.executable).parent / "taskgrove"
@@ -51,7 +52,7 @@ class Service:
 
     # --- lifecycle ------------------------------------------------------------------------
 
-    def start(self, timeout: float = 30.0) -> "Service":
+    def start(self, timeout: float = EVENT_WAIT) -> "Service":
         return self.launch().ready(timeout)
 
     def launch(self) -> "Service":
@@ -61,7 +62,7 @@ class Service:
                                      text=True, cwd=self.workdir)
         return self
 
-    def ready(self, timeout: float = 30.0) -> "Service":
+    def ready(self, timeout: float = EVENT_WAIT) -> "Service":
         """Wait until the service answers."""
         assert self.proc is not None
         deadline = time.monotonic() + timeout
@@ -123,7 +124,7 @@ class Service:
     async def task(self, task_id: str) -> dict[str, Any] | None:
         return await self.rpc("tasks.get", {"task_id": task_id})
 
-    async def wait_status(self, task_id: str, statuses: tuple[str, ...], timeout: float = 10.0) -> dict[str, Any]:
+    async def wait_status(self, task_id: str, statuses: tuple[str, ...], timeout: float = EVENT_WAIT) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while True:
             task = await self.task(task_id)
@@ -143,7 +144,7 @@ class Service:
         return found
 
 
-def start_together(*services: Service, timeout: float = 30.0) -> tuple[Service, ...]:
+def start_together(*services: Service, timeout: float = EVENT_WAIT) -> tuple[Service, ...]:
     """Start `services` at the same moment and wait until each answers: their start-ups (a second
     or two of imports and migrations each) overlap instead of adding up. Instances on one empty
     database starting at once is what tests/test_durability_e2e.py's

@@ -19,6 +19,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from tests.deadlines import EVENT_WAIT
+
 
 # Ports tests listen on. Under pytest-xdist each worker draws from its own block, below Linux's
 # ephemeral range (32768 and up, where outgoing connections get their ports), so two workers, or
@@ -59,7 +61,7 @@ class Receiver:
         status = self.script.pop(0) if self.script else 200
         return JSONResponse({"ok": status < 400}, status_code=status)
 
-    async def wait_for(self, predicate: Any, timeout: float = 15.0) -> None:
+    async def wait_for(self, predicate: Any, timeout: float = EVENT_WAIT) -> None:
         deadline = time.monotonic() + timeout
         while not predicate(self.requests):
             if time.monotonic() > deadline:

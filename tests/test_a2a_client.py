@@ -34,9 +34,9 @@ from starlette.applications import Starlette
 
 from taskgrove.agent.app import build_app
 from taskgrove.agent.foundations.settings import Settings
+from tests.deadlines import EVENT_WAIT, HEAVY_WORK_TIMEOUT
 from tests.servers import free_port, receiver, serve
 from tests.test_a2a_wire import tree
-from tests.conftest import HEAVY_WORK_TIMEOUT
 
 
 @asynccontextmanager
@@ -79,7 +79,7 @@ async def collect(client: Client, request: SendMessageRequest) -> list[StreamRes
     return [event async for event in client.send_message(request)]
 
 
-async def wait_until(check: Callable[[], Any], timeout: float = 10.0) -> None:
+async def wait_until(check: Callable[[], Any], timeout: float = EVENT_WAIT) -> None:
     deadline = asyncio.get_running_loop().time() + timeout
     while not await check():
         assert asyncio.get_running_loop().time() < deadline, "condition never became true"

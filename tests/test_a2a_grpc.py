@@ -52,10 +52,10 @@ from taskgrove.agent.surfaces.a2a.grpc_server import serving
 from taskgrove.agent.app import build_app
 from taskgrove.agent.foundations.auth import mint_token
 from taskgrove.agent.foundations.settings import Settings
+from tests.deadlines import HEAVY_WORK_TIMEOUT
 from tests.processes import Service
 from tests.servers import free_port, receiver
 from tests.test_a2a_wire import tree
-from tests.conftest import HEAVY_WORK_TIMEOUT
 
 
 # One worker runs this module (make test's --dist loadgroup): its module-scoped services are then
@@ -142,8 +142,9 @@ def status_details(error: grpc.aio.AioRpcError) -> list[Any]:
 # --- the card ---------------------------------------------------------------------------------
 
 def test_card_declares_grpc_in_both_forms(plain: Service) -> None:
-    v10 = httpx.get(plain.url + "/.well-known/agent-card.json", headers={"A2A-Version": "1.0"}).json()
-    v03 = httpx.get(plain.url + "/.well-known/agent-card.json").json()
+    v10 = httpx.get(plain.url + "/.well-known/agent-card.json", headers={"A2A-Version": "1.0"},
+                    timeout=HEAVY_WORK_TIMEOUT).json()
+    v03 = httpx.get(plain.url + "/.well-known/agent-card.json", timeout=HEAVY_WORK_TIMEOUT).json()
     grpc_address = plain.grpc  # type: ignore[attr-defined]
     assert [i for i in v10["supportedInterfaces"] if i["protocolBinding"] == "GRPC"] == [
         {"url": grpc_address, "protocolBinding": "GRPC", "protocolVersion": "1.0"},
@@ -201,7 +202,7 @@ async def test_cancel_stops_a_running_tree(plain: Service) -> None:
         (response,) = await collect(client, data_request(tasks, immediately=True))
         running = response.task
         assert running.status.state in (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
-        await plain.wait_status(sleeper, ("in_progress",), timeout=30)
+        await plain.wait_status(sleeper, ("in_progress",))
         cancelled = await client.cancel_task(CancelTaskRequest(id=running.id))
         assert cancelled.status.state == TaskState.TASK_STATE_CANCELED
         assert (await plain.tree_statuses(root_id)) == \

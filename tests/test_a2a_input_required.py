@@ -34,6 +34,7 @@ from a2a.types.a2a_pb2 import (
 from google.protobuf.json_format import MessageToDict, ParseDict
 
 from taskgrove.agent.surfaces.a2a import executor
+from tests.deadlines import EVENT_WAIT
 from tests.processes import Service
 from tests.servers import receiver
 from tests.test_a2a_client import a2a_client, agent_server, collect, send_request, wait_until
@@ -288,7 +289,7 @@ async def test_streams_show_input_required_then_completed(make_settings: Any) ->
 
         await wait_until(subscribed)  # not a fixed 0.3 s, which a loaded machine can overrun
         second = await collect(client, follow_up(waiting, new_data_part({"value": {"approved": True}})))
-        await asyncio.wait_for(watcher, 10)
+        await asyncio.wait_for(watcher, EVENT_WAIT)
     states = [e.status_update.status.state for e in second if e.HasField("status_update")]
     assert states[0] == TaskState.TASK_STATE_WORKING and states[-1] == TaskState.TASK_STATE_COMPLETED
     assert any(e.HasField("artifact_update") and e.artifact_update.artifact.name == "task_results" for e in second)

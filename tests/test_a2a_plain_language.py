@@ -15,9 +15,9 @@ from a2a.client import A2ACardResolver
 from a2a.types.a2a_pb2 import Message, Part, Role, SendMessageRequest, TaskState
 from google.protobuf.json_format import MessageToDict
 
+from tests.deadlines import HEAVY_WORK_TIMEOUT
 from tests.test_a2a_client import a2a_client, agent_server, collect
 from tests.test_a2a_wire import tree
-from tests.conftest import HEAVY_WORK_TIMEOUT
 
 TREE_MARKER = "[[tree:valid]]"  # the fake LLM answers this with a valid three-task tree
 

@@ -15,6 +15,7 @@ from typing import Any
 from taskgrove.agent.foundations.auth import mint_token
 from taskgrove.agent.foundations.settings import Settings
 from tests.conftest import Client, running_app
+from tests.deadlines import EVENT_WAIT
 from tests.servers import receiver
 
 SECRET = "a2a-test-secret-of-at-least-32-bytes!"
@@ -368,7 +369,7 @@ async def test_an_agent_task_cut_off_by_shutdown_ends_with_its_resumed_tree(make
         await client.wait_status(tasks[0]["id"], ("completed",))  # resumed with no call
         executor.SETTLE_AFTER, saved = executor.timedelta(0), executor.SETTLE_AFTER
         try:  # the root's outcome is written a moment before its execution ends: read until settled
-            deadline = asyncio.get_running_loop().time() + 10
+            deadline = asyncio.get_running_loop().time() + EVENT_WAIT
             while True:
                 again = (await post(client, {"jsonrpc": "2.0", "id": 9, "method": "tasks/get",
                                              "params": {"id": task["id"]}}))["result"]

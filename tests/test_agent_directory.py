@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from tests.deadlines import EVENT_WAIT, HEAVY_WORK_TIMEOUT
 from tests.processes import Service
 from tests.servers import serve
 
@@ -178,7 +179,7 @@ class Flaky:
         self.calls = 0
 
     async def card(self, request: Request) -> Response:
-        async with httpx.AsyncClient() as http:
+        async with httpx.AsyncClient(timeout=HEAVY_WORK_TIMEOUT) as http:  # never httpx's 5 s: a busy machine
             card = (await http.get(f"{self.remote_url}/.well-known/agent-card.json")).json()
         for interface in card.get("supportedInterfaces") or []:
             interface["url"] = interface["url"].replace(self.remote_url, self.url)
@@ -190,7 +191,7 @@ class Flaky:
         self.calls += 1
         if self.broken:
             return Response("down for maintenance", status_code=503)
-        async with httpx.AsyncClient(timeout=30) as http:
+        async with httpx.AsyncClient(timeout=HEAVY_WORK_TIMEOUT) as http:
             answer = await http.post(f"{self.remote_url}{request.url.path}", content=await request.body(),
                                      headers={k: v for k, v in request.headers.items()
                                               if k.lower() not in ("host", "content-length")})
@@ -216,7 +217,8 @@ async def test_a_failing_agent_opens_its_breaker_and_its_tasks_wait_until_it_rec
             *[dict(delegated(i, agent="flaky", data=remote_work(i)), retry=retry, parent_id=root) for i in ids],
         ])  # answered at once (SERVICE_CREATE_WAIT_TIMEOUT 0): the tree runs on
         waited = None
-        for _ in range(300):  # the breaker opens after two failures; the tasks then wait
+        deadline = asyncio.get_running_loop().time() + EVENT_WAIT
+        while asyncio.get_running_loop().time() < deadline:  # the breaker opens after two failures; the tasks then wait
             agent = await client.result("agents.get", {"name": "flaky"})
             tasks = [await client.result("tasks.get", {"task_id": i}) for i in ids]
             parked = [t for t in tasks if (t.get("waiting") or {}).get("kind") == "timer"]
@@ -230,7 +232,7 @@ async def test_a_failing_agent_opens_its_breaker_and_its_tasks_wait_until_it_rec
         assert agent["health"]["consecutive_failures"] >= 2 and agent["health"]["state"] == "open"
         flaky.broken = False  # it recovers: after the cool-down one probe goes through, then the rest
         for i in ids:
-            done = await client.wait_status(i, ("completed", "failed"), timeout=60)
+            done = await client.wait_status(i, ("completed", "failed"))
             assert done["status"] == "completed", done
             assert done["result"]["delegated"]["agent"] == "flaky"
         agent = await client.result("agents.get", {"name": "flaky"})

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from tests.deadlines import EVENT_WAIT
 from tests.processes import Service
 
 pytestmark = pytest.mark.xdist_group("test_agent_questions_e2e")
@@ -67,7 +68,7 @@ def start_local(tmp: Path) -> Service:
                          "SERVICE_CREATE_WAIT_TIMEOUT": "0"}, "local").start()
 
 
-async def waiting_of(service: Service, task_id: str, timeout: float = 20.0, prompt: str | None = None) -> dict[str, Any]:
+async def waiting_of(service: Service, task_id: str, timeout: float = EVENT_WAIT, prompt: str | None = None) -> dict[str, Any]:
     """The task's wait, once it waits (for `prompt`, when given)."""
     deadline = time.monotonic() + timeout
     while True:
@@ -103,7 +104,7 @@ async def test_the_local_task_waits_and_its_answer_completes_both_trees(
         assert refused["error"]["code"] == -32602
         answered = await local.rpc("tasks.respond", {"task_id": ask, "value": {"approved": True}})
         assert answered["status"] == "resumed"
-        done = await local.wait_status(ask, ("completed", "failed"), timeout=20)
+        done = await local.wait_status(ask, ("completed", "failed"))
         assert done["status"] == "completed", done["error"]
         assert done["result"]["state"] == "completed"
         assert (await remote.task(ids["approve"]))["result"] == {"approved": True}
@@ -124,7 +125,7 @@ async def test_kill_9_while_it_waits_then_the_answer_still_reaches_the_remote(re
         task = await waiting_of(local, ask)  # still waiting, stored
         assert task["waiting"]["kind"] == "agent_input"
         await local.rpc("tasks.respond", {"task_id": ask, "value": {"approved": True}})
-        done = await local.wait_status(ask, ("completed", "failed"), timeout=20)
+        done = await local.wait_status(ask, ("completed", "failed"))
         assert done["status"] == "completed", done["error"]
         assert (await remote.task(ids["approve"]))["result"] == {"approved": True}
         assert (await remote.task(ids["root"]))["status"] == "completed"
@@ -143,7 +144,7 @@ async def test_a_second_question_is_a_second_wait(remote: Service, tmp_path: Pat
         second = await waiting_of(local, ask, prompt="Which account?")
         assert second["waiting"]["schema"] is None
         await local.rpc("tasks.respond", {"task_id": ask, "value": "DE89 3704"})
-        done = await local.wait_status(ask, ("completed", "failed"), timeout=20)
+        done = await local.wait_status(ask, ("completed", "failed"))
         assert done["status"] == "completed", done["error"]
         assert done["attempt"] == 1  # one attempt, resumed twice: no retry used up
         assert (await remote.task(ids["confirm"]))["result"] == "DE89 3704"
@@ -161,12 +162,12 @@ async def test_cancel_or_timeout_of_the_waiting_task_cancels_the_remote_task(rem
         await local.rpc("tasks.create", [ask_task(ask, remote.url, tasks)])
         await waiting_of(local, ask)
         await local.rpc("tasks.cancel", {"task_ids": [ask]})
-        await remote.wait_status(ids["approve"], ("cancelled",), timeout=15)
+        await remote.wait_status(ids["approve"], ("cancelled",))
         # The question's own deadline: the local task fails, the remote one is cancelled.
         await local.rpc("tasks.create", [ask_task(late, remote.url, timed, answer_timeout_seconds=1)])
-        failed = await local.wait_status(late, ("failed", "completed"), timeout=20)
+        failed = await local.wait_status(late, ("failed", "completed"))
         assert failed["status"] == "failed" and "No answer within 1 s" in failed["error"]
-        await remote.wait_status(timed_ids["approve"], ("cancelled",), timeout=15)
+        await remote.wait_status(timed_ids["approve"], ("cancelled",))
     finally:
         local.stop()
 

@@ -171,9 +171,9 @@ async def test_a_schedules_past_runs_with_their_durations(client: Client) -> Non
     schedule = await client.result("schedules.create", {"task_id": tpl, "cron": "0 0 1 1 *"})
     other = await client.result("schedules.create", {"task_id": tpl, "cron": "0 0 2 1 *"})
     first = await client.result("schedules.trigger", {"schedule_id": schedule["id"]})
-    await client.wait_status(first["root_task_id"], ("completed",), timeout=20)
+    await client.wait_status(first["root_task_id"], ("completed",))
     second = await client.result("schedules.trigger", {"schedule_id": schedule["id"]})
-    await client.wait_status(second["root_task_id"], ("completed",), timeout=20)
+    await client.wait_status(second["root_task_id"], ("completed",))
     await client.result("schedules.trigger", {"schedule_id": other["id"]})  # another schedule's run
     assert await client.runs_ended()
     runs = await client.result("schedules.runs", {"schedule_id": schedule["id"]})

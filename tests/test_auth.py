@@ -24,6 +24,7 @@ from taskgrove.agent.app import build_app
 from taskgrove.agent.foundations.auth import AuthConfigError
 from taskgrove.agent.foundations.settings import Settings
 from tests.conftest import Client
+from tests.deadlines import EVENT_WAIT
 
 SECRET = "test-jwt-secret-" + "0123456789abcdef" * 4
 OTHER_SECRET = "another-secret-0123456789abcdef0123456789abcdef"
@@ -291,7 +292,7 @@ async def test_running_count_list_and_cancel(app_factory: Callable[..., Any]) ->
         sleep = {"name": "nap", "schemas": {"method": "sleep_executor"}, "inputs": {"seconds": 30}}
         mine = await c.result("tasks.create", {"tasks": [sleep]}, headers=ALICE)
         theirs = await c.result("tasks.create", {"tasks": [sleep]}, headers=BOB)
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + EVENT_WAIT
         while len(c.services.engine.running) < 2:
             assert time.monotonic() < deadline, "sleep tasks did not start"
             await asyncio.sleep(0.01)

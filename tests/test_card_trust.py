@@ -31,6 +31,7 @@ from taskgrove.executors.card_trust import (
     sign_card,
     verify_card,
 )
+from tests.deadlines import HEAVY_WORK_TIMEOUT
 from tests.processes import Service
 from tests.servers import serve
 
@@ -165,7 +166,7 @@ def _ask(url: str) -> dict[str, Any]:
 
 async def test_the_executor_trusts_a_signed_card_and_refuses_a_tampered_or_unsigned_one(
         signed_remote: Service, app_factory: Any) -> None:
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=HEAVY_WORK_TIMEOUT) as http:
         good = (await http.get(f"{signed_remote.url}/.well-known/agent-card.json")).json()
     tampered = {**good, "description": good.get("description", "") + " (and more)"}
     unsigned = {k: v for k, v in good.items() if k != "signatures"}

@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 
+from tests.deadlines import EVENT_WAIT, HEAVY_WORK_TIMEOUT
 from tests.servers import free_port
 
 BIN = Path(sys.executable).parent / "taskgrove"
@@ -55,7 +56,8 @@ def test_bad_setting_names_the_variable(tmp_path: Path) -> None:
 
 
 def _rpc(base: str, path: str, method: str, params: Any) -> Any:
-    answer = httpx.post(base + path, json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).json()
+    answer = httpx.post(base + path, json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params},
+                        timeout=HEAVY_WORK_TIMEOUT).json()
     assert "error" not in answer, answer
     return answer["result"]
 
@@ -64,7 +66,7 @@ def start_server(tmp_path: Path, port: int) -> subprocess.Popen[str]:
     env = {**os.environ, "SERVICE_DATABASE_URL": f"sqlite:///{tmp_path / 'serve.db'}",
            "SERVICE_API_HOST": "127.0.0.1", "SERVICE_API_PORT": str(port)}
     proc = subprocess.Popen([str(BIN), "serve"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + EVENT_WAIT
     while time.monotonic() < deadline:
         try:
             httpx.post(f"http://127.0.0.1:{port}/system",

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Client
+from tests.deadlines import EVENT_WAIT
 
 
 def task(tid: str, parent: str | None = None, deps: list[Any] | None = None, method: str | None = "noop_executor",
@@ -162,7 +163,7 @@ async def test_already_running_answer(app_factory: Any) -> None:
         assert answer["success"] is False and answer["status"] == "already_running"
         # running.list shows this instance's in-memory attempts (SPEC.md); on PostgreSQL a read can
         # see the committed claim a moment before the engine has taken in its answer.
-        deadline = asyncio.get_running_loop().time() + 10
+        deadline = asyncio.get_running_loop().time() + EVENT_WAIT
         while not (listed := await client.result("tasks.running.list", {})) \
                 and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.02)
@@ -342,7 +343,7 @@ async def test_status_set_by_update_is_published(client: Client) -> None:
     await client.result("tasks.create", [task("t")])
     with client.services.bus.subscribe(lambda e: e["task_id"] == "t") as sub:
         await client.result("tasks.update", {"task_id": "t", "status": "failed", "error": "set by hand"})
-        event = await asyncio.wait_for(sub.get(), 5)
+        event = await asyncio.wait_for(sub.get(), EVENT_WAIT)
     assert event["type"] == "task_failed" and event["status"] == "failed" and event["error"] == "set by hand"
     assert event["root_task_id"] == "t"
 

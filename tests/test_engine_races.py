@@ -12,6 +12,7 @@ from typing import Any
 from taskgrove.agent.foundations.auth import ANONYMOUS
 from taskgrove.agent.foundations.requests import NewTree
 from tests.conftest import Client
+from tests.deadlines import EVENT_WAIT
 from tests.test_engine import FAIL, task
 
 
@@ -68,7 +69,7 @@ async def test_status_set_on_a_running_task_wins_over_its_result(client: Client)
         await client.result("tasks.execute", {"task_id": "r"})
         await client.wait_status("a", ("in_progress",))
         await client.result("tasks.update", {"task_id": "a", "status": "cancelled"})
-        deadline = asyncio.get_running_loop().time() + 10
+        deadline = asyncio.get_running_loop().time() + EVENT_WAIT
         while "a" in client.services.engine.running and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.02)
         await asyncio.sleep(2.2)

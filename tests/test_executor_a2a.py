@@ -21,6 +21,7 @@ import pytest
 
 from taskgrove.agent.foundations.auth import mint_token
 from taskgrove.agent.foundations.settings import Settings
+from tests.deadlines import EVENT_WAIT
 from tests.processes import Service
 from tests.servers import free_port
 
@@ -367,14 +368,14 @@ async def test_after_a_crash_the_next_attempt_reattaches_to_the_remote_task(remo
                 (raw,) = conn.execute("SELECT checkpoint FROM tasks WHERE id = ?", (ask,)).fetchone()
             return json.loads(raw)["remote_task_id"] if raw and raw != "null" else None
 
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + EVENT_WAIT
         while checkpoint() is None:
             assert time.monotonic() < deadline, "the remote task id was never checkpointed"
             await asyncio.sleep(0.05)
         remote_task_id = checkpoint()
         local.kill()
         local.start()
-        done = await local.wait_status(ask, ("completed", "failed"), timeout=20)
+        done = await local.wait_status(ask, ("completed", "failed"))
         assert done["status"] == "completed", done["error"]
         # The cut-off attempt ran again under its own number, and followed the remote task it had sent.
         assert done["attempt"] == 1 and done["interruptions"] == 1

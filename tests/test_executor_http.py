@@ -222,22 +222,22 @@ async def test_backoff_doubles(monkeypatch: pytest.MonkeyPatch, server: str) -> 
 async def test_timeout(server: str) -> None:
     started = time.monotonic()
     with pytest.raises(ExecutorError, match="timed out after 0.3s"):
-        await call({"url": f"{server}/slow?seconds=3", "timeout": 0.3, "retries": 0})
-    assert time.monotonic() - started < 2
+        await call({"url": f"{server}/slow?seconds=60", "timeout": 0.3, "retries": 0})
+    assert time.monotonic() - started < 10  # long before the answer; a busy machine's margin
 
 
 async def test_cancel_aborts_the_request(server: str) -> None:
     executor = RestExecutor()
-    task = asyncio.create_task(executor.execute({"url": f"{server}/slow?seconds=10"}, context()))
+    task = asyncio.create_task(executor.execute({"url": f"{server}/slow?seconds=60"}, context()))
     await asyncio.sleep(0.2)
     started = time.monotonic()
     await executor.cancel()
     # Closing the client alone already ends the request (no retries after a cancel) ...
-    done, _ = await asyncio.wait({task}, timeout=1)
+    done, _ = await asyncio.wait({task}, timeout=10)  # long before the answer; a busy machine's margin
     assert done, "closing the client did not stop the request"
     with pytest.raises(ExecutorError, match="cancelled"):
         task.result()
-    assert time.monotonic() - started < 1
+    assert time.monotonic() - started < 10
 
 
 async def test_cancelling_the_coroutine_stops_the_request(server: str) -> None:

@@ -38,6 +38,7 @@ from websockets.exceptions import ConnectionClosed
 from taskgrove.agent.foundations.auth import mint_token
 from taskgrove.agent.foundations.settings import Settings
 from tests.conftest import BACKENDS, create_postgres_database, drop_postgres_database
+from tests.deadlines import EVENT_WAIT
 from tests.test_ws import Live, live_server
 
 
@@ -566,7 +567,7 @@ def test_fuzz_ws_frames(world: World, frames: list[bytes]) -> None:
                     await ws.send(frame.decode("utf-8"))
                 except UnicodeDecodeError:
                     await ws.send(frame)
-                answer = json.loads(await asyncio.wait_for(ws.recv(), 5))
+                answer = json.loads(await asyncio.wait_for(ws.recv(), EVENT_WAIT))
                 assert answer["type"] in ("error", "pong", "task_status", "task_completed", "task_failed"), answer
             await ws.send(json.dumps({"action": "ping"}))
             while (answer := json.loads(await asyncio.wait_for(ws.recv(), 5)))["type"] != "pong":
@@ -596,7 +597,7 @@ def test_fuzz_graphql_transport_ws(world: World, frame: bytes) -> None:
             await ws.send(json.dumps({"type": "ping"}))
             try:
                 while True:  # answers until our ping's pong, or a close frame
-                    answer = json.loads(await asyncio.wait_for(ws.recv(), 5))
+                    answer = json.loads(await asyncio.wait_for(ws.recv(), EVENT_WAIT))
                     if answer["type"] == "pong":
                         break
             except ConnectionClosed as closed:

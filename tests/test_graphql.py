@@ -16,6 +16,7 @@ from websockets.exceptions import InvalidStatus
 
 from taskgrove.agent.foundations.auth import mint_token
 from taskgrove.agent.foundations.settings import Settings
+from tests.deadlines import EVENT_WAIT
 from tests.test_waits import APPROVAL_SCHEMA, approval_tree
 from tests.test_ws import SECRET, Live, gate, live_server, recv, send, sleep
 
@@ -310,7 +311,7 @@ EMIT = "mutation($name: String, $payload: JSON) { emitEvent(name: $name, payload
 
 async def parked(server: Live, task_id: str, headers: dict[str, str] | None = None) -> dict[str, Any]:
     """Poll tasks.get until the task waits (it parks just after it starts)."""
-    deadline = asyncio.get_running_loop().time() + 10
+    deadline = asyncio.get_running_loop().time() + EVENT_WAIT
     while not (task := await server.rpc("tasks.get", {"task_id": task_id}, headers)).get("waiting"):
         assert asyncio.get_running_loop().time() < deadline, f"task {task_id} never waited: {task}"
         await asyncio.sleep(0.02)
@@ -425,7 +426,7 @@ async def subscribe(server: Live, task_id: str,
         await send(ws, {"id": "s1", "type": "subscribe", "payload": {"query": SUBSCRIBE, "variables": {"id": task_id}}})
         messages = []
         while True:
-            message = await recv(ws, timeout=10)
+            message = await recv(ws)
             assert message["id"] == "s1"
             messages.append(message)
             if message["type"] in ("complete", "error"):

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import POSTGRES_URL, Client
+from tests.deadlines import EVENT_WAIT
 
 
 def nap(tid: str, parent: str | None, seconds: float, **extra: Any) -> dict[str, Any]:
@@ -40,7 +41,7 @@ def most_at_once(rows: list[dict[str, Any]]) -> int:
     return best
 
 
-async def finished(client: Client, ids: list[str], timeout: float = 30) -> list[dict[str, Any]]:
+async def finished(client: Client, ids: list[str], timeout: float = EVENT_WAIT) -> list[dict[str, Any]]:
     return [await client.wait_status(tid, ("completed",), timeout=timeout) for tid in ids]
 
 
@@ -70,7 +71,7 @@ async def test_a_waiting_keyed_task_holds_no_slot(app_factory: Any) -> None:
                 break
         assert reasons and all(r == "concurrency key one (1/1)" for r in reasons), waiting
         await client.result("tasks.create", [nap("free", None, 0.01)])
-        free = await client.wait_status("free", ("completed",), timeout=5)
+        free = await client.wait_status("free", ("completed",))
         keyed = await finished(client, [k["id"] for k in kids])
         assert most_at_once(keyed) == 1
         assert stamp(free["completed_at"]) < max(stamp(k["completed_at"]) for k in keyed[:2]), \

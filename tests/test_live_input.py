@@ -16,6 +16,7 @@ from sqlalchemy import text
 from websockets.exceptions import ConnectionClosed
 
 from taskgrove.agent.foundations.settings import Settings
+from tests.deadlines import EVENT_WAIT
 from tests.test_ws import live_server
 
 GRAPHQL = {"SERVICE_API_PROTOCOL": "graphql", "SERVICE_CREATE_WAIT_TIMEOUT": "0"}
@@ -30,7 +31,7 @@ def live(tmp_path: Any) -> Callable[..., Any]:
     return start
 
 
-async def recv(ws: Any, timeout: float = 5.0) -> dict[str, Any]:
+async def recv(ws: Any, timeout: float = EVENT_WAIT) -> dict[str, Any]:
     return json.loads(await asyncio.wait_for(ws.recv(), timeout))
 
 
@@ -75,7 +76,7 @@ async def test_ws_snapshot_of_a_bad_stored_row_is_json(live: Callable[..., Any])
                                {"p": float("inf")})
         async with websockets.connect(f"{server.ws_url}/ws") as ws:
             await ws.send(json.dumps({"action": "subscribe", "task_id": "bad"}))
-            raw = await asyncio.wait_for(ws.recv(), 5)
+            raw = await asyncio.wait_for(ws.recv(), EVENT_WAIT)
             assert "Infinity" not in raw and "NaN" not in raw
             snapshot = json.loads(raw)
             assert snapshot["task_id"] == "bad" and snapshot["data"]["progress"] is None
@@ -98,7 +99,7 @@ async def test_transport_ws_protocol_violations_close_with_4400(live: Callable[.
         assert (await recv(ws))["type"] == "connection_ack"
         await ws.send(message)
         with pytest.raises(ConnectionClosed) as closed:
-            await asyncio.wait_for(ws.recv(), 5)
+            await asyncio.wait_for(ws.recv(), EVENT_WAIT)
         assert closed.value.rcvd is not None, "dropped without a close frame"
         assert closed.value.rcvd.code == 4400
 

@@ -15,6 +15,7 @@ from hypothesis import given, settings as hsettings, strategies as st
 from taskgrove.agent.foundations.errors import RpcError
 from taskgrove.agent.foundations.requests_services import SetBudget
 from taskgrove.storage.fields import check_budget
+from tests.deadlines import EVENT_WAIT
 
 JWT_SECRET = "budget-test-jwt-secret-" + "0123456789abcdef" * 4
 
@@ -286,7 +287,7 @@ async def test_a_restart_cannot_overspend_a_budget(tmp_path, fake_llm):
             await asyncio.sleep(0.05)
         service.kill()
         service.start()
-        task = await service.wait_status("c", ("failed", "completed"), timeout=30)
+        task = await service.wait_status("c", ("failed", "completed"))
     finally:
         service.stop()
     assert task["status"] == "failed" and task["interruptions"] == 1
@@ -322,7 +323,7 @@ async def next_wait(c: Any, task_id: str, since: str) -> dict[str, Any]:
     still short)."""
     import asyncio
 
-    deadline = asyncio.get_running_loop().time() + 10
+    deadline = asyncio.get_running_loop().time() + EVENT_WAIT
     while True:
         task = await c.result("tasks.get", {"task_id": task_id})
         if task["waiting"] is not None and task["waiting"]["since"] != since:
@@ -335,7 +336,7 @@ async def arrived(fake: Any, count: int) -> None:
     """Until the fake LLM has received `count` requests (the last may be held at a gate)."""
     import asyncio
 
-    deadline = asyncio.get_running_loop().time() + 10
+    deadline = asyncio.get_running_loop().time() + EVENT_WAIT
     while len(fake.requests) < count:
         assert asyncio.get_running_loop().time() < deadline, f"only {len(fake.requests)} of {count} calls came"
         await asyncio.sleep(0.02)
@@ -433,7 +434,7 @@ async def test_an_attempt_that_lost_its_task_makes_no_more_calls_and_counts_each
         engine = c.services.engine
         await engine.repo.transact(take_over, "c")
         fake_llm.release("second")
-        deadline = asyncio.get_running_loop().time() + 10
+        deadline = asyncio.get_running_loop().time() + EVENT_WAIT
         while "c" in engine.running:  # the stale attempt ends (its outcome is not written)
             assert asyncio.get_running_loop().time() < deadline, "the stale attempt never ended"
             await asyncio.sleep(0.02)
@@ -469,7 +470,7 @@ async def test_a_crew_parked_by_its_budget_survives_a_kill_and_counts_every_call
         assert parked["waiting"]["kind"] == "input" and parked["usage"]["total_tokens"] == 45
         await service.rpc("tasks.update", {"task_id": "root", "budget": {**budget, "max_tokens": 1000}})
         await service.rpc("tasks.respond", {"task_id": "c", "value": "raised"})
-        task = await service.wait_status("c", ("completed", "failed"), timeout=30)
+        task = await service.wait_status("c", ("completed", "failed"))
         root = await service.task("root")
         day = (await service.rpc("usage.get", {"user_id": "gus"}))["today"]
     finally:

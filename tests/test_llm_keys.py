@@ -26,6 +26,7 @@ from taskgrove.executors.registry import ExecutorRegistry
 from taskgrove.llm.client import LLMError, LLMClient
 from taskgrove.storage.keys import KeyStore, KeyStoreError, derive_fernet_key
 from tests.conftest import Client, running_app
+from tests.deadlines import EVENT_WAIT
 
 SERVER_SECRET = "server-secret-for-tests-" + "9f8e7d6c5b4a3210" * 2
 JWT_SECRET = "test-jwt-secret-" + "0123456789abcdef" * 4
@@ -248,7 +249,7 @@ def probe_registry(barrier: asyncio.Barrier | None = None) -> ExecutorRegistry:
 
         async def execute(self, inputs: dict[str, Any], context: ExecutionContext) -> Any:
             if barrier is not None:  # both requests are in flight at the same time
-                await asyncio.wait_for(barrier.wait(), 5)
+                await asyncio.wait_for(barrier.wait(), EVENT_WAIT)
             client = LLMClient(context.settings, key_lookup=context.services.get("llm_key_lookup"))
             resolved = await client.resolve_key(inputs.get("provider", "openai"), context.llm_api_key,
                                                 context.user_id)

@@ -160,7 +160,7 @@ async def test_taskgrove_usage_show_for_people_and_scripts(tmp_path, fake_llm):
         task = llm_task("r", None, PRICED, user_id="alice")
         task["inputs"]["max_tokens"] = 100  # within the day's 1000 tokens
         await service.rpc("tasks.create", [task])
-        task_status = (await service.wait_status("r", ("completed", "failed"), timeout=30))
+        task_status = (await service.wait_status("r", ("completed", "failed")))
         command = [str(Path(sys.executable).parent / "taskgrove"), "usage", "show", "--user", "alice",
                    "--url", service.url]
         scripted = subprocess.run([*command, "--json"], capture_output=True, text=True, timeout=60)

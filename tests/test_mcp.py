@@ -19,6 +19,7 @@ from mcp.shared.exceptions import MCPError
 
 from taskgrove.agent.foundations.auth import mint_token
 from taskgrove.agent.foundations.settings import Settings
+from tests.deadlines import EVENT_WAIT, HEAVY_WORK_TIMEOUT
 from tests.processes import BIN, Service
 
 SECRET = "mcp-test-secret-with-enough-bytes-for-hs256"
@@ -131,7 +132,7 @@ async def test_schedule_tools_call_the_schedule_methods(service: Service) -> Non
         assert schedule["task_id"] == "root" and schedule["next_run_at"] and schedule["runs"] == 0
         triggered = _value(await client.call_tool("schedules_trigger", {"schedule_id": schedule["id"]}))
         assert triggered["runs"] == 1
-        await service.wait_status(triggered["root_task_id"], ("completed",), timeout=20)
+        await service.wait_status(triggered["root_task_id"], ("completed",))
         listed = _value(await client.call_tool("schedules_list", {}))
         assert [s["id"] for s in listed] == [schedule["id"]]
         bad = await client.call_tool("schedules_create", {"task_id": "root", "cron": "every day"})
@@ -208,7 +209,7 @@ async def test_jwt_permission_failure_is_an_error_result_and_no_token_is_refused
     async with session(jwt_service.url, _token("alice")) as client:
         assert _value(await client.call_tool("tasks_get", {"task_id": "mine"}))["id"] == "mine"
         assert json.loads((await client.read_resource("taskgrove://tasks/mine")).contents[0].text)["id"] == "mine"
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=HEAVY_WORK_TIMEOUT) as http:
         refused = await http.post(f"{jwt_service.url}/mcp", json={
             "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
                 "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
@@ -263,7 +264,7 @@ async def test_resources_read_and_subscription_sees_a_status_change(service: Ser
         assert before["status"] == "pending"
         await client.subscribe_resource(uri)
         await service.rpc("tasks.execute", {"task_id": copy["id"]})
-        await asyncio.wait_for(seen.wait(), 10)
+        await asyncio.wait_for(seen.wait(), EVENT_WAIT)
         assert updated[0] == uri
         await service.wait_status(copy["id"], ("completed",))
         after = json.loads((await client.read_resource(uri)).contents[0].text)
@@ -274,7 +275,7 @@ async def test_resources_read_and_subscription_sees_a_status_change(service: Ser
         await client.subscribe_resource(solo)
         seen.clear()
         await service.rpc("tasks.update", {"task_id": "solo", "status": "cancelled"})
-        await asyncio.wait_for(seen.wait(), 10)
+        await asyncio.wait_for(seen.wait(), EVENT_WAIT)
         assert updated[-1] == solo
         assert json.loads((await client.read_resource(solo)).contents[0].text)["status"] == "cancelled"
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from taskgrove.storage import executions, statements, tree_insert
 from tests.conftest import POSTGRES_URL, Client, terminate_backend
+from tests.deadlines import EVENT_WAIT
 from tests.test_engine_pass import OWNER, STAMP, UNTIL, outcome, row
 from tests.test_sqlite_reads import every_read, inserted_three_ways, shown, stored, usual_reads
 
@@ -301,7 +302,7 @@ async def test_a_lone_instance_sends_no_notify_until_another_listens(client: Cli
                                   .rpartition("/")[2], server_settings={"application_name": LISTENER_NAME})
     try:
         await other.add_listener(CHANNEL, lambda *args: heard.append(args[-1]))
-        deadline = asyncio.get_running_loop().time() + 5
+        deadline = asyncio.get_running_loop().time() + EVENT_WAIT
         while not notifier.peers:
             assert asyncio.get_running_loop().time() < deadline, "the other listener was never seen"
             await asyncio.sleep(0.05)

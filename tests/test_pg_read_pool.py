@@ -12,6 +12,7 @@ import asyncpg
 import pytest
 from taskgrove.storage.pg import ReadPool
 from tests.conftest import POSTGRES_URL, terminate_backend
+from tests.deadlines import EVENT_WAIT
 
 pytestmark = pytest.mark.skipif(not POSTGRES_URL, reason="needs TASKGROVE_TEST_POSTGRES_URL")
 
@@ -165,7 +166,7 @@ async def test_a_place_handed_to_a_caller_cancelled_meanwhile_goes_to_the_next(p
                 await asyncio.sleep(0.05)  # both wait for the one place
                 raise RuntimeError("dropped: its state unknown")
         first.cancel()  # no await since the drop: `first` holds the place and has not run
-        assert await asyncio.wait_for(second, 5) > 0
+        assert await asyncio.wait_for(second, EVENT_WAIT) > 0
         with pytest.raises(asyncio.CancelledError):
             await first
     finally:

@@ -12,6 +12,7 @@ from taskgrove.executors.base import ExecutionContext, Executor
 from taskgrove.executors.core import AggregateResultsExecutor, NoopExecutor
 from taskgrove.executors.registry import ExecutorRegistry
 from tests.conftest import Client, running_app
+from tests.deadlines import EVENT_WAIT
 
 
 def task(tid: str, parent: str | None = None, deps: tuple[str, ...] = (), method: str | None = "noop_executor",
@@ -77,7 +78,7 @@ async def test_pure_tasks_complete_inline_with_their_outcome_history_and_events(
             task("a", "root", inputs={"n": 1}), task("b", "root", deps=("a",)), task("g", "root", method=None)])
         events: list[dict[str, Any]] = []
         while not any(e["type"] == "task_completed" and e["task_id"] == "root" for e in events):
-            events.append(await asyncio.wait_for(sub.get(), 10))
+            events.append(await asyncio.wait_for(sub.get(), EVENT_WAIT))
     assert started == []  # no attempt ran: every task completed inline
     assert tree["status"] == "completed"
     stored = {t: await client.result("tasks.get", {"task_id": t}) for t in ("root", "a", "b", "g")}

@@ -23,6 +23,7 @@ import pytest
 
 from taskgrove.storage import statements
 from tests.conftest import POSTGRES_URL, postgres_database
+from tests.deadlines import EVENT_WAIT, HEAVY_WORK_TIMEOUT
 from tests.processes import Service, start_together
 from tests.test_durability_e2e import pg_env, wait_until
 
@@ -126,7 +127,6 @@ async def test_sweeps_during_runs_joins_reexecutions_and_endings_delete_only_who
         failing = [f"R{n}" for n in range(8)]
         for root in failing:
             shapes[root] = {root, f"{root}-flaky"}
-            await a.rpc("tasks.create", failing_tree(root, marker))
         watching, seen, seen_gone = True, set(), set()
 
         async def watch() -> None:  # every tree the database holds is whole; a deleted one never comes back
@@ -142,8 +142,12 @@ async def test_sweeps_during_runs_joins_reexecutions_and_endings_delete_only_who
         started: Counter[str] = Counter()
 
         async def reexecute(root: str) -> None:  # at random moments around the age the sweepers delete at
+            # Created here and re-executed once at once: created one after the other before these
+            # loops began, the trees were all deleted before their first re-execution on a busy
+            # machine (none accepted, so none of what follows was tried).
+            await a.rpc("tasks.create", failing_tree(root, marker))
             for turn in range(20):
-                await asyncio.sleep(rng.uniform(0.3, 1.3))
+                await asyncio.sleep(rng.uniform(0.3, 1.3) if turn else 0)
                 answer = await (a if turn % 2 else b).call("tasks.execute", {"task_id": root})
                 if "error" in answer:
                     assert answer["error"]["message"] == f"Task '{root}' not found", answer  # deleted (whole) before
@@ -180,7 +184,7 @@ async def test_sweeps_during_runs_joins_reexecutions_and_endings_delete_only_who
             watching = False
             await watcher
         for table in TABLES_OF_A_TREE:  # nothing of a deleted tree is left behind (after the next sweep)
-            await wait_until(lambda: db.empty(table), 10, f"no row left in {table}")
+            await wait_until(lambda: db.empty(table), EVENT_WAIT, f"no row left in {table}")
         ran = Counter(marker.read_text().split())
         # A tree deleted while it ran would have tasks that never ran (a chain's last ones, a pending
         # re-run). At least: an attempt cut off by a lost lease on a loaded machine runs again.
@@ -197,7 +201,7 @@ async def test_sweeps_during_runs_joins_reexecutions_and_endings_delete_only_who
 async def trees_deleted(service: Service) -> float:
     import httpx
 
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=HEAVY_WORK_TIMEOUT) as http:
         text = (await http.get(f"{service.url}/metrics")).text
     line = next(line for line in text.splitlines() if line.startswith('taskgrove_retention_deleted_total{kind="trees"}'))
     return float(line.split()[-1])

@@ -25,6 +25,7 @@ import pytest
 import websockets
 
 from tests.conftest import Client
+from tests.deadlines import EVENT_WAIT
 from tests.servers import receiver
 from tests.test_streaming_webhooks import sse_events
 
@@ -127,7 +128,7 @@ def group_alive(pgid: int) -> list[int]:
     return alive
 
 
-async def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+async def wait_until(predicate: Callable[[], Any], timeout: float = EVENT_WAIT, what: str = "condition") -> Any:
     deadline = time.monotonic() + timeout
     while not (value := predicate()):
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
@@ -251,7 +252,7 @@ async def test_wait_survives_a_restart(app_factory: Any, tmp_path: Path) -> None
         assert (waiting["status"], waiting["attempt"]) == ("pending", 1)
     assert len(runs(log)) == 1, "stopped during the wait"
     async with app_factory(env) as client:
-        task = await client.wait_status("r", ("completed", "failed"), timeout=15)
+        task = await client.wait_status("r", ("completed", "failed"))
         assert (task["status"], task["attempt"]) == ("completed", 2), task
         assert await client.runs_ended()
     second = runs(log)[1]
@@ -304,7 +305,7 @@ async def test_policy_updated_during_the_wait_is_used_by_the_next_failure(app_fa
 
 
 async def wait_until_task(client: Client, tid: str, predicate: Callable[[dict[str, Any]], bool],
-                          timeout: float = 10.0) -> dict[str, Any]:
+                          timeout: float = EVENT_WAIT) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while True:
         task = await client.result("tasks.get", {"task_id": tid})
@@ -416,7 +417,7 @@ async def test_timeout_kills_the_command_and_is_retried(app_factory: Any, tmp_pa
     assert tasks["explicit"]["error"] == "Timed out after 1.5s (timeout_seconds)"
     assert (tasks["default"]["status"], tasks["default"]["attempt"]) == ("failed", 1)
     assert tasks["default"]["error"] == "Timed out after 1.2s (timeout_seconds)"
-    assert elapsed < 15, "nobody waited for the 30 s sleeps"
+    assert elapsed < 20, "nobody waited for the 30 s sleeps"
     groups = [int(pid) for path in (explicit, default) for pid in path.read_text().split()]
     assert len(groups) == 3, "two attempts of one task, one of the other"
     # sh and both of its sleeps are killed (the whole process group), not just the leader
@@ -424,7 +425,7 @@ async def test_timeout_kills_the_command_and_is_retried(app_factory: Any, tmp_pa
     assert alive == {}, f"processes left running: {alive}"
 
 
-async def _settled(probe: Callable[[], Any], timeout: float = 5.0) -> Any:
+async def _settled(probe: Callable[[], Any], timeout: float = EVENT_WAIT) -> Any:
     deadline = time.monotonic() + timeout
     while (value := probe()) and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
@@ -473,7 +474,7 @@ async def test_retry_events_reach_websocket_subscribers(make_settings: Callable[
         async with websockets.connect(f"{server.ws_url}/ws") as ws:
             await send(ws, {"action": "subscribe", "task_id": "flaky"})
             while not seen or seen[-1]["type"] not in ("task_completed", "task_failed"):
-                seen.append(await recv(ws, timeout=10))
+                seen.append(await recv(ws))
     assert runs(log)[0][1] == 1, "subscribed before the first attempt"
     assert seen[0]["data"].get("snapshot") is True and seen[0]["data"]["status"] == "pending"
     kinds = [(m["type"], m["data"]["status"]) for m in seen[1:]]
@@ -618,18 +619,16 @@ async def test_sleep_resumes_from_its_checkpoint(app_factory: Any) -> None:
     (about 1 s: room for a loaded machine, where the last checkpoints of the first attempt may
     be stored late; it would need 4 s, past its timeout, if it started over)."""
     async with app_factory() as client:
-        started = time.monotonic()
         tree = await client.result("tasks.create", [
             {"id": "root", "name": "root"},
             {"id": "s", "name": "s", "parent_id": "root", "schemas": {"method": "sleep_executor"},
              "inputs": {"seconds": 4}, "timeout_seconds": 3, "retry": policy(2, "fixed", 0.1)},
         ])
-        elapsed = time.monotonic() - started
     task = flatten(tree)["s"]
     assert (task["status"], task["attempt"]) == ("completed", 2), task
     assert task["result"]["slept"] == 4
+    # Completed by attempt 2 within its 3 s: it did not sleep the whole 4 s again.
     assert 1.0 <= task["result"]["resumed_after"] <= 3.0, task["result"]
-    assert elapsed < 3 + 4, "the second attempt did not sleep the whole 4 s again"
 
 
 async def test_short_sleep_resumes_from_its_checkpoint(app_factory: Any) -> None:

@@ -16,6 +16,7 @@ from taskgrove.executors.base import ExecutionContext, Executor
 from taskgrove.executors.core import SleepExecutor
 from taskgrove.executors.registry import ExecutorRegistry
 from tests.conftest import POSTGRES_URL, postgres_database, running_app
+from tests.deadlines import EVENT_WAIT
 from tests.processes import IN_PROCESS_SLEEPS
 
 pytestmark = pytest.mark.skipif(not POSTGRES_URL, reason="needs TASKGROVE_TEST_POSTGRES_URL (set by .ci/run)")
@@ -89,7 +90,7 @@ async def test_cancel_and_events_cross_instances() -> None:
         assert (await a.result("tasks.get", {"task_id": "long"}))["status"] == "cancelled"
         kinds: list[str] = []
         while not kinds or kinds[-1] != "final":
-            event = await asyncio.wait_for(seen_on_b.get(), 5)
+            event = await asyncio.wait_for(seen_on_b.get(), EVENT_WAIT)
             assert event.get("remote") is True, "B only learns of A's work through PostgreSQL"
             kinds.append(event["type"])
         assert kinds[0] == "task_start" and kinds[-2:] == ["task_cancelled", "final"]
@@ -145,7 +146,7 @@ async def test_an_execution_waits_for_a_dependency_running_on_another_instance()
         await a.result("tasks.execute", {"task_id": "dep"})
         await a.wait_status("dep", ("in_progress",))
         await b.result("tasks.execute", {"task_id": "after"})  # waits for A's work, does not redo it
-        after = await b.wait_status("after", ("completed",), timeout=10)
+        after = await b.wait_status("after", ("completed",))
         dep = await b.result("tasks.get", {"task_id": "dep"})
         assert dep["status"] == "completed" and after["started_at"] >= dep["completed_at"]
         assert await b.runs_ended(), "B drives no execution"

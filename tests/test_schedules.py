@@ -156,7 +156,7 @@ async def test_an_interval_schedule_runs_about_once_per_interval_each_run_a_copy
         assert len(copies) == stopped["runs"]
         assert all(c["schedule_id"] == schedule["id"] and c["schedule_slot"] for c in copies)
         assert len({c["schedule_slot"] for c in copies}) == len(copies)
-        last = await client.wait_status(stopped["last_root_task_id"], ("completed",), timeout=20)
+        last = await client.wait_status(stopped["last_root_task_id"], ("completed",))
         assert last["original_task_id"] == tpl
         tree = await client.result("tasks.tree", {"task_id": last["id"]})
         assert [c["original_task_id"] for c in tree["children"]] == [f"{tpl}-child"]
@@ -185,11 +185,11 @@ async def test_overlap_skip_skips_slots_while_a_run_is_going_allow_does_not(
             assert later["runs"] == 1 or later["last_root_task_id"] == first["last_root_task_id"]
         assert later["last_skipped_at"] is not None
         await client.result("schedules.delete", {"schedule_id": skip["id"]})
-        await client.wait_status(first["last_root_task_id"], ("completed",), timeout=30)
+        await client.wait_status(first["last_root_task_id"], ("completed",))
         # No run of the skipping schedule overlapped another: each started after the previous ended.
         runs = sorted((c for c in await copies_of(client, tpl)), key=lambda c: c["schedule_slot"])
         for before, after in zip(runs, runs[1:]):
-            done = await client.wait_status(before["id"], ("completed",), timeout=30)
+            done = await client.wait_status(before["id"], ("completed",))
             start = await client.result("tasks.get", {"task_id": after["id"]})
             assert start["created_at"] >= done["completed_at"], (before, after)
         allow_tpl = await template(client, "tpl2", seconds=3.5)
@@ -233,7 +233,7 @@ async def test_a_slot_missed_while_stopped_runs_once_with_latest_and_not_with_no
         if catch_up == "latest":
             assert moved["runs"] == 1 and moved["skipped"] == 0 and len(copies) == 1
             assert copies[0]["schedule_slot"] == schedule["next_run_at"]
-            await client.wait_status(copies[0]["id"], ("completed",), timeout=20)
+            await client.wait_status(copies[0]["id"], ("completed",))
         else:
             assert moved["runs"] == 0 and moved["skipped"] == 1 and copies == []
 
@@ -253,7 +253,7 @@ async def test_trigger_max_runs_delete_and_the_agent_surface(make_settings: Call
         one = await client.result("schedules.trigger", {"schedule_id": schedule["id"]})
         assert one["runs"] == 1 and one["root_task_id"] == one["last_root_task_id"]
         assert one["next_run_at"] == schedule["next_run_at"]  # a manual run consumes no slot
-        done = await client.wait_status(one["root_task_id"], ("completed",), timeout=20)
+        done = await client.wait_status(one["root_task_id"], ("completed",))
         assert done["original_task_id"] == tpl and done["schedule_id"] == schedule["id"]
         two = await client.result("schedules.trigger", {"id": schedule["id"]}, path="/")
         assert two["runs"] == 2 and two["next_run_at"] is None  # max_runs reached: no more slots

@@ -103,13 +103,13 @@ async def test_a_run_cut_off_by_kill_9_is_continued_after_the_restart_and_no_slo
         cut_off = found["last_root_task_id"]
         service.kill()
         service.start()
-        await service.wait_status(cut_off, ("completed",), timeout=30)
+        await service.wait_status(cut_off, ("completed",))
         await service.rpc("schedules.update", {"schedule_id": schedule["id"], "enabled": False})
         final = await service.rpc("schedules.get", {"schedule_id": schedule["id"]})
         roots = [t for t in await service.rpc("tasks.list", {"limit": 1000})
                  if t["original_task_id"] == "tpl-0"]
         for root in roots:
-            await service.wait_status(root["id"], ("completed",), timeout=30)
+            await service.wait_status(root["id"], ("completed",))
     finally:
         service.stop()
     slots = Counter(root["schedule_slot"] for root in roots)

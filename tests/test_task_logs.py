@@ -27,6 +27,7 @@ from taskgrove.executors.stdio import CommandExecutor
 from taskgrove.agent.app import build_app
 from taskgrove.agent.engine.logbook import redact, secrets_of
 from tests.conftest import POSTGRES_URL, Client, postgres_database, running_app
+from tests.deadlines import EVENT_WAIT
 from tests.servers import serve
 from tests.test_auth import ALICE, BOB, JWT_ENV, PERMISSION_DENIED
 from tests.test_streaming_webhooks import sse_events
@@ -205,7 +206,7 @@ async def test_lines_are_deleted_with_their_task(client: Client) -> None:
     await asyncio.gather(creating, return_exceptions=True)
 
 
-async def _attempted(client: Client, task_id: str, timeout: float = 20.0) -> bool:
+async def _attempted(client: Client, task_id: str, timeout: float = EVENT_WAIT) -> bool:
     """True once the task's first attempt has ended (its lines are stored by then)."""
     deadline = asyncio.get_running_loop().time() + timeout
     while asyncio.get_running_loop().time() < deadline:

@@ -30,6 +30,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from tests.conftest import postgres_database
+from tests.deadlines import EVENT_WAIT
 from tests.processes import Service, start_together
 from tests.servers import serve
 from tests.test_durability_e2e import command_task, needs_postgres
@@ -109,7 +110,7 @@ def the_tree(agent_url: str, marker: Path) -> list[dict[str, Any]]:
     ]
 
 
-async def in_progress_on(service: Service, task_id: str, timeout: float = 30.0) -> dict[str, Any]:
+async def in_progress_on(service: Service, task_id: str, timeout: float = EVENT_WAIT) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while True:
         task = await service.task(task_id)

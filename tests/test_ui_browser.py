@@ -19,6 +19,7 @@ import jwt
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
+from tests.deadlines import EVENT_WAIT
 from tests.processes import Service, plain_and_guarded
 
 
@@ -76,7 +77,7 @@ def rpc(service: Service, method: str, params: Any) -> Any:
     return answer["result"]
 
 
-def wait_status(service: Service, task_id: str, statuses: tuple[str, ...], timeout: float = 20) -> dict[str, Any]:
+def wait_status(service: Service, task_id: str, statuses: tuple[str, ...], timeout: float = EVENT_WAIT) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while True:
         task = rpc(service, "tasks.get", {"task_id": task_id})
@@ -320,7 +321,7 @@ def test_the_schedules_page_lists_runs_now_and_disables(services: dict[str, Serv
 APPROVAL = {"type": "object", "properties": {"approved": {"type": "boolean"}}, "required": ["approved"]}
 
 
-def wait_parked(service: Service, task_id: str, timeout: float = 20) -> dict[str, Any]:
+def wait_parked(service: Service, task_id: str, timeout: float = EVENT_WAIT) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while not (task := rpc(service, "tasks.get", {"task_id": task_id})).get("waiting"):
         assert time.monotonic() < deadline, f"task {task_id} never waited: {task}"

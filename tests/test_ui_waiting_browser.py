@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
+from tests.deadlines import EVENT_WAIT
 from tests.processes import Service
 from tests.test_ui_browser import WAIT_MS, XSS, _chromium, rpc, wait_status
 
@@ -55,7 +56,7 @@ def page() -> Iterator[Page]:
         assert not errors, errors
 
 
-def wait_waiting(service: Service, task_id: str, timeout: float = 30) -> dict[str, Any]:
+def wait_waiting(service: Service, task_id: str, timeout: float = EVENT_WAIT) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while not (task := rpc(service, "tasks.get", {"task_id": task_id})).get("waiting"):
         assert task["status"] in ("pending", "in_progress"), task

@@ -8,6 +8,7 @@ from typing import Any
 from taskgrove.executors.base import ExecutionContext, Executor
 from taskgrove.executors.registry import ExecutorRegistry
 from tests.conftest import Client, running_app
+from tests.deadlines import EVENT_WAIT
 
 APPROVAL_SCHEMA = {"type": "object", "properties": {"approved": {"type": "boolean"}}, "required": ["approved"]}
 
@@ -27,7 +28,7 @@ def approval_tree(root: str, **extra_inputs: Any) -> list[dict[str, Any]]:
     ]
 
 
-async def parked(client: Client, task_id: str, timeout: float = 10.0) -> dict[str, Any]:
+async def parked(client: Client, task_id: str, timeout: float = EVENT_WAIT) -> dict[str, Any]:
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
         task = await client.result("tasks.get", {"task_id": task_id})
@@ -47,9 +48,15 @@ def node(tree: dict[str, Any], tid: str) -> dict[str, Any]:
     raise KeyError(tid)
 
 
+# tasks.create answers once its tree rests on a wait, so well within SERVICE_CREATE_WAIT_TIMEOUT
+# (30 s), which a create that waited for the whole tree would take; half of it leaves a busy
+# machine its margin.
+RESTS_WITHIN = 15.0
+
+
 async def test_approval_in_the_middle_waits_then_completes(client: Client) -> None:
     # tasks.create answers once the tree rests on its wait (not after SERVICE_CREATE_WAIT_TIMEOUT)
-    tree = await asyncio.wait_for(client.result("tasks.create", approval_tree("r1")), 5)
+    tree = await asyncio.wait_for(client.result("tasks.create", approval_tree("r1")), RESTS_WITHIN)
     assert node(tree, "r1-approve")["waiting"]["prompt"] == "Approve the refund?"
     assert node(tree, "r1-prep")["status"] == "completed" and node(tree, "r1-ship")["waiting"] is None
     task = await parked(client, "r1-approve")
@@ -228,7 +235,7 @@ async def test_a_long_sleep_parks_and_survives_a_restart(make_settings: Any, bac
         assert not client.services.engine.running
     # stopped (on PostgreSQL its execution lease is handed back): the next instance wakes it
     async with running_app(settings) as client:
-        done = await client.wait_status("nap", ("completed", "failed"), timeout=15)
+        done = await client.wait_status("nap", ("completed", "failed"))
         assert done["status"] == "completed" and done["result"] == {"slept": 1.5} and done["attempt"] == 1
 
 
@@ -335,7 +342,7 @@ async def test_an_executor_with_several_waits_in_one_attempt(make_settings: Any)
         assert task["waiting"]["prompt"] == "Which plan?"
         assert (await client.error("tasks.respond", {"task_id": "w", "value": "c"}))["code"] == -32602
         await client.result("tasks.respond", {"task_id": "w", "value": "b"})
-        deadline = asyncio.get_running_loop().time() + 10
+        deadline = asyncio.get_running_loop().time() + EVENT_WAIT
         while (task := await client.result("tasks.get", {"task_id": "w"}))["waiting"] is None or \
                 task["waiting"]["kind"] != "event":  # the timer parks in between, then the event wait
             assert asyncio.get_running_loop().time() < deadline, task
@@ -353,7 +360,7 @@ async def test_an_answer_during_a_reread_of_its_run_is_not_lost(client: Client) 
     """A change to the tree (tasks.update: raise a budget) makes the engine re-read the run; when
     the answer comes while that read is in flight (it read the task still parked), the task must
     still resume, not stay pending with no instance queueing it."""
-    await asyncio.wait_for(client.result("tasks.create", approval_tree("r9")), 5)
+    await asyncio.wait_for(client.result("tasks.create", approval_tree("r9")), RESTS_WITHIN)
     await parked(client, "r9-approve")
     keeper = client.services.engine.run_keeper
     real_tree, read, go_on = keeper.repo.tree, asyncio.Event(), asyncio.Event()
@@ -367,7 +374,7 @@ async def test_an_answer_during_a_reread_of_its_run_is_not_lost(client: Client) 
     keeper.repo.tree = stale_tree  # type: ignore[method-assign]
     try:
         await client.result("tasks.update", {"task_id": "r9", "name": "refund (renamed)"})
-        await asyncio.wait_for(read.wait(), 5)
+        await asyncio.wait_for(read.wait(), EVENT_WAIT)
         keeper.repo.tree = real_tree  # type: ignore[method-assign]
         answer = await client.result("tasks.respond", {"task_id": "r9-approve", "value": {"approved": True}})
         assert answer["status"] == "resumed"

@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from tests.conftest import postgres_database
+from tests.deadlines import EVENT_WAIT, HEAVY_WORK_TIMEOUT
 from tests.processes import Service, start_together
 from tests.test_durability_e2e import command_task, needs_postgres, pg_rows, side_effects, sqlite_rows, wait_until
 
@@ -49,7 +50,7 @@ def deploy_tree(marker: Path) -> list[dict[str, Any]]:
     return gated_tree(marker, "gate", "event_wait_executor", {"event": "deployed", "match": {"service": "api"}})
 
 
-async def parked(service: Service, task_id: str, timeout: float = 20.0) -> dict[str, Any]:
+async def parked(service: Service, task_id: str, timeout: float = EVENT_WAIT) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while True:
         task = await service.task(task_id)
@@ -85,7 +86,7 @@ async def test_kill_9_while_waiting_then_restart_and_answer(tmp_path: Path) -> N
         task = await parked(service, "approve")  # still waiting: not taken for an interrupted attempt
         assert task["interruptions"] == 0 and task["waiting"]["prompt"] == "Ship it?"
         assert (await service.rpc("tasks.respond", {"task_id": "approve", "value": True}))["status"] == "resumed"
-        await service.wait_status("R", ("completed",), timeout=20)
+        await service.wait_status("R", ("completed",))
         rows = {r["id"]: r for r in sqlite_rows(db)}
         assert rows["approve"]["attempt"] == 1 and rows["approve"]["interruptions"] == 0
         assert (await service.task("approve"))["result"] is True
@@ -100,7 +101,7 @@ async def test_kill_9_while_waiting_for_an_event_then_restart_and_emit(tmp_path:
     async with restarted_while_waiting(tmp_path, deploy_tree(marker), "gate") as (service, db):
         emitted = await service.rpc("events.emit", {"name": "deployed", "payload": DEPLOYED})
         assert emitted["resumed"] == 1 and emitted["task_ids"] == ["gate"]
-        await service.wait_status("R", ("completed",), timeout=20)
+        await service.wait_status("R", ("completed",))
         await _delivered_once(service, marker)
         rows = {r["id"]: r for r in sqlite_rows(db)}
         assert rows["gate"]["attempt"] == 1 and rows["gate"]["interruptions"] == 0
@@ -128,7 +129,7 @@ async def test_a_durable_timer_survives_kill_9_and_wakes_at_its_stored_time(tmp_
         deadline = _moment(stored["wake_at"])
         assert deadline == _moment(wait["deadline"]) and deadline >= _moment(wait["since"])
         service.start()
-        done = await service.wait_status("nap", ("completed", "failed"), timeout=20)
+        done = await service.wait_status("nap", ("completed", "failed"))
         assert done["status"] == "completed" and done["result"] == {"slept": nap} and done["waiting"] is None
         assert done["attempt"] == 1 and done["interruptions"] == 0
         assert _moment(done["completed_at"]) >= deadline
@@ -322,7 +323,7 @@ async def test_a_thousand_waits_hold_no_slot_while_another_tree_runs_at_full_spe
             # all 1,000 still wait, holding nothing
             assert await _waiting_are(service, count)
             assert (await service.rpc("tasks.running.count", {}))["count"] == 0
-            metrics = httpx.get(f"{service.url}/metrics").text
+            metrics = httpx.get(f"{service.url}/metrics", timeout=HEAVY_WORK_TIMEOUT).text
             assert f'taskgrove_parked_tasks{{kind="input"}} {half}.0' in metrics
             assert f'taskgrove_parked_tasks{{kind="event"}} {half}.0' in metrics
             for first in range(0, half, 50):

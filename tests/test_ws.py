@@ -25,6 +25,7 @@ from taskgrove.agent.foundations.auth import mint_token
 from taskgrove.agent.foundations.requests import NewTree
 from taskgrove.agent.foundations.settings import Settings
 from taskgrove.agent.surfaces.ws import BUFFER_EVENTS
+from tests.deadlines import EVENT_WAIT, HEAVY_WORK_TIMEOUT
 
 SECRET = "test-secret-for-live-channels-0123456789"
 
@@ -50,7 +51,7 @@ class Live:
         return answer["result"]
 
     async def wait_status(self, task_id: str, statuses: tuple[str, ...], headers: dict[str, str] | None = None,
-                          timeout: float = 10.0) -> dict[str, Any]:
+                          timeout: float = EVENT_WAIT) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while True:
             task = await self.rpc("tasks.get", {"task_id": task_id}, headers)
@@ -65,18 +66,18 @@ async def live_server(settings: Settings) -> AsyncIterator[Live]:
     app = build_app(settings)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
     serving = asyncio.create_task(server.serve())
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + EVENT_WAIT
     while not server.started:
         assert not serving.done(), "uvicorn stopped during start-up"
         assert time.monotonic() < deadline, "uvicorn did not start"
         await asyncio.sleep(0.01)
     port = server.servers[0].sockets[0].getsockname()[1]
     try:
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as http:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=HEAVY_WORK_TIMEOUT) as http:
             yield Live(port, http, app.state.services)
     finally:
         server.should_exit = True
-        await asyncio.wait_for(serving, 10)
+        await asyncio.wait_for(serving, EVENT_WAIT)
 
 
 @pytest.fixture
@@ -119,7 +120,7 @@ def gate(event: str, parent: str) -> dict[str, Any]:
             "inputs": {"event": event}}
 
 
-async def recv(ws: Any, timeout: float = 5.0) -> dict[str, Any]:
+async def recv(ws: Any, timeout: float = EVENT_WAIT) -> dict[str, Any]:
     return json.loads(await asyncio.wait_for(ws.recv(), timeout))
 
 
@@ -325,7 +326,7 @@ async def test_one_bounded_bus_subscription_per_connection(live_sqlite: Callable
             while (await recv(ws))["type"] != "pong":
                 received += 1
             assert received <= BUFFER_EVENTS + 1
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + EVENT_WAIT
         while bus.subscriber_count != baseline:
             assert time.monotonic() < deadline, "the connection's bus subscription leaked"
             await asyncio.sleep(0.02)
@@ -380,7 +381,7 @@ async def test_a_run_of_two_system_info_tasks_shows_task_progress(live: Callable
                 seen.append(await recv(ws))  # the two snapshots
             await server.rpc("tasks.execute", {"task_id": "root"})
             while sum(m["type"] == "task_completed" for m in seen) < 2:
-                seen.append(await recv(ws, timeout=10))
+                seen.append(await recv(ws))
     for tid in ("i1", "i2"):
         kinds = [m["type"] for m in seen if m["task_id"] == tid]
         assert "task_progress" in kinds, kinds
