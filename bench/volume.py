@@ -186,6 +186,8 @@ async def shapes(http: httpx.AsyncClient) -> dict[str, tuple[str, Any]]:
         "search 'tree 42' by user_id (10)": ("tasks.list", {"search": "tree 42", "user_id": "user42", "limit": 10}),
         "search id 't000004' (20)": ("tasks.list", {"search": "t000004", "limit": 20}),
         "search 'no such name' (20)": ("tasks.list", {"search": "no such name", "limit": 20}),
+        "waiting (none stored; 20)": ("tasks.list", {"waiting": True, "limit": 20}),
+        "waiting by user_id (none stored; 20)": ("tasks.list", {"waiting": True, "user_id": "user7", "limit": 20}),
         "everything, first page (100)": ("tasks.list", {"limit": 100}),
         "offset 900 (100)": ("tasks.list", {"limit": 100, "offset": 900}),
         "offset 5000 (100; empty at 1,000)": ("tasks.list", {"limit": 100, "offset": 5000}),

@@ -119,9 +119,11 @@ class Task(Base):
         Index("ix_tasks_execution_id", "execution_id"),
         Index("ix_tasks_concurrency_key", "concurrency_key", "status", sqlite_where=text("concurrency_key IS NOT NULL"),
               postgresql_where=text("concurrency_key IS NOT NULL")),
-        # Only parked tasks are in these: the waits of a user (events.emit, tasks.list waiting),
-        # the waits that time out.
-        Index("ix_tasks_waiting_user", "user_id", sqlite_where=text("waiting IS NOT NULL"),
+        # Only parked tasks are in these: the waits of a user (events.emit) and tasks.list `waiting`
+        # by user and overall, newest first (0020), the waits that time out.
+        Index("ix_tasks_waiting_user", "user_id", "created_at", "id", sqlite_where=text("waiting IS NOT NULL"),
+              postgresql_where=text("waiting IS NOT NULL")),
+        Index("ix_tasks_waiting_created", "created_at", "id", sqlite_where=text("waiting IS NOT NULL"),
               postgresql_where=text("waiting IS NOT NULL")),
         Index("ix_tasks_wake_at", "wake_at", sqlite_where=text("wake_at IS NOT NULL"),
               postgresql_where=text("wake_at IS NOT NULL")),

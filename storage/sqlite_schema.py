@@ -11,7 +11,7 @@ tests/test_migrations_head.py compares this with a migrated database and prints 
 when a migration is added (`python -m tests.test_migrations_head` writes it).
 """
 
-REVISION = '0019'
+REVISION = '0020'
 
 STATEMENTS: tuple[str, ...] = (
     ('CREATE TABLE alembic_version (\n'
@@ -153,7 +153,6 @@ STATEMENTS: tuple[str, ...] = (
      '\tupdated_at VARCHAR(40) NOT NULL, \n'
      '\tPRIMARY KEY ("key")\n'
      ')'),
-    ('CREATE INDEX ix_tasks_waiting_user ON tasks (user_id) WHERE waiting IS NOT NULL'),
     ('CREATE INDEX ix_tasks_wake_at ON tasks (wake_at) WHERE wake_at IS NOT NULL'),
     ('CREATE TABLE events (\n'
      '\tid VARCHAR(64) NOT NULL, \n'
@@ -298,4 +297,7 @@ STATEMENTS: tuple[str, ...] = (
      '\tPRIMARY KEY (root_task_id)\n'
      ')'),
     ('CREATE INDEX ix_trigger_runs_group ON trigger_runs (trigger_id, group_key, created_at)'),
+    ('CREATE INDEX ix_tasks_waiting_user ON tasks (user_id, created_at, '
+     'id) WHERE waiting IS NOT NULL'),
+    ('CREATE INDEX ix_tasks_waiting_created ON tasks (created_at, id) WHERE waiting IS NOT NULL'),
 )

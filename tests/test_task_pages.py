@@ -132,7 +132,10 @@ async def test_metrics_count_each_status_up_to_a_bound(client: Client) -> None:
 PLANS = [({"user_id": "u"}, "ix_tasks_user_created"), ({"root_only": True}, "ix_tasks_roots_created"),
          ({"root_only": True, "user_id": "u"}, "ix_tasks_roots_user"), ({}, "ix_tasks_created_at"),
          ({"status": "failed"}, "ix_tasks_status_created"),
-         ({"user_id": "user-7", "status": "failed"}, "ix_tasks_user_status_created")]
+         ({"user_id": "user-7", "status": "failed"}, "ix_tasks_user_status_created"),
+         # parked tasks only, in order (0020); by user either one: PostgreSQL may read every parked task and
+         # filter by user, as bounded as the user's own range when few tasks wait
+         ({"waiting": True}, "ix_tasks_waiting_created"), ({"waiting": True, "user_id": "u"}, "ix_tasks_waiting_")]
 
 
 @pytest.mark.parametrize("shape,index", PLANS)
