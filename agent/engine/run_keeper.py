@@ -121,7 +121,7 @@ class RunKeeper:
                             call: dict[str, Any], webhook: Mapping[str, Any] | None) -> TreeRun:
         rows = {row["id"]: dict(row) for row in fresh_rows or await self.repo.tree(tree_id)}
         execution = await self.repo.transact(executions.running_execution, tree_id, inline=MAY_USE_LOOP_THREAD)
-        if execution is not None and self._orphaned(execution):  # ours with no run here (its opening lost its answer): run it first
+        if execution is not None and self._orphaned(execution):  # ours, no run here: run it first
             await self.rebuild(execution, adopt=True)
         live_ids = self._live_ids(rows, execution)
         if task_id in live_ids:
@@ -298,7 +298,8 @@ class RunKeeper:
         except one: a tree's insert (create_and_execute) whose commit's answer was lost (the
         database went away at COMMIT). The create then failed, the tree and its execution are
         stored, leased to this instance, and nobody would run them: whoever finds one adopts it."""
-        return execution["status"] == "running" and execution["owner"] == self.instance_id and execution["task_tree_id"] not in self.runs
+        return execution["status"] == "running" and execution["owner"] == self.instance_id \
+            and execution["task_tree_id"] not in self.runs
 
     async def take_over(self, execution: Mapping[str, Any]) -> None:
         """Drive an execution this instance just took over (or recovered at start, or found as
