@@ -246,3 +246,28 @@ async def test_an_emit_cut_anywhere_resumes_its_waiting_task_once(tmp_path: Path
 
             monkeypatch.setattr(idempotent, "IN_FLIGHT_WAIT", 2.0)
             assert await at_every_point(client, cut, send, check, prepare) >= 1
+
+
+async def test_a_tree_whose_create_lost_its_commits_answer_runs_without_a_resend(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nobody resends: the lease keeper takes up an execution of its own instance that has no
+    run there once its lease ran out (storage/executions.take_over's `driven`)."""
+    path = tmp_path / "cut.db"
+    env = {"SERVICE_DATABASE_URL": f"sqlite:///{path}", "SERVICE_RATE_LIMIT_PER_USER": "0",
+           "SERVICE_CREATE_WAIT_TIMEOUT": "0", "SERVICE_LEASE_SECONDS": "2"}
+    with database_cut(monkeypatch) as cut:
+        async with running_app(Settings.from_env(env)) as client:
+            orphan = None
+            for n in range(1, MAX_POINTS):
+                root = f"L{n}"
+                cut.at(n, after_commit=True)
+                response = await post(client, "tasks.create", [task(root), task(f"{root}-a", root)])
+                cut.up()
+                if not stored_or_refused(response) and rows(path, "SELECT count(*) FROM tasks WHERE id = ?",
+                                                            root) == [(1,)]:
+                    orphan = root  # stored, its caller told the database was away
+                    break
+            assert orphan is not None
+            for tid in (orphan, f"{orphan}-a"):
+                found = await client.wait_status(tid, ("completed", "failed"), timeout=60)
+                assert found["status"] == "completed", found
