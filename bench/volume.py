@@ -211,10 +211,24 @@ async def timed(http: httpx.AsyncClient, what: tuple[str, Any], calls: int) -> l
     return times
 
 
+def cpu_ms(pid: int) -> float:
+    """The CPU time all threads of process `pid` have run so far, in ms (the kernel's scheduler
+    statistics, in nanoseconds: a read's few hundred microseconds are measurable, where /proc's
+    clock ticks are 10 ms). A thread that ended before the call is not counted."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, IndexError, ValueError):
+            pass
+    return total / 1e6
+
+
 async def read(sizes: list[int], urls: list[str], rounds: int, calls: int, restarts: int, workdir: Path) -> None:
     servers = [Server(url, workdir) for url in urls]
     ready: dict[int, list[float]] = {i: [] for i in range(len(urls))}
     times: dict[str, dict[int, list[float]]] = {}
+    cpu: dict[str, dict[int, list[float]]] = {}  # the server's CPU per call, a mean per round
     try:
         for server in servers:  # the first start may migrate the database: not counted
             server.start()
@@ -223,7 +237,10 @@ async def read(sizes: list[int], urls: list[str], rounds: int, calls: int, resta
         for _ in range(rounds):  # alternating the databases: the machine's load falls on each alike
             for i, client in enumerate(clients):
                 for name, what in reads[i].items():
+                    pid = servers[i].proc.pid if servers[i].proc else 0
+                    before = cpu_ms(pid)
                     times.setdefault(name, {}).setdefault(i, []).extend(await timed(client, what, calls))
+                    cpu.setdefault(name, {}).setdefault(i, []).append((cpu_ms(pid) - before) / calls)
         for client in clients:
             await client.aclose()
         for _ in range(restarts):
@@ -234,6 +251,9 @@ async def read(sizes: list[int], urls: list[str], rounds: int, calls: int, resta
         for server in servers:
             server.stop()
     report(sizes, times, ready)
+    print("\nThe server's CPU per call (all its threads; on PostgreSQL the database's own work is not in it), "
+          "median of the rounds:\n")
+    report(sizes, cpu, {i: [] for i in range(len(urls))})
 
 
 def report(sizes: list[int], times: dict[str, dict[int, list[float]]], ready: dict[int, list[float]]) -> None:
