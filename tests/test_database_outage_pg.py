@@ -199,9 +199,9 @@ async def test_postgresql_crashed_under_load_is_a_retryable_503_and_everything_c
                     continue
                 assert found["status"] == "completed", found
                 assert found["attempt"] == 1, found  # nothing ran a second attempt
-        if unfinished:
-            assert "is no longer ours" in service.log(), unfinished
-            pytest.xfail(f"issue 46 item 4: trees caught by the outage do not resume: {unfinished[:6]}")
+        # A tree whose create lost its commit's answer in the crash is run by the resend that finds
+        # it stored, or by the lease keeper (engine/run_keeper.py `_orphaned`).
+        assert not unfinished, unfinished[:6]
     finally:
         if service is not None:
             service.stop()
