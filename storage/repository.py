@@ -273,7 +273,9 @@ class TaskRepository:
                 return int(found)
         if self.connections.pg is not None:  # the read pool (storage/pg.py): never one of the transactions' connections
             rows = await self.connections.pg.rows(statement.postgresql, args)
-            return int(rows[0]["n"])
+            if rows:
+                return int(rows[0]["n"])
+            # None: the read pool could not answer (an outage among others): the usual path says which.
         return await self.connections.read_run(tree_insert.count_unfinished, user_id, at_most)
 
     async def count_by_status(self, at_most: int = STATUS_COUNT_CAP) -> dict[str, int]:
