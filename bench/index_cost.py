@@ -1,8 +1,8 @@
-"""Benchmark (issue 48, migration 0020): what the parked-task indexes cost the write path.
+"""Benchmark (issue 48, migrations 0020 and 0021): what the new indexes cost the write path.
 
-Two apps in this process, each on a fresh database: one with the schema as migrated (0020), one
-with 0020's two indexes dropped and 0019's ix_tasks_waiting_user (user_id) put back. They take
-turns, `--rounds` times, each round running `--trees` 5-task trees of `noop_executor` tasks
+Two apps in this process, each on a fresh database: one with the schema as migrated, one with it
+put back as it was at 0019: 0020's two parked-task indexes dropped and 0019's ix_tasks_waiting_user
+(user_id) recreated, and on SQLite the roots' indexes without 0021's `name`. They take turns, `--rounds` times, each round running `--trees` 5-task trees of `noop_executor` tasks
 through tasks.create over ASGI (insert, claims, outcomes: every write a create costs) and a
 fan-out of 1000, so the load of a shared machine falls on both alike. Medians over the rounds.
 
@@ -28,6 +28,9 @@ from taskgrove.agent.foundations.settings import Settings
 
 AS_0019 = ("DROP INDEX ix_tasks_waiting_created", "DROP INDEX ix_tasks_waiting_user",
            "CREATE INDEX ix_tasks_waiting_user ON tasks (user_id) WHERE waiting IS NOT NULL")
+ROOTS_AS_0019 = ("DROP INDEX ix_tasks_roots_created", "DROP INDEX ix_tasks_roots_user",
+                 "CREATE INDEX ix_tasks_roots_created ON tasks (created_at, id) WHERE parent_id IS NULL",
+                 "CREATE INDEX ix_tasks_roots_user ON tasks (user_id, created_at, id) WHERE parent_id IS NULL")
 
 
 def five(prefix: str) -> list[dict[str, Any]]:
@@ -53,9 +56,10 @@ async def measure(urls: dict[str, str], rounds: int, trees: int) -> None:
             app = build_app(Settings.from_env({"SERVICE_DATABASE_URL": url, "SERVICE_RATE_LIMIT_PER_USER": "0",
                                                "SERVICE_MAX_PENDING_PER_USER": "0", "SERVICE_LOG_LEVEL": "warning"}))
             await stack.enter_async_context(app.router.lifespan_context(app))
-            if name == "0019 indexes":
-                async with app.state.services.repo.engine.begin() as conn:
-                    for sql in AS_0019:
+            if name == "as at 0019":
+                engine = app.state.services.repo.engine
+                async with engine.begin() as conn:
+                    for sql in (*AS_0019, *(ROOTS_AS_0019 if engine.dialect.name == "sqlite" else ())):
                         await conn.exec_driver_sql(sql)
             clients[name] = await stack.enter_async_context(
                 httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://bench", timeout=120))
@@ -77,9 +81,9 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, run.fresh_postgres(args.postgres) as a, run.fresh_postgres(args.postgres) as b:
         if args.postgres:
-            urls = {"0020 indexes": str(a), "0019 indexes": str(b)}
+            urls = {"as migrated": str(a), "as at 0019": str(b)}
         else:
-            urls = {"0020 indexes": f"sqlite:///{tmp}/new.db", "0019 indexes": f"sqlite:///{tmp}/old.db"}
+            urls = {"as migrated": f"sqlite:///{tmp}/new.db", "as at 0019": f"sqlite:///{tmp}/old.db"}
         asyncio.run(measure(urls, args.rounds, args.trees))
 
 

@@ -128,7 +128,8 @@ class Task(Base):
         Index("ix_tasks_wake_at", "wake_at", sqlite_where=text("wake_at IS NOT NULL"),
               postgresql_where=text("wake_at IS NOT NULL")),
         # Roots only (one per tree, columns that never change): root-only pages, overall and per
-        # user, and the retention sweeper's walk over the oldest trees.
+        # user, and the retention sweeper's walk over the oldest trees. On SQLite both also hold
+        # `name` last, so a search of the tree list tests names on the index (0021, SQLite only).
         Index("ix_tasks_roots_created", "created_at", "id", sqlite_where=text("parent_id IS NULL"),
               postgresql_where=text("parent_id IS NULL")),
         Index("ix_tasks_roots_user", "user_id", "created_at", "id", sqlite_where=text("parent_id IS NULL"),

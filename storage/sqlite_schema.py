@@ -11,7 +11,7 @@ tests/test_migrations_head.py compares this with a migrated database and prints 
 when a migration is added (`python -m tests.test_migrations_head` writes it).
 """
 
-REVISION = '0020'
+REVISION = '0021'
 
 STATEMENTS: tuple[str, ...] = (
     ('CREATE TABLE alembic_version (\n'
@@ -207,9 +207,6 @@ STATEMENTS: tuple[str, ...] = (
     ('CREATE INDEX ix_tasks_created_at ON tasks (created_at, id)'),
     ('CREATE INDEX ix_tasks_parent_id ON tasks (parent_id) WHERE parent_id IS NOT NULL'),
     ('CREATE INDEX ix_tasks_user_created ON tasks (user_id, created_at, id)'),
-    ('CREATE INDEX ix_tasks_roots_created ON tasks (created_at, id) WHERE parent_id IS NULL'),
-    ('CREATE INDEX ix_tasks_roots_user ON tasks (user_id, created_at, '
-     'id) WHERE parent_id IS NULL'),
     ('CREATE INDEX ix_executions_task_tree_id ON executions (task_tree_id)'),
     ('CREATE INDEX ix_events_created ON events (created_at, id)'),
     ('CREATE INDEX ix_tasks_status_created ON tasks (status, created_at, id)'),
@@ -300,4 +297,8 @@ STATEMENTS: tuple[str, ...] = (
     ('CREATE INDEX ix_tasks_waiting_user ON tasks (user_id, created_at, '
      'id) WHERE waiting IS NOT NULL'),
     ('CREATE INDEX ix_tasks_waiting_created ON tasks (created_at, id) WHERE waiting IS NOT NULL'),
+    ('CREATE INDEX ix_tasks_roots_created ON tasks (created_at, id, '
+     'name) WHERE parent_id IS NULL'),
+    ('CREATE INDEX ix_tasks_roots_user ON tasks (user_id, created_at, id, '
+     'name) WHERE parent_id IS NULL'),
 )

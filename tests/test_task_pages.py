@@ -173,6 +173,40 @@ async def test_a_search_reads_a_bounded_range_of_its_shapes_index(backend: str, 
             assert "TEMP B-TREE" not in plan and not re.search(r"Sort  \(", plan), plan
 
 
+async def test_a_search_of_the_tree_list_tests_names_on_the_roots_index(backend: str, db_url: str,
+                                                                         make_settings: Callable[..., Settings]) -> None:
+    """SQLite (0021): the roots' indexes end with `name`, so the search reads the name from the
+    index entry and seeks the table row only for a root it answers (a deferred seek). PostgreSQL
+    keeps them without it (its index scans test the row anyway, and a long name could pass its
+    entry size limit)."""
+    async with running_app(make_settings()):
+        pass
+    query = list_query(root_only=True, search="ste", until=("2025-01-01T00:00:00.000000+00:00", "x"))
+    if backend == "sqlite":
+        import sqlite3
+
+        from sqlalchemy.dialects import sqlite
+
+        text = str(query.compile(dialect=sqlite.dialect(), compile_kwargs={"literal_binds": True}))
+        conn = sqlite3.connect(db_url.removeprefix("sqlite+aiosqlite:///").removeprefix("sqlite:///"))
+        try:
+            columns = [row[2] for row in conn.execute("PRAGMA index_info(ix_tasks_roots_created)")]
+            program = [row[1] for row in conn.execute(f"EXPLAIN {text}")]
+        finally:
+            conn.close()
+        assert columns == ["created_at", "id", "name"]
+        assert "DeferredSeek" in program, program
+    else:
+        import asyncpg
+
+        conn = await asyncpg.connect(db_url.replace("postgresql+asyncpg://", "postgresql://"))
+        try:
+            definition = await conn.fetchval("SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_tasks_roots_created'")
+        finally:
+            await conn.close()
+        assert "(created_at, id)" in definition, definition
+
+
 def matching(task: dict[str, Any], search: str) -> bool:
     return search.lower() in task["name"].lower() or task["id"].startswith(search)
 
