@@ -34,6 +34,7 @@ from taskgrove.storage.task_view import PublicView
 
 _ANY_OBJECT = {"type": "object"}  # a schema every task's inputs (an object) meet
 _UNDECIDED = object()
+_NOT_INLINE = object()  # _inline_class: the task takes the durable path
 
 
 class InlineTask(NamedTuple):
@@ -56,22 +57,30 @@ def declares_pure(cls: type[Executor]) -> bool:
 def may_be_pure(registry: ExecutorRegistry, row: Mapping[str, Any]) -> bool:
     """Whether `decide` may complete this task inline (what it checks before running anything):
     such tasks are left to a pass, not claimed with their tree's insert (PassLoop.reserve_for_insert)."""
+    return _inline_class(registry, row) is not _NOT_INLINE
+
+
+def _inline_class(registry: ExecutorRegistry, row: Mapping[str, Any]) -> Any:
+    """The executor class of a task `decide` may complete (None: a grouping task), else
+    _NOT_INLINE: the checks of may_be_pure, with the class they resolved (resolved once)."""
     if tracing.ENABLED:
-        return False
+        return _NOT_INLINE
     schemas = row.get("schemas") or {}
     cls = registry.resolve(row)
     if cls is None:
-        return not schemas and not (row.get("params") or {}).get("executor_id")
-    return declares_pure(cls) and not schemas.get("input_schema") and cls.input_schema in (None, _ANY_OBJECT)
+        return None if not schemas and not (row.get("params") or {}).get("executor_id") else _NOT_INLINE
+    if declares_pure(cls) and not schemas.get("input_schema") and cls.input_schema in (None, _ANY_OBJECT):
+        return cls
+    return _NOT_INLINE
 
 
 def decide(registry: ExecutorRegistry, settings: Settings, services: Mapping[str, Any], run: TreeRun, tid: str,
            stamp: str) -> InlineTask | None:
     """The inline outcome of task `tid`, or None: it takes the durable path."""
     row = run.rows[tid]
-    if not may_be_pure(registry, row):
+    cls = _inline_class(registry, row)
+    if cls is _NOT_INLINE:
         return None  # (an executor that is not here: the attempt fails the task with its message)
-    cls = registry.resolve(row)
     result: Any = None  # a grouping task completes at once
     if cls is not None:
         result = _run_at_once(cls, row, run, settings, services, tid)
