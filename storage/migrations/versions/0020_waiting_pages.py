@@ -5,8 +5,8 @@ Revises: 0019
 
 `tasks.list` with `waiting: true` read ix_tasks_created_at (or, by user, ix_tasks_user_created)
 and filtered by `waiting`: parked tasks are few, so a page of them read the whole table, or the
-user's whole history (15.8 s for an empty page at a million tasks on SQLite, issue 48). Both
-partial indexes below hold parked tasks only and give them newest first, by offset or cursor:
+user's whole history (an empty page took 1.5 s at a million tasks on SQLite, 15.8 s from a cold
+cache; issue 48). Both partial indexes below hold parked tasks only and give them newest first:
 ix_tasks_waiting_created (created_at, id) overall, and ix_tasks_waiting_user, now (user_id,
 created_at, id) instead of (user_id), by user; a lookup by user alone (events.emit's waits of
 a user) reads its prefix as before.
