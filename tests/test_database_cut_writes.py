@@ -271,3 +271,41 @@ async def test_a_tree_whose_create_lost_its_commits_answer_runs_without_a_resend
             for tid in (orphan, f"{orphan}-a"):
                 found = await client.wait_status(tid, ("completed", "failed"), timeout=60)
                 assert found["status"] == "completed", found
+
+
+async def test_a_key_left_reserved_by_an_outage_is_settled_once_the_database_is_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The database goes away at the n-th point of an emit and stays away, so the key's release
+    or answer cannot be written either; once it is back, the instance settles the key by itself
+    (agent/services/idempotent.py `_keep_settling`): no reservation is left in flight, which a
+    resend to another instance would wait for in vain. Then a resend stores the event once."""
+    path = tmp_path / "cut.db"
+    with database_cut(monkeypatch) as cut:
+        cut_here = cut._cut_here
+
+        def stays_down(is_commit: bool) -> bool:  # from the first cut on, every point is cut
+            cut.is_down = cut_here(is_commit) or cut.is_down
+            return cut.is_down
+
+        monkeypatch.setattr(cut, "_cut_here", stays_down)
+        async with running_app(settings(path)) as client:
+            met = 0
+            for n in range(1, MAX_POINTS):
+                name = f"bg{n}"
+                cut.at(n)
+                first = await post(client, "events.emit", {"name": name}, key=name)
+                hit, seen = cut.failed, cut.count
+                cut.up()
+                stored_or_refused(first)
+                in_flight = "SELECT count(*) FROM idempotency_keys WHERE key = ? AND answer IS NULL"
+                deadline = asyncio.get_running_loop().time() + 60
+                while rows(path, in_flight, name) != [(0,)]:
+                    assert asyncio.get_running_loop().time() < deadline, f"{name} is left reserved"
+                    await asyncio.sleep(0.1)
+                again = await post(client, "events.emit", {"name": name}, key=name)
+                assert stored_or_refused(again), again.text
+                assert rows(path, "SELECT count(*) FROM events WHERE name = ?", name) == [(1,)], name
+                met += bool(hit)
+                if not hit and seen < n:
+                    break
+            assert met >= 1
