@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -142,10 +143,14 @@ async def test_sweeps_during_runs_joins_reexecutions_and_endings_delete_only_who
         started: Counter[str] = Counter()
 
         async def reexecute(root: str) -> None:  # at random moments around the age the sweepers delete at
-            # Created here and re-executed once at once: created one after the other before these
-            # loops began, the trees were all deleted before their first re-execution on a busy
-            # machine (none accepted, so none of what follows was tried).
+            # Created here and re-executed as soon as its first run ended: created one after the
+            # other before these loops began, the trees were all deleted before their first
+            # re-execution on a busy machine (none accepted, so none of what follows was tried).
             await a.rpc("tasks.create", failing_tree(root, marker))
+            deadline = time.monotonic() + EVENT_WAIT
+            while (flaky := await a.task(f"{root}-flaky")) is not None and flaky["status"] != "failed":
+                assert time.monotonic() < deadline, flaky
+                await asyncio.sleep(0.05)
             for turn in range(20):
                 await asyncio.sleep(rng.uniform(0.3, 1.3) if turn else 0)
                 answer = await (a if turn % 2 else b).call("tasks.execute", {"task_id": root})
