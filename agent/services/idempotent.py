@@ -172,7 +172,7 @@ class IdempotentMethods:
                                      "send it again later")
             await asyncio.sleep(0.05)
             row = await self.keys.lookup(owner, key)
-        raise invalid_params("The first request with this Idempotency-Key failed; send it again")
+        return AFRESH  # the first request failed meanwhile (its key released): this one is carried out
 
     # --- settling a key ---------------------------------------------------------------------
 
