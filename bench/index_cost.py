@@ -7,6 +7,7 @@ through tasks.create over ASGI (insert, claims, outcomes: every write a create c
 fan-out of 1000, so the load of a shared machine falls on both alike. Medians over the rounds.
 
     python bench/index_cost.py [--rounds 6] [--trees 100] [--postgres postgresql://postgres@127.0.0.1:5432/test]
+    python bench/index_cost.py --sql-rows 20000 [--rounds 8]      # SQLite, the statements alone
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import statistics
 import tempfile
 import time
@@ -25,6 +27,7 @@ import run  # bench/run.py, beside this script
 from taskgrove.agent.app import build_app
 from taskgrove.agent.cli import freeze_long_lived_objects
 from taskgrove.agent.foundations.settings import Settings
+from taskgrove.storage.models import with_defaults
 
 AS_0019 = ("DROP INDEX ix_tasks_waiting_created", "DROP INDEX ix_tasks_waiting_user",
            "CREATE INDEX ix_tasks_waiting_user ON tasks (user_id) WHERE waiting IS NOT NULL")
@@ -64,12 +67,63 @@ async def measure(urls: dict[str, str], rounds: int, trees: int) -> None:
             clients[name] = await stack.enter_async_context(
                 httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://bench", timeout=120))
             await one_round(clients[name], 10, "warm")
-        for r in range(rounds):
-            for name, http in clients.items():
+        for r in range(rounds):  # each schema goes first every other round
+            for name, http in (list(clients.items()) if r % 2 == 0 else list(reversed(clients.items()))):
                 times[name].append(await one_round(http, trees, f"r{r}"))
-    print("| schema | 5-task tree create (ms, median of rounds) | fan-out 1000 (ms) |\n|---|---|---|")
+    print("| schema | 5-task tree create (ms, median of rounds) | fan-out 1000 (ms) | creates by round |\n|---|---|---|---|")
     for name, rows in times.items():
-        print(f"| {name} | {statistics.median(t for t, _ in rows):.2f} | {statistics.median(f for _, f in rows):.1f} |")
+        print(f"| {name} | {statistics.median(t for t, _ in rows):.2f} | {statistics.median(f for _, f in rows):.1f} | "
+              + " ".join(f"{t:.1f}" for t, _ in rows) + " |")
+
+
+def sql_only(tmp: str, rounds: int, rows: int) -> None:
+    """SQLite, the statements alone (no service): per round and schema, `rows` tasks inserted as
+    copies of one stored root and 4 children per root (the 5-task tree's shape), then each moved
+    pending -> in_progress -> completed, one commit per tree; the time per task, median of rounds.
+    What an index costs shows here without the service's own time around it."""
+    import sqlite3
+
+    from taskgrove.storage import sqlite_schema
+
+    files = {"as migrated": f"{tmp}/sql_new.db", "as at 0019": f"{tmp}/sql_old.db"}
+    for name, path in files.items():
+        with sqlite3.connect(path) as conn:
+            for statement in sqlite_schema.STATEMENTS:
+                conn.execute(statement)
+            if name == "as at 0019":
+                for statement in (*AS_0019, *ROOTS_AS_0019):
+                    conn.execute(statement)
+    times: dict[str, list[float]] = {name: [] for name in files}
+    template = with_defaults({"id": "x", "name": "step", "user_id": "user7", "task_tree_id": "x", "created_at": "",
+                              "updated_at": ""})
+    columns = list(template)
+    insert = f"INSERT INTO tasks ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})"
+
+    def row(task_id: str, root: str, stamp: str) -> list[Any]:
+        values = {**template, "id": task_id, "parent_id": None if task_id == root else root, "task_tree_id": root,
+                  "created_at": stamp, "updated_at": stamp}
+        return [json.dumps(v) if isinstance(v, (dict, list)) else v for v in values.values()]
+
+    for r in range(rounds):
+        for name, path in (list(files.items()) if r % 2 == 0 else list(reversed(files.items()))):
+            conn = sqlite3.connect(path, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            started = time.perf_counter()
+            for n in range(rows // 5):
+                root = f"r{r}-{n}"
+                stamp = f"2026-11-29T10:{r:02}:{n % 60:02}.{n:06}+00:00"
+                conn.execute("BEGIN")
+                for i in range(5):
+                    conn.execute(insert, row(root if i == 0 else f"{root}-{i}", root, stamp))
+                conn.execute("COMMIT")
+                for status in ("in_progress", "completed"):
+                    conn.execute("UPDATE tasks SET status = ?, updated_at = ? WHERE task_tree_id = ?", (status, stamp, root))
+            times[name].append((time.perf_counter() - started) / rows * 1e6)
+            conn.close()
+    print("| schema (SQLite, statements only) | us per task (insert, two status changes) | by round |\n|---|---|---|")
+    for name, row in times.items():
+        print(f"| {name} | {statistics.median(row):.1f} | " + " ".join(f"{t:.1f}" for t in row) + " |")
 
 
 def main() -> None:
@@ -78,7 +132,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--trees", type=int, default=100)
     parser.add_argument("--postgres", help="a PostgreSQL server's URL (two scratch databases are made there)")
+    parser.add_argument("--sql-rows", type=int, help="SQLite statements only, this many tasks a round (sql_only)")
     args = parser.parse_args()
+    if args.sql_rows:
+        with tempfile.TemporaryDirectory() as tmp:
+            sql_only(tmp, args.rounds, args.sql_rows)
+        return
     with tempfile.TemporaryDirectory() as tmp, run.fresh_postgres(args.postgres) as a, run.fresh_postgres(args.postgres) as b:
         if args.postgres:
             urls = {"as migrated": str(a), "as at 0019": str(b)}
