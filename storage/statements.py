@@ -179,7 +179,9 @@ def claim(count: int) -> Statement:
 
 
 # What a claim sets (SQLite; ?1 stamp, ?2 owner, ?3 until) and when a task may be claimed (SQLite;
-# ?1 stamp, ?2 owner): shared by claim and claim_and_write, so the two cannot drift apart.
+# ?1 stamp, ?2 owner): shared by claim and claim_and_write, so the two cannot drift apart. A task
+# without dependencies (stored '[]', storage/json_text.py) skips the json_each of its dependency
+# test, which would find nothing: SQLite stops at the OR's first true term.
 _SQLITE_CLAIM_SETS: dict[str, str] = {
     "status": "'in_progress'", "progress": "0.0", "result": "NULL", "error": "NULL", "started_at": "?1",
     "completed_at": "NULL", "updated_at": "?1", "next_attempt_at": "NULL", "lease_owner": "?2",
@@ -188,12 +190,12 @@ _SQLITE_CLAIMABLE = """(status = 'pending') IS TRUE
           AND (next_attempt_at IS NULL OR next_attempt_at <= ?1)
           AND (SELECT e.status = 'running' AND e.owner = ?2 FROM executions AS e
                WHERE e.id = tasks.execution_id)
-          AND NOT EXISTS (
+          AND (tasks.dependencies = '[]' OR NOT EXISTS (
               SELECT 1 FROM json_each(tasks.dependencies) AS d
               JOIN tasks AS x ON x.id = json_extract(d.value, '$.id')
               WHERE x.status = 'in_progress'
                  OR (coalesce(json_extract(d.value, '$.required'), 1) AND x.status <> 'completed')
-                 OR (x.status = 'pending' AND x.execution_id = tasks.execution_id))"""
+                 OR (x.status = 'pending' AND x.execution_id = tasks.execution_id)))"""
 
 
 @functools.lru_cache(maxsize=64)
@@ -387,7 +389,7 @@ QUOTA_ARGS_AT = 2 + len(EXECUTION_COLUMNS)
 
 
 @functools.lru_cache(maxsize=8)
-def insert_tree(json_as_text: bool = False, quota: str | None = None) -> Statement:
+def insert_tree(json_as_text: bool = False, quota: str | None = None, history_arg: int = 0) -> Statement:
     """A new tree: its execution's row, and (PostgreSQL) its tasks in the same statement.
 
     SQLite: the execution's row only (args: its values in EXECUTION_COLUMNS order); the tasks
@@ -397,7 +399,10 @@ def insert_tree(json_as_text: bool = False, quota: str | None = None) -> Stateme
     the tasks and the transaction's ends sent apart). With a `quota` ("user": the owner is a
     user; "nobody": tasks without one), the owner's unfinished tasks are counted first in the same
     statement (UNFINISHED_OF_*), nothing is inserted when `adding` more would pass `limit`, and
-    the statement answers the count (args after the execution's: adding, limit, the user)."""
+    the statement answers the count (args after the execution's: adding, limit, the user).
+    `history_arg`: the number of a last argument holding attempt history rows to insert too, as
+    a JSON array of ATTEMPT_COLUMNS objects (PostgreSQL; a tree stored with a task already
+    completed, storage/tree_insert.py `done`)."""
     columns = ", ".join(EXECUTION_COLUMNS)
     values = ", ".join(f"CAST(${n} AS json)" if key == "webhooks" else f"${n}"
                        for n, key in enumerate(EXECUTION_COLUMNS, start=2))
@@ -405,15 +410,26 @@ def insert_tree(json_as_text: bool = False, quota: str | None = None) -> Stateme
     if quota is None:
         return Statement("Insert a new tree's execution (and, on PostgreSQL, its tasks).", sqlite,
                          f"WITH execution AS (INSERT INTO executions ({columns}) VALUES ({values})) "
-                         + _pg_insert_tasks(json_as_text))
+                         + _pg_insert_history(history_arg, ", ", " ") + _pg_insert_tasks(json_as_text))
     adding, limit, owner = (f"${QUOTA_ARGS_AT + i}" for i in range(3))
     counted = _unfinished_count(owner if quota == "user" else None, limit)
     return Statement(
         "Insert a new tree's execution (and, on PostgreSQL, its tasks) if its owner's quota has room.", sqlite,
         f"WITH counted AS ({counted}), room AS (SELECT 1 FROM counted WHERE n + {adding} <= {limit}), "
         f"execution AS (INSERT INTO executions ({columns}) SELECT {values} FROM room), "
-        f"inserted AS ({_pg_insert_tasks(json_as_text, ' WHERE EXISTS (SELECT 1 FROM room)')}) "
+        + _pg_insert_history(history_arg, "", ", ", " WHERE EXISTS (SELECT 1 FROM room)")
+        + f"inserted AS ({_pg_insert_tasks(json_as_text, ' WHERE EXISTS (SELECT 1 FROM room)')}) "
         "SELECT n FROM counted")
+
+
+def _pg_insert_history(arg: int, before: str, after: str, where: str = "") -> str:
+    """insert_tree's CTE adding the history rows of argument `arg` between `before` and `after`
+    (nothing when `arg` is 0)."""
+    if not arg:
+        return ""
+    columns = ", ".join(ATTEMPT_COLUMNS)
+    return (f"{before}history AS (INSERT INTO task_attempts ({columns}) SELECT {columns} "
+            f"FROM json_populate_recordset(NULL::task_attempts, CAST(${arg} AS json)){where}){after}")
 
 
 # --- limited claims: concurrency keys and rate limits ------------------------------------------
