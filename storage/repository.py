@@ -102,15 +102,16 @@ class TaskRepository:
 
     async def insert_tree(self, rows: Sequence[Mapping[str, Any]], user_id: str | None, owner: str, until: str,
                           stamp: str, quota: tree_insert.Quota | None, traceparent: str | None,
-                          claims: Collection[str], inline: bool = False) -> Row:
+                          claims: Collection[str], inline: bool = False,
+                          done: Mapping[str, tree_insert.Done] | None = None) -> Row:
         """A new tree and its execution (tree_insert.insert_tree, which says what is stored). On
         PostgreSQL its one statement goes to a pooled connection directly (PgPool.value): no
         SQLAlchemy transaction around it."""
         pg = self.connections.pg
         if pg is None:
             return await self.transact(tree_insert.insert_tree, rows, user_id, owner, until, stamp, None, quota,
-                                       traceparent, claims, inline=inline)
-        execution, full = tree_insert.new_tree(rows, user_id, owner, until, stamp, None, traceparent, claims)
+                                       traceparent, claims, done, inline=inline)
+        execution, full = tree_insert.new_tree(rows, user_id, owner, until, stamp, None, traceparent, claims, done)
         unfinished = int(await pg.value(*tree_insert.pg_insert_tree_call(full, execution, quota)) or 0)
         self.connections.answered_at = time.monotonic()
         tree_insert.check_quota(quota, unfinished)

@@ -1,6 +1,7 @@
 """A new tree stored with its execution, atomically: `insert_tree` (and its parts, which the
 repository sends on its own PostgreSQL connection), the owner's quota counted in the same call,
-and the tasks that may start at once stored already claimed (`claimed_at_insert`).
+and the tasks that may start at once stored already claimed (`claimed_at_insert`), or a pure task
+stored already completed (`completed_at_insert`, with its history row and its execution ended).
 
 On SQLite the execution's row and the tasks go out on the driver's own connection (executemany);
 on PostgreSQL one statement (statements.insert_tree) stores both, and with a quota counts the
@@ -20,7 +21,8 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.util import await_
 
-from taskgrove.storage import statements
+from taskgrove.storage import attempts, statements
+from taskgrove.storage.attempts import Attempt
 from taskgrove.storage.executions import Row, new_execution
 from taskgrove.storage.json_text import json_text
 from taskgrove.storage.models import JSON_COLUMNS, TaskStatus
@@ -34,6 +36,14 @@ class Quota(NamedTuple):
     owner: str | None
     limit: int
     adding: int
+
+
+class Done(NamedTuple):
+    """A task of a new tree stored already completed: the outcome decided before the insert
+    (agent/engine/insert_inline.py: a pure task) and the history row of its one attempt."""
+
+    values: Mapping[str, Any]
+    history: Attempt
 
 
 class OverQuota(Exception):
@@ -57,7 +67,8 @@ def count_unfinished(c: Connection, owner: str | None, at_most: int) -> int:
 
 def insert_tree(c: Connection, rows: Sequence[Mapping[str, Any]], user_id: str | None, owner: str, until: str,
                 stamp: str, webhook: Mapping[str, Any] | None = None, quota: Quota | None = None,
-                traceparent: str | None = None, claims: Collection[str] = ()) -> Row:
+                traceparent: str | None = None, claims: Collection[str] = (),
+                done: Mapping[str, Done] | None = None) -> Row:
     """A new tree and its execution (in the trace `traceparent`, agent/foundations/tracing.py), atomically
     (IntegrityError when an id is taken: the tree's, or a running execution's of a tree with the
     same root id). With a `quota`, the owner's unfinished tasks are counted in the same call
@@ -65,14 +76,16 @@ def insert_tree(c: Connection, rows: Sequence[Mapping[str, Any]], user_id: str |
 
     `claims`: ids of pending tasks without dependencies, stored already claimed by `owner`
     (claimed_at_insert); the execution returned then holds their tokens under "claimed".
+    `done`: tasks stored already completed, with their history rows (completed_at_insert).
 
     The repository's insert_tree sends the PostgreSQL statement on a connection of its own
     instead (pg_insert_tree_call); this function serves a caller's transaction (a schedule's run)."""
-    execution, full = new_tree(rows, user_id, owner, until, stamp, webhook, traceparent, claims)
+    execution, full = new_tree(rows, user_id, owner, until, stamp, webhook, traceparent, claims, done)
     if c.dialect.name == "sqlite":
         unfinished = count_unfinished(c, quota.owner, quota.limit) if quota else 0
         if quota is None or unfinished + quota.adding <= quota.limit:
             _sqlite_insert_tree(c, full, execution)
+            attempts.insert_on_cursor(c.connection.driver_connection.cursor(), execution.get("history") or ())
     else:  # asyncpg, the only PostgreSQL driver the settings take
         unfinished = _pg_insert_tree(c, full, execution, quota)
     check_quota(quota, unfinished)
@@ -81,8 +94,10 @@ def insert_tree(c: Connection, rows: Sequence[Mapping[str, Any]], user_id: str |
 
 def new_tree(rows: Sequence[Mapping[str, Any]], user_id: str | None, owner: str, until: str, stamp: str,
              webhook: Mapping[str, Any] | None = None, traceparent: str | None = None,
-             claims: Collection[str] = ()) -> tuple[Row, list[Row]]:
-    """What insert_tree stores: the new execution (with its "claimed" tokens) and the full rows."""
+             claims: Collection[str] = (), done: Mapping[str, Done] | None = None) -> tuple[Row, list[Row]]:
+    """What insert_tree stores: the new execution (with its "claimed" tokens, and the "history"
+    rows of the tasks `done`) and the full rows. When every task is done, the execution is
+    stored ended, completed (what statements.END_EXECUTION would make of it at `stamp`)."""
     root = rows[0]
     execution = new_execution(root["task_tree_id"], root["id"], user_id, owner, until, stamp, webhook, traceparent)
     full = [with_defaults({**row, "execution_id": execution["id"]} if row["status"] == TaskStatus.PENDING else row)
@@ -90,6 +105,13 @@ def new_tree(rows: Sequence[Mapping[str, Any]], user_id: str | None, owner: str,
     if claims:
         full = [claimed_at_insert(row, owner, until, stamp) if row["id"] in claims else row for row in full]
         execution["claimed"] = {row["id"]: token_of(row) for row in full if row["id"] in claims}
+    if done:
+        full = [completed_at_insert(row, done[row["id"]].values, stamp) if row["id"] in done else row
+                for row in full]
+        execution["history"] = [done[row["id"]].history for row in full if row["id"] in done]
+        if all(row["id"] in done for row in full):
+            execution.update(status="ended", final_status=TaskStatus.COMPLETED.value, ended_at=stamp,
+                             lease_expires_at=None)
     return execution, full
 
 
@@ -109,6 +131,17 @@ def claimed_at_insert(row: Mapping[str, Any], owner: str, until: str, stamp: str
             "started_at": stamp, "completed_at": None, "updated_at": stamp, "next_attempt_at": None,
             "lease_owner": owner, "lease_expires_at": until, "lease_epoch": row["lease_epoch"] + 1,
             "attempt": row["attempt"] + 1}
+
+
+def completed_at_insert(row: Mapping[str, Any], values: Mapping[str, Any], stamp: str) -> Row:
+    """A new task's full row as a claim at `stamp` and the fenced write of its outcome `values`
+    (a pure task's, engine/inline.py) leave it in one pass: started and completed at once, its
+    first attempt, the claim's epoch, no lease. Only for a pending task without dependencies,
+    retry or wait of a tree being inserted with its execution."""
+    assert row["status"] == TaskStatus.PENDING and not row["dependencies"] and row["next_attempt_at"] is None
+    assert values["status"] == TaskStatus.COMPLETED
+    return {**row, "started_at": stamp, "next_attempt_at": None, "lease_epoch": row["lease_epoch"] + 1,
+            "attempt": row["attempt"] + 1, **values, "lease_owner": None, "lease_expires_at": None}
 
 
 def token_of(row: Mapping[str, Any]) -> Row:
@@ -162,7 +195,8 @@ def _pg_insert_tree(c: Connection, rows: Sequence[Mapping[str, Any]], execution:
 def pg_insert_tree_call(rows: Sequence[Mapping[str, Any]], execution: Mapping[str, Any],
                         quota: Quota | None) -> tuple[str, list[Any]]:
     """PostgreSQL: the statement of _pg_insert_tree and its arguments. Its one value is the
-    owner's count with a `quota` (None without)."""
+    owner's count with a `quota` (None without). The execution's "history" rows (new_tree's
+    `done`) are inserted in the same statement, as one JSON argument after the others."""
     text = json.dumps(rows)
     if as_text := "\\u0000" in text:
         memo: dict[Any, str] = {}
@@ -171,4 +205,7 @@ def pg_insert_tree_call(rows: Sequence[Mapping[str, Any]], execution: Mapping[st
     args = [text, *_execution_values(execution), *(() if quota is None else (quota.adding, quota.limit)),
             *(() if quota is None or quota.owner is None else (quota.owner,))]
     owner_kind = None if quota is None else "nobody" if quota.owner is None else "user"
-    return statements.insert_tree(as_text, owner_kind).postgresql, args
+    history = execution.get("history")
+    if history:
+        args.append(json.dumps([row._asdict() for row in history]))
+    return statements.insert_tree(as_text, owner_kind, len(args) if history else 0).postgresql, args
