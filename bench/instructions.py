@@ -21,6 +21,7 @@ import os
 import re
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -55,7 +56,10 @@ async def _health(http: httpx.AsyncClient) -> int:
     return 300
 
 
-IDLE_SECONDS = 10
+# Long enough that the server's periodic work (lease renewals, WAL checkpoints, the loops' timers)
+# averages out: with 10 s the idle rate of one checkout moved 0.5-1.0M a second between runs,
+# which moved a 100-create window by several per cent once subtracted.
+IDLE_SECONDS = 30
 
 
 async def _idle(http: httpx.AsyncClient) -> int:
@@ -64,7 +68,9 @@ async def _idle(http: httpx.AsyncClient) -> int:
 
 
 WORKLOADS: dict[str, Workload] = {
-    "one task": _trees(lambda n, p: [{"name": "one", "schemas": wire.NOOP}], 1, 100),
+    # 150 creates are 300 commits: one WAL checkpoint (storage/connections.py CHECKPOINT_EVERY) in
+    # every window, whatever its phase (with 100, a window held one or none: +-10 % a create).
+    "one task": _trees(lambda n, p: [{"name": "one", "schemas": wire.NOOP}], 1, 150),
     "5-task tree": _trees(wire.fan_out, 5, 50),
     "fan-out 1000": _trees(wire.fan_out, 1000, 2),
     "chain 1000": _trees(wire.chain, 1000, 2),
@@ -116,6 +122,38 @@ def measure(checkout: Path) -> dict[str, float]:
         server.stop()
 
 
+def measure_bare() -> float:
+    """Instructions a request of bench/wire.py's bare Starlette endpoint costs on the same uvicorn
+    (wire.CEILING_APP, started as wire.start_ceiling starts it), driven and counted as above: what
+    item 5 of issue 48 compares `system.health` and `tasks.get` with, without wrk's noise."""
+    workdir = Path(tempfile.mkdtemp(prefix="taskgrove-instr-bare-"))
+    (workdir / "ceiling_app.py").write_text(wire.CEILING_APP)
+    port = wire.free_port()
+    argv = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={workdir}/cg.out", "--dump-instr=no",
+            sys.executable, "-m", "uvicorn", "ceiling_app:app", "--host", "127.0.0.1", "--port", str(port),
+            "--log-level", "warning"]
+    server = wire.Server(argv, {**os.environ, "PYTHONHASHSEED": "0"}, port, str(workdir))
+    try:
+        wire.wait_port(port, server.proc, timeout=600)
+        return asyncio.run(_drive_bare(server.url, server.proc.pid, workdir))
+    finally:
+        server.stop()
+
+
+async def _bare(http: httpx.AsyncClient) -> int:
+    for _ in range(300):
+        await http.post("/", json={"jsonrpc": "2.0", "id": 1, "method": "system.health"})
+    return 300
+
+
+async def _drive_bare(url: str, pid: int, workdir: Path) -> float:
+    async with httpx.AsyncClient(base_url=url, timeout=600) as http:
+        await _bare(http)  # warm-up
+        idle_rate = (await _count(pid, workdir, _idle, http))[0] / IDLE_SECONDS
+        counted, units, took = await _count(pid, workdir, _bare, http)
+    return (counted - idle_rate * took) / units
+
+
 async def _drive(url: str, pid: int, workdir: Path) -> dict[str, float]:
     """Instructions per unit of each workload, less what the idle server spends in the same time:
     under valgrind a request takes ~50x its real time, so timers that wake once a second would
@@ -150,6 +188,8 @@ def main() -> None:
     parser.add_argument("new", type=Path)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--only", nargs="*", choices=list(WORKLOADS), help="these workloads only")
+    parser.add_argument("--bare", action="store_true",
+                        help="also the bare Starlette endpoint of bench/wire.py: requests' shares of its count")
     args = parser.parse_args()
     for name in set(WORKLOADS) - set(args.only or WORKLOADS):
         del WORKLOADS[name]
@@ -163,6 +203,13 @@ def main() -> None:
         old = statistics.median(r[name] for r in runs["old"])
         new = statistics.median(r[name] for r in runs["new"])
         print(f"{name:>14}: {old / 1e6:9.3f}M -> {new / 1e6:9.3f}M  ({100 * (new - old) / old:+.1f} %)")
+    if args.bare:
+        bare = statistics.median(measure_bare() for _ in range(args.repeat))
+        print(f"\nbare Starlette endpoint: {bare / 1e6:.3f}M a request; its count / ours (old, new):")
+        for name in ("tasks.get", "system.health"):
+            if name in WORKLOADS:
+                shares = [bare / statistics.median(r[name] for r in runs[b]) for b in ("old", "new")]
+                print(f"{name:>14}: {shares[0]:.2f} -> {shares[1]:.2f}")
 
 
 if __name__ == "__main__":

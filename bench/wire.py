@@ -249,9 +249,11 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--duration", type=int, default=5, help="seconds per wrk run")
     parser.add_argument("--postgres", help="a PostgreSQL server URL (a scratch database is made on it)")
+    parser.add_argument("--rates-only", action="store_true",
+                        help="only the wrk request rates against the bare endpoint (issue 48, item 5)")
     args = parser.parse_args()
     print(f"backend: {'postgresql' if args.postgres else 'sqlite'}; medians of {args.repeat} runs (min-max)")
-    for name, values in cold_starts(args.repeat, args.postgres).items():
+    for name, values in ({} if args.rates_only else cold_starts(args.repeat, args.postgres)).items():
         if values:  # measured on SQLite only
             print(f"{name:>19}: {spread(values)}")
     with fresh_postgres(args.postgres) as database_url:  # a scratch database, dropped afterwards
@@ -265,18 +267,9 @@ def measure_server(args: argparse.Namespace, database_url: str | None) -> None:
     try:
         if ceiling is not None:
             asyncio.run(_seed(server.url))
-            rates: dict[str, list[float]] = {"bare": [], "get": [], "health": []}
-            for _ in range(args.repeat):  # interleaved, so that a noisy moment hits every figure
-                rates["bare"].append(wrk(ceiling.url + "/", {"jsonrpc": "2.0", "id": 1, "method": "x"},
-                                         args.duration))
-                rates["get"].append(wrk(server.url + "/tasks", {"jsonrpc": "2.0", "id": 1, "method": "tasks.get",
-                                                                "params": {"task_id": "seed"}}, args.duration))
-                rates["health"].append(wrk(server.url + "/system", {"jsonrpc": "2.0", "id": 1,
-                                                                    "method": "system.health"}, args.duration))
-            print(f"bare Starlette: {spread(rates['bare'])} req/s")
-            for name, label in (("get", "tasks.get"), ("health", "system.health")):
-                shares = [100 * x / b for x, b in zip(rates[name], rates["bare"])]
-                print(f"{label:>14}: {spread(rates[name])} req/s, {spread(shares)} % of bare (same round)")
+            measure_rates(server, ceiling, args.repeat, args.duration)
+        if args.rates_only:
+            return
         figures = asyncio.run(trees(server.url, args.repeat))
         for name, values in figures.items():
             values.sort()
@@ -299,6 +292,42 @@ def measure_server(args: argparse.Namespace, database_url: str | None) -> None:
         if ceiling is not None:
             ceiling.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+# What each rate is measured on: (label, which server, path, body).
+RATES = (("bare", "ceiling", "/", {"jsonrpc": "2.0", "id": 1, "method": "x"}),
+         ("tasks.get", "server", "/tasks", {"jsonrpc": "2.0", "id": 1, "method": "tasks.get",
+                                            "params": {"task_id": "seed"}}),
+         ("system.health", "server", "/system", {"jsonrpc": "2.0", "id": 1, "method": "system.health"}))
+
+
+def measure_rates(server: Server, ceiling: Server, repeat: int, duration: int) -> None:
+    """wrk against the bare endpoint and ours in turn, `repeat` rounds (a noisy moment hits every
+    figure): requests a second, their share of the bare endpoint's in the same round, and the
+    server's CPU a request (user + system, from /proc: what a busy machine inflates least)."""
+    rates: dict[str, list[float]] = {label: [] for label, *_ in RATES}
+    cpu: dict[str, list[float]] = {label: [] for label, *_ in RATES}
+    print(f"load average at the start: {os.getloadavg()[0]:.1f}")
+    for _ in range(repeat):
+        for label, which, path, body in RATES:
+            target = ceiling if which == "ceiling" else server
+            before = _cpu_seconds(target.proc.pid)
+            rate = wrk(target.url + path, body, duration)
+            rates[label].append(rate)
+            cpu[label].append((_cpu_seconds(target.proc.pid) - before) * 1e6 / (rate * duration))
+    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+    print(f"{'bare Starlette':>14}: {spread(rates['bare'])} req/s, CPU {spread(cpu['bare'])} us a request")
+    for label in ("tasks.get", "system.health"):
+        shares = [x / b for x, b in zip(rates[label], rates["bare"])]
+        by_cpu = [b / x for x, b in zip(cpu[label], cpu["bare"])]
+        print(f"{label:>14}: {spread(rates[label])} req/s, {spread(shares, '{:.2f}')} of bare (same round); "
+              f"CPU {spread(cpu[label])} us a request, bare's CPU / ours {spread(by_cpu, '{:.2f}')}")
+
+
+def _cpu_seconds(pid: int) -> float:
+    """A process's user + system CPU seconds so far (/proc/<pid>/stat)."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def _seed(url: str) -> None:
