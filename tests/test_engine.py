@@ -481,6 +481,8 @@ async def test_health_reports_a_database_that_stops_answering(client: Client, mo
         raise OSError("connection refused")
 
     monkeypatch.setattr(repo.connections, "transact", down)
+    if repo.connections.reader is not None:  # SQLite: health's own read on the loop's thread fails too
+        monkeypatch.setattr(repo.connections.reader, "_connection", down)
     monkeypatch.setattr(system, "HEALTH_FRESH_SECONDS", 0.0)
     sick = await client.result("system.health", path="/system")
     assert sick["status"] == "unhealthy" and sick["message"] == "Database unreachable: OSError"
