@@ -488,6 +488,9 @@ class Event(Model, Generic[AnswerT]):
     data: EventData
 
     _responder: Callable[[str, JSON], AnswerT] | None = PrivateAttr(default=None)
+    # Another event of a wait this watch announced already (a progress event published after the
+    # park carries the wait too): `wants_input` is False, so a loop answers each question once.
+    _repeat: bool = PrivateAttr(default=False)
 
     @property
     def tree_id(self) -> str | None:
@@ -512,8 +515,9 @@ class Event(Model, Generic[AnswerT]):
 
     @property
     def wants_input(self) -> bool:
-        """True when this task now waits for an answer: call `respond(value)`."""
-        return self.data.waiting is not None and self.data.waiting.wants_input
+        """True when this task now waits for an answer: call `respond(value)`. One event of a
+        watch says so for each wait (later events of the same wait do not ask again)."""
+        return self.data.waiting is not None and self.data.waiting.wants_input and not self._repeat
 
     def respond(self, value: JSON) -> AnswerT:
         """Answer this task's wait with `value` (tasks.respond). Raises ValueError when the task
@@ -528,7 +532,13 @@ class Event(Model, Generic[AnswerT]):
         """A copy whose `respond` calls `responder` (how the clients hand out their events)."""
         copy = self.model_copy()
         copy._responder = responder
+        copy._repeat = self._repeat
         return copy
+
+    def repeating(self) -> "Event[AnswerT]":
+        """This event marked as another of a wait already announced (client/watch.py)."""
+        self._repeat = True
+        return self
 
 
 # The events of each client's watch, for annotations: `respond` returns a coroutine to await from an

@@ -78,7 +78,8 @@ class WatchState:
             known.status, known.progress, known.waiting = node.status, node.progress, node.waiting
             known.error = node.error or known.error
             if (known.status, known.progress, known.waiting) != before:
-                events.append(_snapshot_event(node))
+                event = _snapshot_event(node)
+                events.append(event.repeating() if _same_question(before[2], known.waiting) else event)
         self.unseen.clear()
         return events, grown
 
@@ -108,7 +109,7 @@ class WatchState:
             task.error = event.data.error
         if event.data.snapshot and not first and (task.status, task.progress, task.waiting) == before:
             return None  # a reconnection's snapshot of what was known already
-        return event
+        return event.repeating() if _same_question(before[2], task.waiting) else event
 
     def settled(self) -> bool:
         if self.unseen:
@@ -139,6 +140,13 @@ class WatchState:
             if target.status not in ((TaskStatus.COMPLETED,) if required else FINISHED):
                 return False
         return True
+
+
+def _same_question(before: Wait | None, now: Wait | None) -> bool:
+    """Whether `now` is the question the watch already announced as `before` (the same wait: its
+    kind and when it began), so that its later events do not ask for a second answer."""
+    return before is not None and now is not None and before.wants_input and now.wants_input \
+        and (before.since, before.prompt) == (now.since, now.prompt)
 
 
 def _snapshot_event(node: TaskTree) -> Event[Any]:

@@ -159,3 +159,31 @@ async def test_a_watch_stopped_early_closes_its_connections(service: Service) ->
         with pytest.raises(StopAsyncIteration):
             await anext(watch)
         await client.respond("early-ask", False)
+
+
+def test_each_question_asks_once_however_many_events_carry_it() -> None:
+    """A progress event published after a park carries the wait too (the pass writes progress after
+    the park): the watch's documented loop (`if event.wants_input: respond`) must answer each
+    question once, and a second question of the same task asks again."""
+    from taskgrove.client.answers import TaskTree
+    from taskgrove.client.watch import WatchState
+
+    tree = TaskTree.model_validate({"id": "q", "name": "q", "status": "in_progress", "task_tree_id": "q"})
+    state = WatchState(tree)
+    asked = {"kind": "input", "prompt": "Ship it?", "since": "2026-11-29T10:00:00+00:00"}
+
+    def message(kind: str, waiting: Any, status: str = "in_progress") -> dict[str, Any]:
+        return {"type": kind, "task_id": "q", "context_id": "q",
+                "data": {"status": status, "progress": 0.0, "waiting": waiting}}
+
+    first = state.apply_message(message("task_status", asked))
+    again = state.apply_message(message("task_progress", asked))
+    assert first is not None and first.wants_input
+    assert again is not None and not again.wants_input and again.waiting is not None
+    assert again.bound(lambda *_: None).wants_input is False  # as the clients hand it out
+    resumed = state.apply_message(message("task_status", None, status="pending"))
+    assert resumed is not None and not resumed.wants_input
+    second = state.apply_message(message("task_status", {**asked, "since": "2026-11-29T10:00:05+00:00"}))
+    assert second is not None and second.wants_input
+    same_prompt_new_wait = state.apply_message(message("task_progress", {**asked, "since": "2026-11-29T10:00:09+00:00"}))
+    assert same_prompt_new_wait is not None and same_prompt_new_wait.wants_input
