@@ -59,6 +59,7 @@ class WatchState:
         self.root_id = tree.id
         self.tasks: dict[str, WatchedTask] = {}
         self.unseen: set[str] = set()
+        self.questions: dict[str, tuple[str | None, str | None]] = {}  # task id -> the question handed out
         self.apply_tree(tree)
         self.unseen = set(self.tasks)  # the first subscription's snapshots decide, not this read
 
@@ -78,8 +79,7 @@ class WatchState:
             known.status, known.progress, known.waiting = node.status, node.progress, node.waiting
             known.error = node.error or known.error
             if (known.status, known.progress, known.waiting) != before:
-                event = _snapshot_event(node)
-                events.append(event.repeating() if _same_question(before[2], known.waiting) else event)
+                events.append(self._asked(_snapshot_event(node)))
         self.unseen.clear()
         return events, grown
 
@@ -109,7 +109,19 @@ class WatchState:
             task.error = event.data.error
         if event.data.snapshot and not first and (task.status, task.progress, task.waiting) == before:
             return None  # a reconnection's snapshot of what was known already
-        return event.repeating() if _same_question(before[2], task.waiting) else event
+        return self._asked(event)
+
+    def _asked(self, event: Event[Any]) -> Event[Any]:
+        """`event`, marked as repeating when this watch already handed out the question it carries
+        (the same wait: when it began and its prompt), so that each question is answered once."""
+        waiting = event.data.waiting
+        if waiting is None or not waiting.wants_input:
+            return event
+        question = (waiting.since, waiting.prompt)
+        if self.questions.get(event.task_id) == question:
+            return event.repeating()
+        self.questions[event.task_id] = question
+        return event
 
     def settled(self) -> bool:
         if self.unseen:
@@ -140,13 +152,6 @@ class WatchState:
             if target.status not in ((TaskStatus.COMPLETED,) if required else FINISHED):
                 return False
         return True
-
-
-def _same_question(before: Wait | None, now: Wait | None) -> bool:
-    """Whether `now` is the question the watch already announced as `before` (the same wait: its
-    kind and when it began), so that its later events do not ask for a second answer."""
-    return before is not None and now is not None and before.wants_input and now.wants_input \
-        and (before.since, before.prompt) == (now.since, now.prompt)
 
 
 def _snapshot_event(node: TaskTree) -> Event[Any]:
