@@ -20,7 +20,6 @@ import shutil
 import statistics
 import subprocess
 import tempfile
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -45,16 +44,7 @@ async def creates(url: str, pid: int, count: int) -> tuple[float, float]:
 
 def server_of(checkout: str | None, database_url: str | None, count: int) -> tuple[float, float]:
     workdir = tempfile.mkdtemp(prefix="taskgrove-one-")
-    saved = os.environ.get("PYTHONPATH")
-    if checkout is not None:
-        Path(workdir, "path").mkdir()
-        Path(workdir, "path", "taskgrove").symlink_to(Path(checkout).resolve())
-        os.environ["PYTHONPATH"] = str(Path(workdir, "path"))
-    try:
-        server, _ = wire.start_taskgrove(workdir, database_url)
-    finally:
-        if checkout is not None:
-            os.environ.pop("PYTHONPATH") if saved is None else os.environ.update(PYTHONPATH=saved)
+    server, _ = wire.start_taskgrove(workdir, database_url, checkout)
     try:
         return asyncio.run(creates(server.url, server.proc.pid, count))
     finally:

@@ -107,16 +107,7 @@ async def taskgrove(url: str, pid: int, method: str, trees: int = 3) -> dict[str
 def ours(database_url: str | None, methods: list[str], checkout: str | None = None) -> dict[str, dict[str, Any]]:
     """Our figures for each method, from this checkout's server or `checkout`'s (see --base)."""
     workdir = tempfile.mkdtemp(prefix="taskgrove-peers-")
-    saved = os.environ.get("PYTHONPATH")
-    if checkout is not None:
-        Path(workdir, "path").mkdir()
-        Path(workdir, "path", "taskgrove").symlink_to(Path(checkout).resolve())
-        os.environ["PYTHONPATH"] = str(Path(workdir, "path"))
-    try:
-        server, _ = wire.start_taskgrove(workdir, database_url)
-    finally:
-        if checkout is not None:
-            os.environ.pop("PYTHONPATH") if saved is None else os.environ.update(PYTHONPATH=saved)
+    server, _ = wire.start_taskgrove(workdir, database_url, checkout)
     try:
         return {method: asyncio.run(taskgrove(server.url, server.proc.pid, method)) for method in methods}
     finally:

@@ -90,9 +90,15 @@ class Server:
             self.proc.kill()
 
 
-def start_taskgrove(workdir: str, database_url: str | None) -> tuple[Server, float]:
+def start_taskgrove(workdir: str, database_url: str | None, checkout: str | None = None) -> tuple[Server, float]:
+    """A `taskgrove serve` of this checkout, or of `checkout` (an older git worktree) run from the
+    same venv with that tree first on PYTHONPATH (the editable install's finder comes after it)."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SERVICE_")}
+    if checkout is not None:
+        Path(workdir, "path").mkdir()
+        Path(workdir, "path", "taskgrove").symlink_to(Path(checkout).resolve())
+        env["PYTHONPATH"] = str(Path(workdir, "path"))
     env.update({"SERVICE_API_HOST": "127.0.0.1", "SERVICE_API_PORT": str(port), "SERVICE_LOG_LEVEL": "warning",
                 "SERVICE_DATABASE_URL": database_url or f"sqlite:///{workdir}/bench.db",
                 # wrk is one client sending as fast as it can: the per-user request rate (a policy,

@@ -34,8 +34,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import asyncpg
@@ -107,16 +106,6 @@ class ReadPool:
         self._opened: set[asyncpg.Connection] = set()
         self._opening = 0
         self._waiters: deque[asyncio.Future[asyncpg.Connection | None]] = deque()
-
-    @asynccontextmanager
-    async def connection(self) -> AsyncIterator[asyncpg.Connection]:
-        conn = await self._take()
-        try:
-            yield conn
-        except BaseException as exc:
-            self._give_back(conn, usable=_still_usable(conn, exc))
-            raise
-        self._give_back(conn, usable=True)
 
     async def run(self, sql: str, operation: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
         """`operation(conn)` (one statement, `sql`) on a lent connection.

@@ -10,13 +10,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import update
 
 from taskgrove.storage import executions, tree_insert
 from taskgrove.storage.attempts import Attempt
-from taskgrove.storage.models import task_attempts_table
 from tests.conftest import Client
-from tests.test_engine_speed_rules import LATER, OWNER, STAMP, UNTIL, _done, _row, _unprefixed
+from tests.test_engine_speed_rules import LATER, OWNER, STAMP, UNTIL, _done, _row, _stored, _unprefixed
 
 # What the memory of the run predicts for b (never claimed yet): epoch 1, attempt 1. Each case
 # makes the database hold something else first, or nothing else.
@@ -51,12 +50,7 @@ def _scenario(prefix: str, case: dict[str, Any] | None, together: bool) -> Calla
         else:
             claimed = executions.claim(c, [p + "c", p + "b"], OWNER, UNTIL, LATER)
             answer = (executions.fenced_writes(c, later, OWNER, history), claimed, {})
-        tasks = [{k: v for k, v in dict(r._mapping).items() if k != "execution_id"}
-                 for r in c.execute(executions.T.select().where(executions.T.c.task_tree_id == p + "a")
-                                    .order_by(executions.T.c.id))]
-        attempts = [dict(r._mapping) | {"id": None} for r in c.execute(
-            select(task_attempts_table).where(task_attempts_table.c.task_id.like(p + "%"))
-            .order_by(task_attempts_table.c.task_id))]
+        tasks, attempts = _stored(c, p)
         assert execution is not None
         writes_of_b = sum(1 for s in statements if s.lstrip().startswith("UPDATE tasks") and f"'{p}b'" in s)
         return _unprefixed([answer[0], answer[1], tasks, attempts], p), writes_of_b

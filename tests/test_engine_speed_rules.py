@@ -137,16 +137,23 @@ def _pass_of_tree(prefix: str, together: bool) -> Callable[[Any], Any]:
                      [(execution["id"], execution["updated_at"])],
                      {p + "x": Attempt(p + "x", 1, STAMP, STAMP, LATER, "failed", "boom"),
                       p + "b": Attempt(p + "b", 1, LATER, LATER, LATER, "completed", None)})
-        tasks = [{k: v for k, v in dict(r._mapping).items() if k != "execution_id"}
-                 for r in c.execute(executions.T.select().where(executions.T.c.task_tree_id == p + "a")
-                                    .order_by(executions.T.c.id))]
-        attempts = [dict(r._mapping) | {"id": None} for r in c.execute(
-            select(task_attempts_table).where(task_attempts_table.c.task_id.like(p + "%"))
-            .order_by(task_attempts_table.c.task_id))]
+        tasks, attempts = _stored(c, p)
         answers = (first[0], first[1], second[0], second[1], list(second[2].values()))
         return _unprefixed([answers, tasks, attempts], p)
 
     return scenario
+
+
+def _stored(c: Any, p: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The tree `p`a's task rows (their execution's id left out) and the history rows of its tasks,
+    in a stable order: what two ways of writing the same pass must leave alike."""
+    tasks = [{k: v for k, v in dict(r._mapping).items() if k != "execution_id"}
+             for r in c.execute(executions.T.select().where(executions.T.c.task_tree_id == p + "a")
+                                .order_by(executions.T.c.id))]
+    attempts = [dict(r._mapping) | {"id": None} for r in c.execute(
+        select(task_attempts_table).where(task_attempts_table.c.task_id.like(p + "%"))
+        .order_by(task_attempts_table.c.task_id))]
+    return tasks, attempts
 
 
 def _unprefixed(value: Any, prefix: str) -> Any:

@@ -367,8 +367,10 @@ async def test_a_pooled_connection_the_server_dropped_does_not_fail_the_next_cre
     import asyncio
 
     pool = client.services.repo.connections.pg._reads()
-    async with pool.connection() as conn:
-        pid = conn.get_server_pid()
+    async def server_pid(conn: Any) -> int:
+        return conn.get_server_pid()
+
+    pid = await pool.run("", server_pid)
     await terminate_backend(pid)
     await asyncio.sleep(0.3)
     root = await client.result("tasks.create", [{"id": "after-drop", "name": "after"}])

@@ -33,8 +33,8 @@ async def pool() -> AsyncIterator[tuple[ReadPool, list[asyncpg.Connection]]]:
 
 
 async def backend_of(reads: ReadPool, sleep: float = 0.0) -> int:
-    async with reads.connection() as conn:
-        return await conn.fetchval("SELECT pg_backend_pid() FROM pg_sleep($1)", sleep)
+    sql = "SELECT pg_backend_pid() FROM pg_sleep($1)"
+    return await reads.run(sql, lambda conn: conn.fetchval(sql, sleep))
 
 
 async def test_many_callers_share_at_most_size_connections_one_caller_each(pool: tuple[ReadPool, list]) -> None:
@@ -43,8 +43,8 @@ async def test_many_callers_share_at_most_size_connections_one_caller_each(pool:
     most = 0
 
     async def use(n: int) -> int:
-        nonlocal most
-        async with reads.connection() as conn:
+        async def select(conn: asyncpg.Connection) -> int:
+            nonlocal most
             assert id(conn) not in lent, "a connection lent to two callers at once"
             lent.add(id(conn))
             most = max(most, len(lent))
@@ -52,6 +52,8 @@ async def test_many_callers_share_at_most_size_connections_one_caller_each(pool:
                 return await conn.fetchval("SELECT $1::int FROM pg_sleep(0.02)", n)
             finally:
                 lent.discard(id(conn))
+
+        return await reads.run("SELECT $1::int FROM pg_sleep(0.02)", select)
 
     assert await asyncio.gather(*(use(n) for n in range(30))) == list(range(30))
     assert len(opened) == 3 and most == 3
@@ -62,13 +64,14 @@ async def test_a_statement_error_keeps_the_connection_anything_else_drops_it(poo
     reads, opened = pool
     first = await backend_of(reads)
     with pytest.raises(asyncpg.DivisionByZeroError):
-        async with reads.connection() as conn:
-            await conn.fetchval("SELECT 1 / 0")
+        await reads.run("SELECT 1 / 0", lambda conn: conn.fetchval("SELECT 1 / 0"))
     assert await backend_of(reads) == first and len(opened) == 1
 
+    async def failing(_conn: asyncpg.Connection) -> None:
+        raise RuntimeError("the caller failed while holding it")
+
     with pytest.raises(RuntimeError):
-        async with reads.connection() as conn:
-            raise RuntimeError("the caller failed while holding it")
+        await reads.run("", failing)
     assert opened[0].is_closed()
     assert await backend_of(reads) != first and len(opened) == 2
 
@@ -77,8 +80,8 @@ async def test_a_statement_cancelled_midway_never_answers_the_next_caller(pool: 
     reads, opened = pool
 
     async def slow() -> None:
-        async with reads.connection() as conn:
-            await conn.fetchval("SELECT 'stale' FROM pg_sleep(5)")
+        sql = "SELECT 'stale' FROM pg_sleep(5)"
+        await reads.run(sql, lambda conn: conn.fetchval(sql))
 
     task = asyncio.create_task(slow())
     await asyncio.sleep(0.2)
@@ -86,8 +89,7 @@ async def test_a_statement_cancelled_midway_never_answers_the_next_caller(pool: 
     with pytest.raises(asyncio.CancelledError):
         await task
     assert opened[0].is_closed()
-    async with reads.connection() as conn:
-        assert await conn.fetchval("SELECT 'fresh'") == "fresh"
+    assert await reads.run("SELECT 'fresh'", lambda conn: conn.fetchval("SELECT 'fresh'")) == "fresh"
     assert len(opened) == 2
 
 
@@ -159,12 +161,17 @@ async def test_a_place_handed_to_a_caller_cancelled_meanwhile_goes_to_the_next(p
     place and is cancelled before it runs again; the second must get the place, not wait for ever."""
     reads, _ = pool
     small = ReadPool(reads._connect, 1)
+    waiters: list[asyncio.Task[int]] = []
+
+    async def holding(_conn: asyncpg.Connection) -> None:
+        waiters.extend([asyncio.create_task(backend_of(small)), asyncio.create_task(backend_of(small))])
+        await asyncio.sleep(0.05)  # both wait for the one place
+        raise RuntimeError("dropped: its state unknown")
+
     try:
         with pytest.raises(RuntimeError):
-            async with small.connection():
-                first, second = asyncio.create_task(backend_of(small)), asyncio.create_task(backend_of(small))
-                await asyncio.sleep(0.05)  # both wait for the one place
-                raise RuntimeError("dropped: its state unknown")
+            await small.run("", holding)
+        first, second = waiters
         first.cancel()  # no await since the drop: `first` holds the place and has not run
         assert await asyncio.wait_for(second, EVENT_WAIT) > 0
         with pytest.raises(asyncio.CancelledError):

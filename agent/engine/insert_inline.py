@@ -9,9 +9,8 @@ first attempt and the claim's epoch, its history row, its execution ended (stora
 answer's read: on PostgreSQL two round trips and one commit instead of three and two.
 
 Nothing is published before that commit; afterwards the attempt begins and ends in memory as the
-pass's inline completion does it (Attempts.begin, then the pass loop's own recording and
-publishing of the outcome), and the run ends as a pass ends it (RunKeeper.ended): the same
-events, metrics and history. Anything else keeps the pass's path: a tree of several tasks, a
+pass's inline completion does it (PassLoop.complete_inline), and the run ends as a pass ends it
+(RunKeeper.ended): the same events, metrics and history. Anything else keeps the pass's path: a tree of several tasks, a
 task with dependencies, a retry policy, a timeout, a concurrency key or a rate, one scheduled for
 later, an executor that is not pure (or not decided at once), or no slot free for it now
 (the slots a pass would have left: PassLoop.reserve_for_insert's rule).
@@ -23,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol, Sized
 
 from taskgrove.agent.engine import inline
-from taskgrove.agent.engine.live_attempts import Attempts, LiveAttempt
+from taskgrove.agent.engine.live_attempts import Attempts
 from taskgrove.agent.engine.tree_run import PENDING, TreeRun
 from taskgrove.storage import tree_insert
 
@@ -40,9 +39,8 @@ class InlineHooks(Protocol):
     @property
     def ready(self) -> Sized: ...
 
-    def _record(self, outcome: dict[str, Any]) -> LiveAttempt | None: ...
-
-    def _publish_outcome(self, running: LiveAttempt, outcome: dict[str, Any]) -> None: ...
+    def complete_inline(self, tid: str, run: TreeRun, stamp: str, claim: Mapping[str, Any],
+                        values: Mapping[str, Any]) -> None: ...
 
 
 def decide(passes: InlineHooks, attempts: Attempts, rows: list[dict[str, Any]], stamp: str,
@@ -76,10 +74,10 @@ def done(item: inline.InlineTask) -> dict[str, tree_insert.Done]:
     return {item.task_id: tree_insert.Done(item.values, item.row)}
 
 
-def completed(passes: InlineHooks, attempts: Attempts, item: inline.InlineTask, execution: Mapping[str, Any],
+def completed(passes: InlineHooks, item: inline.InlineTask, execution: Mapping[str, Any],
               call: Mapping[str, Any]) -> TreeRun:
     """After the insert's commit: the run of the tree in memory, its attempt begun and ended, as a
-    pass's inline completion leaves them (PassLoop._complete_inline); the caller ends the run."""
+    pass's inline completion leaves them (PassLoop.complete_inline); the caller ends the run."""
     tid, run = item.task_id, item.run
     run.rows[tid]["execution_id"] = execution["id"]
     run.execution_id, run.version = execution["id"], execution["updated_at"]
@@ -87,11 +85,6 @@ def completed(passes: InlineHooks, attempts: Attempts, item: inline.InlineTask, 
     run.calls[tid] = dict(call)
     run.add([tid])
     run.take([tid])
-    stamp = item.values["completed_at"]
-    attempts.begin(tid, run, stamp, {"lease_epoch": item.epoch, "attempt": item.attempt,
-                                        "checkpoint": run.rows[tid].get("checkpoint")})
-    outcome = {"id": tid, "values": item.values}
-    running = passes._record(outcome)
-    if running is not None:
-        passes._publish_outcome(running, outcome)
+    claim = {"lease_epoch": item.epoch, "attempt": item.attempt, "checkpoint": run.rows[tid].get("checkpoint")}
+    passes.complete_inline(tid, run, item.values["completed_at"], claim, item.values)
     return run

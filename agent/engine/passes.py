@@ -278,11 +278,18 @@ class PassLoop:
             elif tid not in batch.accepted:
                 self.attempts.start(tid, run, batch.stamp, claim)
             else:
-                outcome = {"id": tid, "values": item.values}
-                self.attempts.begin(tid, run, batch.stamp, claim)
-                running = self._record(outcome)
-                if running is not None:
-                    self._publish_outcome(running, outcome)
+                self.complete_inline(tid, run, batch.stamp, claim, item.values)
+
+    def complete_inline(self, tid: str, run: TreeRun, stamp: str, claim: Mapping[str, Any],
+                        values: Mapping[str, Any]) -> None:
+        """A pure task whose outcome is stored (by a pass, or by its tree's insert:
+        engine/insert_inline.py): its attempt begins and ends in memory, recorded and published
+        as the durable path records and publishes an outcome."""
+        outcome = {"id": tid, "values": values}
+        self.attempts.begin(tid, run, stamp, claim)
+        running = self._record(outcome)
+        if running is not None:
+            self._publish_outcome(running, outcome)
 
     def _start_limited(self, batch: _Pass) -> None:
         stale = batch.stale

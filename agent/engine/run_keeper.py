@@ -199,7 +199,7 @@ class RunKeeper:
                                                 stamp, quota, tracing.stored_traceparent(call.get("traceparent")),
                                                 (), inline=may_use_loop_thread(len(rows)),
                                                 done=insert_inline.done(pure))
-        run = insert_inline.completed(self.passes, self.attempts, pure, execution, call)
+        run = insert_inline.completed(self.passes, pure, execution, call)
         self.ended(run, execution["final_status"])
         return run
 
