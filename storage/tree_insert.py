@@ -1,7 +1,8 @@
 """A new tree stored with its execution, atomically: `insert_tree` (and its parts, which the
 repository sends on its own PostgreSQL connection), the owner's quota counted in the same call,
-and the tasks that may start at once stored already claimed (`claimed_at_insert`), or a pure task
-stored already completed (`completed_at_insert`, with its history row and its execution ended).
+and the tasks that may start at once stored already claimed (`claimed_at_insert`), or a tree of
+pure tasks stored already completed (`completed_at_insert`, with their history rows and its
+execution ended).
 
 On SQLite the execution's row and the tasks go out on the driver's own connection (executemany);
 on PostgreSQL one statement (statements.insert_tree) stores both, and with a quota counts the
@@ -40,7 +41,7 @@ class Quota(NamedTuple):
 
 class Done(NamedTuple):
     """A task of a new tree stored already completed: the outcome decided before the insert
-    (agent/engine/insert_inline.py: a pure task) and the history row of its one attempt."""
+    (agent/engine/insert_inline.py: a tree of pure tasks) and the history row of its one attempt."""
 
     values: Mapping[str, Any]
     history: Attempt
@@ -97,7 +98,8 @@ def new_tree(rows: Sequence[Mapping[str, Any]], user_id: str | None, owner: str,
              claims: Collection[str] = (), done: Mapping[str, Done] | None = None) -> tuple[Row, list[Row]]:
     """What insert_tree stores: the new execution (with its "claimed" tokens, and the "history"
     rows of the tasks `done`) and the full rows. When every task is done, the execution is
-    stored ended, completed (what statements.END_EXECUTION would make of it at `stamp`)."""
+    stored ended, completed (what statements.END_EXECUTION would make of it when the last of
+    them completed), and holds the full rows under "stored"."""
     root = rows[0]
     execution = new_execution(root["task_tree_id"], root["id"], user_id, owner, until, stamp, webhook, traceparent)
     full = [with_defaults({**row, "execution_id": execution["id"]} if row["status"] == TaskStatus.PENDING else row)
@@ -106,12 +108,14 @@ def new_tree(rows: Sequence[Mapping[str, Any]], user_id: str | None, owner: str,
         full = [claimed_at_insert(row, owner, until, stamp) if row["id"] in claims else row for row in full]
         execution["claimed"] = {row["id"]: token_of(row) for row in full if row["id"] in claims}
     if done:
-        full = [completed_at_insert(row, done[row["id"]].values, stamp) if row["id"] in done else row
-                for row in full]
+        full = [completed_at_insert(row, done[row["id"]]) if row["id"] in done else row for row in full]
         execution["history"] = [done[row["id"]].history for row in full if row["id"] in done]
         if all(row["id"] in done for row in full):
-            execution.update(status="ended", final_status=TaskStatus.COMPLETED.value, ended_at=stamp,
-                             lease_expires_at=None)
+            execution.update(status="ended", final_status=TaskStatus.COMPLETED.value, lease_expires_at=None,
+                             ended_at=max(item.values["completed_at"] for item in done.values()))
+            # The tree as stored, which nothing but a later request changes: the create answers
+            # with it instead of reading it back (agent/engine/insert_inline.py stored_rows).
+            execution["stored"] = full
     return execution, full
 
 
@@ -133,15 +137,18 @@ def claimed_at_insert(row: Mapping[str, Any], owner: str, until: str, stamp: str
             "attempt": row["attempt"] + 1}
 
 
-def completed_at_insert(row: Mapping[str, Any], values: Mapping[str, Any], stamp: str) -> Row:
-    """A new task's full row as a claim at `stamp` and the fenced write of its outcome `values`
-    (a pure task's, engine/inline.py) leave it in one pass: started and completed at once, its
-    first attempt, the claim's epoch, no lease. Only for a pending task without dependencies,
-    retry or wait of a tree being inserted with its execution."""
-    assert row["status"] == TaskStatus.PENDING and not row["dependencies"] and row["next_attempt_at"] is None
+def completed_at_insert(row: Mapping[str, Any], done: Done) -> Row:
+    """A new task's full row as a claim and the fenced write of its outcome (a pure task's,
+    engine/inline.py) leave it in one pass: started and completed at once (at its history row's
+    start), its first attempt, the claim's epoch, no lease. Only for a pending task without retry
+    or wait of a tree being inserted with its execution, whose dependencies (if any) are tasks of
+    the same tree stored completed no later (engine/insert_inline.py)."""
+    values = done.values
+    assert row["status"] == TaskStatus.PENDING and row["next_attempt_at"] is None
     assert values["status"] == TaskStatus.COMPLETED
-    return {**row, "started_at": stamp, "next_attempt_at": None, "lease_epoch": row["lease_epoch"] + 1,
-            "attempt": row["attempt"] + 1, **values, "lease_owner": None, "lease_expires_at": None}
+    return {**row, "started_at": done.history.started_at, "next_attempt_at": None,
+            "lease_epoch": row["lease_epoch"] + 1, "attempt": row["attempt"] + 1, **values, "lease_owner": None,
+            "lease_expires_at": None}
 
 
 def token_of(row: Mapping[str, Any]) -> Row:

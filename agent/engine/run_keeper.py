@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from taskgrove.agent.foundations import tracing
 from taskgrove.agent.engine.live_attempts import Attempts
-from taskgrove.agent.engine import inline, insert_inline
+from taskgrove.agent.engine import insert_inline
 from taskgrove.agent.engine.background import Background
 from taskgrove.agent.engine.bus import FINAL, TASK_CANCELLED
 from taskgrove.agent.engine.publish import Publisher
@@ -173,13 +173,14 @@ class RunKeeper:
 
         A create cut off by a crash therefore leaves either nothing or a tree whose execution the
         next instance continues. Raises IntegrityError when an id is taken, OverQuota when the
-        owner's `quota` has no room (nothing stored either way). A one-task tree whose task is
-        pure is stored completed instead, its execution ended (engine/insert_inline.py).
+        owner's `quota` has no room (nothing stored either way). A tree whose every task is pure
+        is stored completed instead, its execution ended (engine/insert_inline.py): the run
+        returned is then an insert_inline.CompletedRun, with the rows as stored.
         """
         stamp = now_iso()
         pure = insert_inline.decide(self.passes, self.attempts, rows, stamp)
         if pure is not None:
-            return await self._insert_completed(pure, rows, call, quota, stamp)
+            return await self._insert_completed(pure, rows, call, quota)
         # Its first runnable tasks are claimed with the insert when a slot is free for them anyway.
         claims = self.passes.reserve_for_insert(rows)
         try:
@@ -191,12 +192,13 @@ class RunKeeper:
         finally:
             self.passes.release(claims)  # started by now (rebuild), or never stored
 
-    async def _insert_completed(self, pure: inline.InlineTask, rows: list[dict[str, Any]], call: Mapping[str, Any],
-                                quota: tree_insert.Quota | None, stamp: str) -> TreeRun:
-        """create_and_execute of a tree stored completed: once its insert committed, its attempt
-        and its run end in memory as a pass's would (nothing is published before the commit)."""
+    async def _insert_completed(self, pure: insert_inline.PureTree, rows: list[dict[str, Any]],
+                                call: Mapping[str, Any], quota: tree_insert.Quota | None) -> TreeRun:
+        """create_and_execute of a tree stored completed (at the stamp its outcomes were decided
+        at): once its insert committed, its attempts and its run end in memory as the passes'
+        would (nothing is published before the commit)."""
         execution = await self.repo.insert_tree(rows, call.get("user_id"), self.instance_id, self.lease_until(),
-                                                stamp, quota, tracing.stored_traceparent(call.get("traceparent")),
+                                                pure.stamp, quota, tracing.stored_traceparent(call.get("traceparent")),
                                                 (), inline=may_use_loop_thread(len(rows)),
                                                 done=insert_inline.done(pure))
         run = insert_inline.completed(self.passes, pure, execution, call)

@@ -18,6 +18,7 @@ from sqlalchemy.exc import IntegrityError
 from taskgrove.agent.foundations import cursor
 from taskgrove.agent.services.admission import Admission
 from taskgrove.agent.foundations.auth import Caller
+from taskgrove.agent.engine import insert_inline
 from taskgrove.agent.engine.engine import AlreadyRunning, Engine
 from taskgrove.agent.engine.retry_policy import PolicyError, RetryPolicy, stored_policy
 from taskgrove.agent.foundations.errors import (INVALID_PARAMS, QuotaExceeded, RpcError, invalid_params, permission_denied,
@@ -189,7 +190,9 @@ class TaskService:
 
     async def create(self, request: NewTree, ctx: CallContext) -> dict[str, Any]:
         """tasks.create: store the tree and its execution in one transaction, execute it, answer
-        the tree once it finished, or waits for an answer (docs/waits.md), or the wait timed out."""
+        the tree once it finished, or waits for an answer (docs/waits.md), or the wait timed out.
+        A tree stored completed by its insert (every task pure, engine/insert_inline.py) is
+        answered from the rows the insert stored, as a read right after it would find them."""
         rows = self.prepare(request, ctx.caller, values_checked=ctx.values_checked)
         root_id = rows[0]["id"]
         if rows[0]["origin_type"] == "archive":  # e.g. an archive made from a clone preview: stored, not run
@@ -198,6 +201,9 @@ class TaskService:
         quota = self.admission.quota_for(ctx.caller, rows[0]["user_id"], _unfinished(rows))
         try:
             run = await self.engine.run_keeper.create_and_execute(rows, ctx.execution_call(), quota)
+            stored = insert_inline.stored_rows(run)
+            if stored is not None:  # stored completed by its insert: the answer is what it stored
+                return task_view.nest(stored, root_id)
         except OverQuota as over:
             if not await self.repo.get_many([root_id]):  # a new tree over the quota
                 raise self.admission.over_quota(over.quota, over.unfinished) from None
