@@ -441,8 +441,9 @@ def new_execution(tree_id: str, task_id: str, user_id: str | None, owner: str, u
 
 def end_execution(c: Connection, execution_id: str, owner: str, version: str, stamp: str) -> str | None:
     """End an execution whose members are all settled (statements.END_EXECUTION); returns its
-    final status, or None when it cannot end now: a member is still in progress, or the
-    execution changed (joined, taken over) since `version`."""
+    final status, or None when it cannot end now: a member is still in progress or may still run
+    (pending, and not held back for good by a dependency: a change the engine had not read yet),
+    or the execution changed (joined, taken over) since `version`."""
     if c.dialect.name == "postgresql":
         return pg_pass(c, (), (), owner, stamp=stamp, ends=[(execution_id, version)])[2].get(execution_id)
     # On the driver's own connection, as the pass's writes and claims are: through exec_driver_sql

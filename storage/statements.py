@@ -244,29 +244,56 @@ _PG_CLAIM = """
 
 
 # --- the end of an execution ---------------------------------------------------------------
+# An execution ends only when no member can still run: none in progress, and none pending that
+# is not held back for good. The engine decides to end from its memory, which a change it has not
+# read yet can contradict (a tasks.update that gave a pending member a dependency while the pass
+# took it for runnable: its claim refused, the pass's end must be refused too, or nobody runs it).
+# A pending member is held back for good when a dependency is pending in the same execution (that
+# one is looked at on its own), or is required and neither completed nor in progress (failed,
+# cancelled, pending outside the execution, missing): what the engine's TreeRun calls blocked.
+# Any other pending member (a retry waiting for its time, a task whose dependencies are met or
+# still running elsewhere) is work the execution still owes; the refused end makes the engine
+# read the database again (engine/passes.py _end_runs, engine/run_keeper.py finish).
+
+_SQLITE_UNSETTLED_MEMBER = """(SELECT 1 FROM tasks AS m WHERE m.execution_id = executions.id
+                          AND ((m.status = 'in_progress') IS TRUE
+                               OR ((m.status = 'pending') IS TRUE AND (m.dependencies = '[]' OR NOT EXISTS (
+                                   SELECT 1 FROM json_each(m.dependencies) AS d
+                                   LEFT JOIN tasks AS x ON x.id = json_extract(d.value, '$.id')
+                                   WHERE (x.status = 'pending' AND x.execution_id = m.execution_id)
+                                      OR (coalesce(json_extract(d.value, '$.required'), 1)
+                                          AND coalesce(x.status, 'missing') NOT IN ('completed', 'in_progress')))))))"""
+
+_PG_UNSETTLED_MEMBER = """(SELECT 1 FROM tasks AS m WHERE m.execution_id = executions.id
+                          AND ((m.status = 'in_progress') IS TRUE
+                               OR ((m.status = 'pending') IS TRUE AND NOT EXISTS (
+                                   SELECT 1 FROM json_array_elements(m.dependencies) AS d
+                                   LEFT JOIN tasks AS x ON x.id = d->>'id'
+                                   WHERE (x.status = 'pending' AND x.execution_id = m.execution_id)
+                                      OR (coalesce((d->>'required')::boolean, true)
+                                          AND coalesce(x.status, 'missing') NOT IN ('completed', 'in_progress'))))))"""
 
 END_EXECUTION = Statement(
-    "End an execution whose members are all settled, if its owner still holds it at the version it saw; "
-    "its final status `completed` only if every member is. Args: execution id, owner, version, stamp.",
-    """
+    "End an execution none of whose members can still run (none in progress, none pending and not held "
+    "back for good), if its owner still holds it at the version it saw; its final status `completed` only "
+    "if every member is. Args: execution id, owner, version, stamp.",
+    f"""
         UPDATE executions SET status = 'ended', ended_at = ?4, lease_expires_at = NULL,
                final_status = CASE WHEN EXISTS (SELECT 1 FROM tasks WHERE tasks.execution_id = executions.id
                                                 AND (tasks.status <> 'completed') IS TRUE)
                                    THEN 'failed' ELSE 'completed' END
         WHERE id = ?1 AND owner = ?2 AND (status = 'running') IS TRUE AND updated_at = ?3
-          AND NOT EXISTS (SELECT 1 FROM tasks WHERE tasks.execution_id = executions.id
-                          AND (tasks.status = 'in_progress') IS TRUE)
+          AND NOT EXISTS {_SQLITE_UNSETTLED_MEMBER}
         RETURNING id, final_status""",
     None)
 
-_PG_END = """
+_PG_END = f"""
         UPDATE executions SET status = 'ended', ended_at = $6, lease_expires_at = NULL,
                final_status = CASE WHEN EXISTS (SELECT 1 FROM tasks WHERE tasks.execution_id = executions.id
                                                 AND (tasks.status <> 'completed') IS TRUE)
                                    THEN 'failed' ELSE 'completed' END
         WHERE id = $7 AND owner = $3 AND (status = 'running') IS TRUE AND updated_at = $8
-          AND NOT EXISTS (SELECT 1 FROM tasks WHERE tasks.execution_id = executions.id
-                          AND (tasks.status = 'in_progress') IS TRUE)
+          AND NOT EXISTS {_PG_UNSETTLED_MEMBER}
         RETURNING id, final_status"""
 
 

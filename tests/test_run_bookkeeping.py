@@ -15,13 +15,13 @@ from taskgrove.agent.engine.tree_run import TreeRun
 
 def verdict(run: TreeRun, tid: str) -> str:
     """The rule (SPEC.md): wait while a dependency is unfinished; blocked when a required one
-    ended other than completed; otherwise ready."""
+    ended other than completed, or any one is blocked here (it never ends); otherwise ready."""
     waiting = False
     for dep in run.rows[tid]["dependencies"]:
         state = run._dep_state(dep["id"])
         if state in ("wait", "in_progress"):
             waiting = True
-        elif dep["required"] and state != "completed":
+        elif (dep["required"] and state != "completed") or state == "blocked":
             return "blocked"
     return "wait" if waiting else "ready"
 

@@ -306,11 +306,14 @@ class PassLoop:
     def _end_runs(self, batch: _Pass) -> None:
         for run in batch.ending:
             status = batch.ended.get(run.execution_id)
-            if status is not None and run.tree_id not in batch.stale:
+            # Ended in the database, also when the pass found the run stale (a write or claim of
+            # it refused): the end is refused while a member may still run (statements.END_EXECUTION),
+            # so nothing is left to re-read, and the run reports `final` instead of being dropped.
+            if status is not None:
                 self.run_keeper.ended(run, status)
                 continue
             run.ending = False
-            if run.execution_id in batch.ended:  # joined meanwhile, or no longer ours
+            if run.execution_id in batch.ended:  # joined meanwhile, a member may still run, or no longer ours
                 batch.stale[run.tree_id] = run
 
     # --- outcomes -------------------------------------------------------------------------

@@ -405,7 +405,7 @@ class RunKeeper:
                 await asyncio.sleep(0.5)
                 self.passes.settle(run)
                 return
-            if status is None:  # joined meanwhile, or no longer ours: look at the database again
+            if status is None:  # joined, a member may still run, or not ours: read the database again
                 run.ending = False
                 self.refresh_later(run.tree_id)
                 return

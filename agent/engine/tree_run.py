@@ -188,7 +188,9 @@ class TreeRun:
                     first_wait = index
                 if not full:
                     break  # nothing failed since the last full check: nothing further can block
-            elif dep["required"] and state != COMPLETED:
+            # A dependency blocked here never ends in this run, so even an optional one holds its
+            # dependent back for good (it must have ended; the claim refuses while it is pending).
+            elif state != COMPLETED and (dep["required"] or state == "blocked"):
                 return "blocked"
         self._settled[tid] = len(deps) if first_wait is None else first_wait
         return "ready" if first_wait is None else "wait"
