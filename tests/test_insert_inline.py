@@ -294,3 +294,14 @@ async def test_the_create_answers_the_rows_it_stored_as_a_read_finds_them(client
         assert json.dumps({k: v for k, v in got.items() if k != "tree_usage"}) == \
             json.dumps({k: v for k, v in node.items() if k != "children"})
     assert answer["result"]["status"] == "completed"
+
+
+async def test_a_tree_larger_than_the_cap_takes_the_passes(client: Client) -> None:
+    passed = inserted_runs(client)
+    kept, insert_inline.MAX_TASKS = insert_inline.MAX_TASKS, 4
+    try:
+        small = await client.result("tasks.create", shape("chain", "s")[:4])
+        large = await client.result("tasks.create", shape("chain", "l"))  # 5 tasks
+    finally:
+        insert_inline.MAX_TASKS = kept
+    assert passed == ["l0"] and small["status"] == large["status"] == "completed"

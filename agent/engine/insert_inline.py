@@ -42,11 +42,12 @@ from taskgrove.agent.engine.live_attempts import Attempts
 from taskgrove.agent.engine.tree_run import COMPLETED, PENDING, TreeRun
 from taskgrove.storage import tree_insert
 
-# The largest tree played in memory before its insert. Deciding a pure task costs about what a
-# pass spends on it, but here all of them run in one go on the event loop's thread, before
-# anything else gets a turn: beyond this, the passes' batches (SERVICE_MAX_CONCURRENCY a pass,
-# other requests served between them) take the tree instead.
-MAX_TASKS = 2_000
+# The largest tree played in memory before its insert. Deciding a pure task costs what a pass
+# spends on it (30-50 us a task on a loaded 2-core machine: 30-50 ms for 1,000 tasks, 60-105 ms
+# for 2,000), but here all of them run in one go on the event loop's thread, before anything
+# else gets a turn: beyond this, the passes' batches (SERVICE_MAX_CONCURRENCY tasks a pass,
+# other requests served between them) take the tree instead. The benchmark's shapes are 1,000.
+MAX_TASKS = 1_000
 
 # What _record (engine/passes.py) copies from an outcome into the run's row.
 _RECORDED = ("status", "progress", "result", "error", "completed_at", "next_attempt_at")
