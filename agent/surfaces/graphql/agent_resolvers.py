@@ -50,9 +50,10 @@ async def agents(info: strawberry.Info, skill: str | None, tag: str | None, heal
     if health is not None:
         params["health"] = health.value
     request = checked(ListAgents.from_params, params)
-    page = await service_call(_service(info).list, request, info.context.call)
-    budget.spend(len(page["agents"]))
-    return AgentPage.from_wire(page)
+    async with budget.turn():  # one list of the request at a time (list_budget.py says why)
+        page = await service_call(_service(info).list, request, info.context.call)
+        budget.spend(len(page["agents"]))
+        return AgentPage.from_wire(page)
 
 
 async def agent(info: strawberry.Info, name: str | None, agent_id: str | None) -> AgentType | None:

@@ -75,9 +75,10 @@ async def tasks(info: strawberry.Info, status: TaskStatusEnum | None, limit: int
     budget = budget_of(info)
     budget.check(limit if isinstance(limit, int) and limit > 0 else 100)  # before reading: what is asked
     request = checked(ListTasks.page, status.value if status is not None else None, limit, offset)
-    found = await service_call(ctx.services.tasks.list, request, ctx.call)
-    budget.spend(len(found))
-    return [TaskType.from_wire(t) for t in found]  # type: ignore[arg-type]  # no cursor asked: a plain list
+    async with budget.turn():  # one list of the request at a time: others are served in between
+        found = await service_call(ctx.services.tasks.list, request, ctx.call)
+        budget.spend(len(found))
+        return [TaskType.from_wire(t) for t in found]  # type: ignore[arg-type]  # no cursor asked: a plain list
 
 
 async def task_children(info: strawberry.Info, parent_id: str | None) -> list[TaskType]:
