@@ -190,11 +190,17 @@ def main() -> None:
     parser.add_argument("--postgres", help="a PostgreSQL server URL (a scratch database is made on it)")
     parser.add_argument("--vacuum-every", type=float, default=60,
                         help="PostgreSQL: seconds between VACUUM ANALYZE runs standing in for autovacuum (0: none)")
+    parser.add_argument("--database", help="a store to soak as it is (e.g. one filled by bench/volume.py fill) "
+                        "instead of a fresh one: does a large table wear an operation down?")
+    parser.add_argument("--checkout", help="an older checkout's server (bench/wire.py start_taskgrove)")
     args = parser.parse_args()
-    with fresh_postgres(args.postgres) as database_url:
-        server, _ = wire.start_taskgrove(tempfile.mkdtemp(prefix="taskgrove-soak-"), database_url)
+    with fresh_postgres(None if args.database else args.postgres) as fresh_url:
+        database_url = args.database or fresh_url
+        server, _ = wire.start_taskgrove(tempfile.mkdtemp(prefix="taskgrove-soak-"), database_url, args.checkout)
         try:
-            asyncio.run(soak(server, args.minutes, args.clients, database_url, args.vacuum_every))
+            asyncio.run(soak(server, args.minutes, args.clients,
+                             database_url if database_url and database_url.startswith("postgres") else None,
+                             args.vacuum_every))
         finally:
             server.stop()
 
