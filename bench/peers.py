@@ -6,7 +6,10 @@ run by the Python of a separate venv that has `dbos`; none of its code lives her
 tasks as fan-out, chain and diamond, medians of 3), and the floor (bench/floor.py: the bare SQL of
 a chain link). It prints one JSON line per backend and the ratios:
 
-- peer / taskgrove for each shape (above 1: taskgrove is faster);
+- peer / taskgrove for each shape (above 1: taskgrove is faster); the one task twice, with httpx
+  and with a lean HTTP/1.1 client (bench/lean_http.py), taking turns, each beside a bare Starlette
+  endpoint on the same uvicorn measured with the same client: httpx alone costs about 0.5 ms a
+  request, more than the server's work for one task, where the peer is a function call;
 - taskgrove chain / the floor's 1000 links; the server's CPU a link / the floor's CPU a link
   (SQLite: the bare SQL runs in the floor's process, so its CPU is the SQL's);
 - per-step overhead p50 and p99: a chain step's interval (completed_at of link n minus that of
@@ -45,6 +48,7 @@ import httpx
 
 import floor  # bench/floor.py, beside this script
 import wire  # bench/wire.py
+from lean_http import LeanHttp  # bench/lean_http.py
 from cpu import cpu_seconds, postgres_seconds  # bench/cpu.py
 from run import fresh_postgres  # bench/run.py
 
@@ -78,14 +82,53 @@ async def step_intervals(http: httpx.AsyncClient, root_id: str) -> list[float]:
     return [b - a for a, b in zip(done, done[1:])]
 
 
+async def create_lean(lean: LeanHttp, tasks: list[dict[str, Any]]) -> float:
+    """wire.create with the lean client (bench/lean_http.py)."""
+    started = time.perf_counter()
+    answer = await lean.post("/tasks", {"jsonrpc": "2.0", "id": 1, "method": "tasks.create", "params": tasks})
+    took = time.perf_counter() - started
+    if "error" in answer or answer["result"]["status"] != "completed":
+        raise RuntimeError(f"tree did not complete: {str(answer)[:300]}")
+    return took
+
+
+async def one_tasks(http: httpx.AsyncClient, lean: LeanHttp, method: str, count: int = 200) -> dict[str, float]:
+    """p50 of `count` one-task creates with httpx and with the lean client, taking turns."""
+    for _ in range(20):
+        await wire.create(http, with_method([{"name": "warm"}], method))
+        await create_lean(lean, with_method([{"name": "warm"}], method))
+    by_httpx, by_lean = [], []
+    for _ in range(count):
+        by_httpx.append(await wire.create(http, with_method([{"name": "one"}], method)))
+        by_lean.append(await create_lean(lean, with_method([{"name": "one"}], method)))
+    return {"one_task_p50_ms": round(statistics.median(by_httpx) * 1000, 3),
+            "one_task_lean_p50_ms": round(statistics.median(by_lean) * 1000, 3)}
+
+
+async def ceiling(url: str, count: int = 200) -> dict[str, float]:
+    """p50 of a JSON POST to the bare Starlette endpoint with each client: what the client and
+    uvicorn cost before any work of ours."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": "x"}
+    by_httpx, by_lean = [], []
+    async with httpx.AsyncClient(base_url=url) as http, LeanHttp(url) as lean:
+        for i in range(count + 20):
+            started = time.perf_counter()
+            (await http.post("/", json=body)).json()
+            middle = time.perf_counter()
+            await lean.post("/", body)
+            if i >= 20:
+                by_httpx.append(middle - started)
+                by_lean.append(time.perf_counter() - middle)
+    return {"ceiling_httpx_p50_ms": round(statistics.median(by_httpx) * 1000, 3),
+            "ceiling_lean_p50_ms": round(statistics.median(by_lean) * 1000, 3)}
+
+
 async def taskgrove(url: str, pid: int, method: str, trees: int = 3) -> dict[str, Any]:
     """Our side of the peer script's shapes over HTTP, with CPU and per-step times of the chains."""
     out: dict[str, Any] = {}
     async with httpx.AsyncClient(base_url=url, timeout=300) as http:
-        for _ in range(20):
-            await wire.create(http, with_method([{"name": "warm"}], method))
-        singles = [await wire.create(http, with_method([{"name": "one"}], method)) for _ in range(200)]
-        out["one_task_p50_ms"] = round(statistics.median(singles) * 1000, 3)
+        async with LeanHttp(url) as lean:
+            out.update(await one_tasks(http, lean, method))
         for name, make in SHAPES:
             took, steps = [], []
             cpu, pg_cpu = cpu_seconds(pid), postgres_seconds()
@@ -108,15 +151,20 @@ def ours(database_url: str | None, methods: list[str], checkout: str | None = No
     """Our figures for each method, from this checkout's server or `checkout`'s (see --base)."""
     workdir = tempfile.mkdtemp(prefix="taskgrove-peers-")
     server, _ = wire.start_taskgrove(workdir, database_url, checkout)
+    bare = wire.start_ceiling(workdir)
     try:
-        return {method: asyncio.run(taskgrove(server.url, server.proc.pid, method)) for method in methods}
+        edge = asyncio.run(ceiling(bare.url))
+        return {method: {**asyncio.run(taskgrove(server.url, server.proc.pid, method)), **edge} for method in methods}
     finally:
+        bare.stop()
         server.stop()
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def ratios(dbos: dict[str, float], tg: dict[str, Any], bare: dict[str, Any]) -> dict[str, float]:
+def ratios(dbos: dict[str, float], tg: dict[str, Any], bare: dict[str, Any]) -> dict[str, Any]:
     out = {f"dbos/taskgrove {key}": round(dbos[key] / tg[key], 2) for key in dbos if key in tg}
+    out["dbos/taskgrove one task, lean client"] = round(dbos["one_task_p50_ms"] / tg["one_task_lean_p50_ms"], 2)
+    out["bare Starlette p50 ms, httpx / lean client"] = f"{tg['ceiling_httpx_p50_ms']} / {tg['ceiling_lean_p50_ms']}"
     out["chain / floor (1000 bare links)"] = round(tg["chain_1000_ms"] / bare["chain_1000_ms"], 2)
     out["server CPU a link / floor CPU a link"] = round(tg["chain_server_cpu_a_link_us"] / bare["cpu_a_link_us"], 2)
     if bare["postgres_cpu_a_link_us"] > 0:

@@ -6,6 +6,12 @@ client holds a WebSocket that subscribes to a recent tree, reads for two seconds
 Every minute prints the create p50, operations a second, failures and the server's RSS; the end
 prints each minute against the first (the issue's bar: p50 and throughput within 10 %).
 
+This two-core machine's own speed moves by 20-40 % within minutes, so a minute can miss the bar
+with nothing worn. Two figures tell the machine from wear: a probe (a separate process that runs
+the same pure-Python work every second; the CPU time it takes is the machine's speed, which load
+from the soak does not change), and the trend: the median of the last five full minutes against
+the first five (wear grows; a burst of the machine comes and goes).
+
     .venv/bin/python bench/soak.py --minutes 30
     .venv/bin/python bench/soak.py --minutes 30 --postgres postgresql://postgres@127.0.0.1:5432/test
 """
@@ -17,6 +23,7 @@ import asyncio
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 import uuid
@@ -115,9 +122,37 @@ async def vacuum(database_url: str | None, every: float, until: float) -> None:
             await conn.close()
 
 
+# The probe: fixed pure-Python work once a second, printing (monotonic time, CPU ms it took).
+PROBE = """
+import time
+while True:
+    began = time.process_time()
+    sum(i * i for i in range(100_000))
+    print(time.monotonic(), (time.process_time() - began) * 1000, flush=True)
+    time.sleep(1)
+"""
+
+
+async def probe(samples: list[tuple[float, float]], until: float) -> None:
+    """Collect the probe's samples until `until` (monotonic), then stop it."""
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", PROBE, stdout=asyncio.subprocess.PIPE)
+    assert proc.stdout is not None
+    try:
+        while time.monotonic() < until:
+            line = await proc.stdout.readline()
+            if not line:
+                break
+            at, took = line.split()
+            samples.append((float(at), float(took)))
+    finally:
+        proc.kill()
+        await proc.wait()
+
+
 async def soak(server: wire.Server, minutes: float, clients: int, database_url: str | None = None,
                vacuum_every: float = 0) -> None:
     record = Record()
+    probed: list[tuple[float, float]] = []
     until = time.monotonic() + minutes * 60
     rss: list[float] = []
     cpu: list[float] = []  # server + its database backends, CPU seconds so far, at each minute's start
@@ -131,10 +166,11 @@ async def soak(server: wire.Server, minutes: float, clients: int, database_url: 
 
     sampler = asyncio.create_task(memory())
     await asyncio.gather(*(client(server.url, record, until) for _ in range(clients)),
-                         watcher(server.url, record, until), vacuum(database_url, vacuum_every, until))
+                         watcher(server.url, record, until), vacuum(database_url, vacuum_every, until),
+                         probe(probed, until))
     await asyncio.sleep(max(0.0, record.started + 60 * len(rss) - time.monotonic()) + 0.1)
     sampler.cancel()
-    report(record, rss, cpu)
+    report(record, rss, cpu, [(at - record.started, took) for at, took in probed])
 
 
 def backend_seconds(database: str | None) -> float:
@@ -156,23 +192,33 @@ def backend_seconds(database: str | None) -> float:
     return total
 
 
-def report(record: Record, rss: list[float], cpu: list[float]) -> None:
+def report(record: Record, rss: list[float], cpu: list[float], probed: list[tuple[float, float]]) -> None:
     minutes: dict[int, list[tuple[float, str, float, bool]]] = {}
     for op in record.ops:
         minutes.setdefault(int(op[0] // 60), []).append(op)
+    probe_ms: dict[int, list[float]] = {}
+    for at, took in probed:
+        probe_ms.setdefault(int(at // 60), []).append(took)
     rows = []
     for minute, ops in sorted(minutes.items()):
         creates = [lat for _, kind, lat, ok in ops if kind == "create" and ok]
         spent = cpu[minute + 1] - cpu[minute] if minute + 1 < len(cpu) else float("nan")
         rows.append((minute, statistics.median(creates) * 1000 if creates else float("nan"), len(ops) / 60,
                      sum(1 for op in ops if not op[3]), rss[minute] if minute < len(rss) else float("nan"),
-                     spent * 1000 / len(ops)))
+                     spent * 1000 / len(ops), statistics.median(probe_ms.get(minute) or [float("nan")])))
     first = rows[0]
-    print("minute  create p50 ms  ops/s   failed  RSS MB  CPU ms/op   p50/first  ops/first  cpu/first")
-    for minute, p50, rate, failed, mb, per_op in rows:
+    print("minute  create p50 ms  ops/s   failed  RSS MB  CPU ms/op   p50/first  ops/first  cpu/first  probe/first")
+    for minute, p50, rate, failed, mb, per_op, probe_at in rows:
         print(f"{minute:>6}  {p50:12.2f}  {rate:6.1f}  {failed:6d}  {mb:6.1f}  {per_op:9.3f}  {p50 / first[1]:9.2f}"
-              f"  {rate / first[2]:9.2f}  {per_op / first[5]:9.2f}")
+              f"  {rate / first[2]:9.2f}  {per_op / first[5]:9.2f}  {probe_at / first[6]:11.2f}")
     full = rows[:-1] if len(rows) > 1 else rows  # the last minute is cut short
+    if len(full) >= 10:  # the trend: the last five full minutes against the first five
+        def median_of(part: list[tuple[Any, ...]], column: int) -> float:
+            return statistics.median(row[column] for row in part)
+        head, tail = full[:5], full[-5:]
+        print(json.dumps({"last5_vs_first5": {name: round(median_of(tail, column) / median_of(head, column), 3)
+                                              for name, column in (("create_p50", 1), ("ops", 2),
+                                                                   ("cpu_per_op", 5), ("probe", 6))}}))
     worst_p50 = max(row[1] / first[1] for row in full)
     worst_rate = min(row[2] / first[2] for row in full)
     worst_cpu = max(row[5] / first[5] for row in full)
