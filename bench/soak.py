@@ -157,11 +157,12 @@ async def soak(server: wire.Server, minutes: float, clients: int, database_url: 
     rss: list[float] = []
     cpu: list[float] = []  # server + its database backends, CPU seconds so far, at each minute's start
     database = database_url.rsplit("/", 1)[1] if database_url else None
+    backends: dict[str, float] = {}  # CPU seconds of every backend seen, kept after it exits
 
     async def memory() -> None:
         while time.monotonic() < until + 60:
             rss.append(server.rss_mb())
-            cpu.append(cpu_seconds(server.proc.pid) + backend_seconds(database))
+            cpu.append(cpu_seconds(server.proc.pid) + backend_seconds(database, backends))
             await asyncio.sleep(max(0.0, record.started + 60 * len(rss) - time.monotonic()))
 
     sampler = asyncio.create_task(memory())
@@ -173,23 +174,25 @@ async def soak(server: wire.Server, minutes: float, clients: int, database_url: 
     report(record, rss, cpu, [(at - record.started, took) for at, took in probed])
 
 
-def backend_seconds(database: str | None) -> float:
+def backend_seconds(database: str | None, seen: dict[str, float]) -> float:
     """CPU of the PostgreSQL backends serving `database` (their process titles name it), 0 on SQLite.
+    `seen` keeps each backend's last reading, so one that exits (a pool connection replaced, the
+    clients stopping) does not take its CPU out of the sum.
 
     CPU per operation is the soak's load-proof measure: on a shared machine another job's burst moves
     p50 and throughput, but what wears down (dead row versions, grown indexes, longer histories) shows
     as more CPU for the same operation on the server's or the database's side."""
     if database is None:
         return 0.0
-    total = 0.0
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             title = open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace")
             if title.startswith("postgres:") and f" {database} " in title:
-                total += cpu_seconds(pid)
+                started = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[19]  # a reused pid is another key
+                seen[f"{pid}@{started}"] = cpu_seconds(pid)
         except OSError:
             continue  # a backend that ended between the listing and the read
-    return total
+    return sum(seen.values())
 
 
 def report(record: Record, rss: list[float], cpu: list[float], probed: list[tuple[float, float]]) -> None:
