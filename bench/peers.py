@@ -82,25 +82,15 @@ async def step_intervals(http: httpx.AsyncClient, root_id: str) -> list[float]:
     return [b - a for a, b in zip(done, done[1:])]
 
 
-async def create_lean(lean: LeanHttp, tasks: list[dict[str, Any]]) -> float:
-    """wire.create with the lean client (bench/lean_http.py)."""
-    started = time.perf_counter()
-    answer = await lean.post("/tasks", {"jsonrpc": "2.0", "id": 1, "method": "tasks.create", "params": tasks})
-    took = time.perf_counter() - started
-    if "error" in answer or answer["result"]["status"] != "completed":
-        raise RuntimeError(f"tree did not complete: {str(answer)[:300]}")
-    return took
-
-
 async def one_tasks(http: httpx.AsyncClient, lean: LeanHttp, method: str, count: int = 200) -> dict[str, float]:
     """p50 of `count` one-task creates with httpx and with the lean client, taking turns."""
     for _ in range(20):
         await wire.create(http, with_method([{"name": "warm"}], method))
-        await create_lean(lean, with_method([{"name": "warm"}], method))
+        await wire.create(lean, with_method([{"name": "warm"}], method))
     by_httpx, by_lean = [], []
     for _ in range(count):
         by_httpx.append(await wire.create(http, with_method([{"name": "one"}], method)))
-        by_lean.append(await create_lean(lean, with_method([{"name": "one"}], method)))
+        by_lean.append(await wire.create(lean, with_method([{"name": "one"}], method)))
     return {"one_task_p50_ms": round(statistics.median(by_httpx) * 1000, 3),
             "one_task_lean_p50_ms": round(statistics.median(by_lean) * 1000, 3)}
 
@@ -115,7 +105,7 @@ async def ceiling(url: str, count: int = 200) -> dict[str, float]:
             started = time.perf_counter()
             (await http.post("/", json=body)).json()
             middle = time.perf_counter()
-            await lean.post("/", body)
+            (await lean.post("/", json=body)).json()
             if i >= 20:
                 by_httpx.append(middle - started)
                 by_lean.append(time.perf_counter() - middle)

@@ -3,14 +3,15 @@
 Four clients in turn create 5-task trees (`noop_executor`), read them (tasks.get, tasks.list),
 and now and then cancel a running tree and run a tree whose task fails and is retried; a fifth
 client holds a WebSocket that subscribes to a recent tree, reads for two seconds and reconnects.
-Every minute prints the create p50, operations a second, failures and the server's RSS; the end
-prints each minute against the first (the issue's bar: p50 and throughput within 10 %).
+The end prints, for every minute, the create p50, operations a second, failures, the server's RSS
+and CPU a operation, each against the first minute (the issue's bar: p50 and throughput within 10 %).
 
-This two-core machine's own speed moves by 20-40 % within minutes, so a minute can miss the bar
-with nothing worn. Two figures tell the machine from wear: a probe (a separate process that runs
-the same pure-Python work every second; the CPU time it takes is the machine's speed, which load
-from the soak does not change), and the trend: the median of the last five full minutes against
-the first five (wear grows; a burst of the machine comes and goes).
+This two-core machine's own speed moves by tens of percent for minutes at a time (up to 1.67x on
+the probe below; bench/README.md), so a minute can miss the bar with nothing worn. Two figures
+tell the machine from wear: a probe (a separate process that runs the same pure-Python work every
+second; the CPU time it takes is the machine's speed, which load from the soak does not change),
+and the trend: the median of the last five full minutes against the first five (wear grows; a
+burst of the machine comes and goes).
 
     .venv/bin/python bench/soak.py --minutes 30
     .venv/bin/python bench/soak.py --minutes 30 --postgres postgresql://postgres@127.0.0.1:5432/test

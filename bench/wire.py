@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from run import fresh_postgres  # bench/run.py, beside this script
+from lean_http import LeanHttp  # bench/lean_http.py, beside this script
+from run import fresh_postgres  # bench/run.py
 
 BIN = Path(sys.executable).parent / "taskgrove"
 NOOP = {"method": "noop_executor"}
@@ -164,7 +165,8 @@ def diamond(n: int, p: str, width: int = 10) -> list[dict[str, Any]]:
     return tasks
 
 
-async def create(http: httpx.AsyncClient, tasks: list[dict[str, Any]]) -> float:
+async def create(http: httpx.AsyncClient | LeanHttp, tasks: list[dict[str, Any]]) -> float:
+    """Seconds from sending a `tasks.create` of `tasks` to its answer, which must be completed."""
     started = time.perf_counter()
     answer = (await http.post("/tasks", json={"jsonrpc": "2.0", "id": 1, "method": "tasks.create",
                                               "params": tasks})).json()
